@@ -1,0 +1,56 @@
+"""Checkpointing: durable run state, resume, and time travel.
+
+The model and protocol live in :mod:`agentflow.checkpoint.base`; each backend
+has its own module. Backends with optional dependencies (PostgreSQL, Redis,
+MongoDB) are imported lazily, so ``import agentflow.checkpoint`` needs none of
+them installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from agentflow.checkpoint.base import Checkpoint, Checkpointer, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.memory import MemoryCheckpointer, MemoryStore
+from agentflow.checkpoint.redaction import DEFAULT_MASK, RedactKeys, redact_none
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.file import FileCheckpointer
+    from agentflow.checkpoint.mongodb import MongoCheckpointer
+    from agentflow.checkpoint.postgres import PostgresCheckpointer
+    from agentflow.checkpoint.redis import RedisCheckpointer
+    from agentflow.checkpoint.sqlite import SqliteCheckpointer
+
+__all__ = [
+    "DEFAULT_MASK",
+    "Checkpoint",
+    "Checkpointer",
+    "FileCheckpointer",
+    "MemoryCheckpointer",
+    "MemoryStore",
+    "MongoCheckpointer",
+    "PostgresCheckpointer",
+    "RedactKeys",
+    "Redactor",
+    "RedisCheckpointer",
+    "SqliteCheckpointer",
+    "ThreadInfo",
+    "ThreadPage",
+    "redact_none",
+]
+
+_LAZY = {
+    "FileCheckpointer": "agentflow.checkpoint.file",
+    "SqliteCheckpointer": "agentflow.checkpoint.sqlite",
+    "PostgresCheckpointer": "agentflow.checkpoint.postgres",
+    "RedisCheckpointer": "agentflow.checkpoint.redis",
+    "MongoCheckpointer": "agentflow.checkpoint.mongodb",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentflow.checkpoint' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
