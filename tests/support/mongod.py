@@ -42,12 +42,16 @@ class MongodProcess:
         self.proc = subprocess.Popen(
             [
                 self.binary,
-                "--dbpath", self.dbpath,
-                "--port", str(self.port),
-                "--bind_ip", "127.0.0.1",
+                "--dbpath",
+                self.dbpath,
+                "--port",
+                str(self.port),
+                "--bind_ip",
+                "127.0.0.1",
                 "--nounixsocket",
                 "--quiet",
-                "--logpath", os.path.join(self.dbpath, "mongod.log"),
+                "--logpath",
+                os.path.join(self.dbpath, "mongod.log"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -56,7 +60,9 @@ class MongodProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 log = Path(self.dbpath, "mongod.log")
-                raise RuntimeError(f"mongod exited early: {log.read_text()[-2000:] if log.exists() else ''}")
+                raise RuntimeError(
+                    f"mongod exited early: {log.read_text()[-2000:] if log.exists() else ''}"
+                )
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return
@@ -85,7 +91,7 @@ class MongodProcess:
 
 def mongod() -> MongodProcess | None:
     """The mongod this session started, or None when MONGODB_URI names one."""
-    global _STARTED
+    global _STARTED  # noqa: PLW0603 - one mongod per test session, by design
     if os.environ.get("MONGODB_URI"):
         return None
     if _STARTED is None:

@@ -46,7 +46,9 @@ __all__ = [
 PAYLOAD_VERSION = 1
 
 _ORJSON_OPTIONS = (
-    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+    orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
 
 
@@ -182,8 +184,12 @@ def decode(blob: bytes | bytearray | memoryview | str, revision: int) -> Checkpo
     """
     try:
         data = orjson.loads(blob)
-        if not isinstance(data, dict) or data.get("v") != PAYLOAD_VERSION:
-            raise ValueError(f"unknown payload version {data.get('v') if isinstance(data, dict) else None!r}")
+        if not isinstance(data, dict):
+            raise TypeError("payload is not a JSON object")
+        if data.get("v") != PAYLOAD_VERSION:
+            raise ValueError(f"unknown payload version {data.get('v')!r}")
+        if not isinstance(data["state"], dict) or not isinstance(data["step"], int):
+            raise TypeError("payload state or step has the wrong type")
         return Checkpoint(
             thread=data["thread"],
             step=data["step"],

@@ -47,6 +47,8 @@ def decode_cursor(backend: str, namespace: str, cursor: str) -> str:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
     except (binascii.Error, ValueError) as exc:
         raise InvalidCursor("cursor is not valid base64url") from exc
+    if base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=") != cursor:
+        raise InvalidCursor("cursor is not in canonical form")
     if len(raw) <= 1 + _MAC_BYTES:
         raise InvalidCursor("cursor is truncated")
     version, mac, body = raw[0], raw[1 : 1 + _MAC_BYTES], raw[1 + _MAC_BYTES :]

@@ -7,7 +7,7 @@ async ``harness`` fixture yielding a :class:`BackendHarness` on a fresh store.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -108,7 +108,7 @@ class CheckpointerConformance:
             got = await cp.get("t")
         assert got is not None
         stamped = datetime.fromisoformat(got.ts)
-        assert stamped.utcoffset() is not None and stamped.utcoffset().total_seconds() == 0
+        assert stamped.utcoffset() == timedelta(0)
         assert before <= stamped <= datetime.now(UTC)
 
     async def test_caller_mutation_after_put_changes_nothing(self, harness: BackendHarness) -> None:
@@ -161,7 +161,9 @@ class CheckpointerConformance:
                 assert current is not None
                 results = await asyncio.gather(
                     *(
-                        cp.put(make_checkpoint("race", 0, state={"w": i}), if_revision=current.revision)
+                        cp.put(
+                            make_checkpoint("race", 0, state={"w": i}), if_revision=current.revision
+                        )
                         for i in range(16)
                     ),
                     return_exceptions=True,
@@ -209,7 +211,11 @@ class CheckpointerConformance:
             await cp.put(make_checkpoint("b", 0, next=("n",)))
             await cp.put(make_checkpoint("b", 1, interrupted=True, next=("n",)))
             await cp.put(make_checkpoint("a", 4))
-            await cp.put(make_checkpoint("Z", 0, next=("x",), interrupted=True, wake_at="2030-01-01T00:00:00+00:00"))
+            await cp.put(
+                make_checkpoint(
+                    "Z", 0, next=("x",), interrupted=True, wake_at="2030-01-01T00:00:00+00:00"
+                )
+            )
             await cp.put(make_checkpoint("é", 0, next=("x",)))
             infos = await cp.list_threads()
             assert [i.thread for i in infos] == ["Z", "a", "b", "é"]
@@ -325,9 +331,11 @@ class CheckpointerConformance:
             "nested": {"deep": [{"Password": "hunter2", "keep": 1}]},
             "keep": "visible",
         }
-        payload = {"creds": {"token": "t0k"}, "note": "ok"}
+        payload: dict[str, Any] = {"creds": {"token": "t0k"}, "note": "ok"}
         async with harness.open(redact=RedactKeys(["api_key", "password", "token"])) as cp:
-            await cp.put(make_checkpoint("t", 0, state=state, interrupted=True, interrupt_payload=payload))
+            await cp.put(
+                make_checkpoint("t", 0, state=state, interrupted=True, interrupt_payload=payload)
+            )
             got = await cp.get("t")
         assert got is not None
         assert got.state == {
@@ -406,8 +414,11 @@ class CheckpointerConformance:
     async def test_unicode_and_hostile_ids_are_data(self, harness: BackendHarness) -> None:
         ids = UNICODE_THREAD_IDS + HOSTILE_THREAD_IDS + ["y" * 200]
         if not harness.restricted_thread_ids:
-            ids += PATH_LIKE_THREAD_IDS + ["z" * 5_000]
-        value = {"text": "".join(chr(c) for c in range(1, 0xD800, 97)) + "🧵\U0010ffff", "q": {"$gt": ""}}
+            ids += [*PATH_LIKE_THREAD_IDS, "z" * 5000]
+        value = {
+            "text": "".join(chr(c) for c in range(1, 0xD800, 97)) + "🧵\U0010ffff",
+            "q": {"$gt": ""},
+        }
         async with harness.open() as cp:
             for thread in ids:
                 await cp.put(make_checkpoint(thread, 0, state=value))

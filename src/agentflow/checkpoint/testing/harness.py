@@ -44,9 +44,7 @@ class BackendHarness:
         return f"{factory.__module__}:{factory.__qualname__}", dict(self.kwargs)
 
 
-def open_from_recipe(
-    recipe: tuple[str, dict[str, Any]], *, namespace: str | None = None
-) -> Any:
+def open_from_recipe(recipe: tuple[str, dict[str, Any]], *, namespace: str | None = None) -> Any:
     """Open a checkpointer from :attr:`BackendHarness.recipe`, in any process."""
     path, kwargs = recipe
     module, _, name = path.partition(":")
