@@ -1,0 +1,493 @@
+"""A durable checkpointer on plain Redis 7 or Valkey (no modules).
+
+Every mutation is one Lua script, so it is atomic and costs one round trip;
+the key layout and the reasons behind it are in ``docs/redis.md``. In short,
+for prefix ``P``, namespace ``N`` and thread ``T`` (``b64`` is unpadded
+base64url of the UTF-8 bytes)::
+
+    P:{t.b64(N).b64(T)}:s   ZSET  step index, score 0, member = 20-digit step
+    P:{t.b64(N).b64(T)}:t   ZSET  time index, member = 18-digit instant + step
+    P:{t.b64(N).b64(T)}:c   HASH  step -> payload bytes
+    P:{t.b64(N).b64(T)}:m   HASH  step -> "revision:write-id:instant:summary"
+    P:{t.b64(N).b64(T)}:h   STR   summary of the latest step (JSON)
+    P:{n.b64(N)}:idx        ZSET  thread ids of N, score 0 (listing by BYLEX)
+    P:{n.b64(N)}:exp        ZSET  thread id -> expiry deadline (ms), with ttl
+
+Caller data never shapes a key: ids are base64url-encoded, whose alphabet has
+no ``:``, ``{``, ``}`` or glob characters, and a prefix may not contain a
+brace, so the first ``{`` of a key always opens our hash tag.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.codec import (
+    decode,
+    encode,
+    parse_instant,
+    validate_namespace,
+    validate_step,
+    validate_thread,
+)
+from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
+from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
+from agentflow.checkpoint.redaction import redact_none
+from agentflow.errors import (
+    CheckpointConflict,
+    CheckpointCorrupted,
+    CheckpointError,
+    InvalidArgument,
+    InvalidThreadId,
+    StoreUnavailable,
+)
+
+__all__ = ["RedisCheckpointer", "namespace_keys", "thread_keys"]
+
+_BACKEND = "redis"
+#: Steps per history round trip: large enough to amortise the trip, small
+#: enough that one script never blocks the server for long.
+_BATCH = 128
+#: Steps removed per prune script, bounding how long one call holds the server.
+_PRUNE_BATCH = 1024
+#: Expired threads dropped from the namespace index per sweep.
+_SWEEP = 64
+#: Shifts epoch microseconds of year 1 to 0, so every instant is 18 sortable digits.
+_EPOCH_SHIFT_US = 62_135_596_800_000_000
+
+# Shared by every writing script: drop index entries of threads whose keys
+# expired (their deadline in ``exp`` is past; see docs/redis.md, TTL).
+_LUA_SWEEP = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function sweep(idx, exp, now, count)
+  local gone = redis.call('ZRANGE', exp, '-inf', string.format('(%d', now),
+    'BYSCORE', 'LIMIT', 0, count)
+  if #gone > 0 then
+    redis.call('ZREM', idx, unpack(gone))
+    redis.call('ZREM', exp, unpack(gone))
+  end
+end
+"""
+
+# KEYS s t c m h idx exp; ARGV step, payload, write id, instant, summary,
+# expected revision or '', ttl ms or '', thread. Returns {1, rev} or {0, actual}.
+_LUA_PUT = (
+    "#!lua\n"
+    + _LUA_SWEEP
+    + """
+local old = redis.call('HGET', KEYS[4], ARGV[1])
+local rev, wid, instant = 0, false, false
+if old then
+  local r
+  r, wid, instant = string.match(old, '^(%d+):(%x+):(%d+):')
+  if not r then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
+  rev = tonumber(r)
+  if wid == ARGV[3] then return {1, rev} end
+end
+if ARGV[6] ~= '' and tonumber(ARGV[6]) ~= rev then return {0, rev} end
+rev = rev + 1
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[4], ARGV[1],
+  string.format('%d', rev) .. ':' .. ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+if instant ~= ARGV[4] then
+  if instant then redis.call('ZREM', KEYS[2], instant .. ARGV[1]) end
+  redis.call('ZADD', KEYS[2], 0, ARGV[4] .. ARGV[1])
+end
+if redis.call('ZRANGE', KEYS[1], -1, -1)[1] == ARGV[1] then
+  redis.call('SET', KEYS[5], ARGV[5])
+end
+redis.call('ZADD', KEYS[6], 0, ARGV[8])
+local now = now_ms()
+if ARGV[7] ~= '' then
+  local deadline = string.format('%d', now + tonumber(ARGV[7]))
+  for i = 1, 5 do redis.call('PEXPIREAT', KEYS[i], deadline) end
+  redis.call('ZADD', KEYS[7], deadline, ARGV[8])
+else
+  for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
+  redis.call('ZREM', KEYS[7], ARGV[8])
+end
+sweep(KEYS[6], KEYS[7], now, 16)
+return {1, rev}
+"""
+)
+
+# KEYS s c m; ARGV 'latest' | 'at' step | 'after' lex-bound count.
+_LUA_READ = """#!lua flags=no-writes
+local steps
+if ARGV[1] == 'latest' then steps = redis.call('ZRANGE', KEYS[1], -1, -1)
+elseif ARGV[1] == 'at' then steps = {ARGV[2]}
+else steps = redis.call('ZRANGE', KEYS[1], ARGV[2], '+', 'BYLEX', 'LIMIT', 0, ARGV[3]) end
+if #steps == 0 then return {} end
+return {steps, redis.call('HMGET', KEYS[2], unpack(steps)),
+  redis.call('HMGET', KEYS[3], unpack(steps))}
+"""
+
+# KEYS s t c m h idx exp; ARGV thread.
+_LUA_DELETE = """#!lua
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
+"""
+
+# KEYS s t c m h idx exp; ARGV before-step or '', cutoff instant or '', thread,
+# batch, scan start. Returns {removed, next scan start or ''}.
+_LUA_PRUNE = """#!lua
+local batch = tonumber(ARGV[4])
+local steps, entries, resume = {}, {}, ''
+if ARGV[2] ~= '' then
+  local scanned = redis.call('ZRANGE', KEYS[2], ARGV[5], '(' .. ARGV[2],
+    'BYLEX', 'LIMIT', 0, batch)
+  for _, e in ipairs(scanned) do
+    local step = string.sub(e, 19)
+    if ARGV[1] == '' or step < ARGV[1] then
+      steps[#steps + 1] = step
+      entries[#entries + 1] = e
+    end
+  end
+  if #scanned == batch then resume = '(' .. scanned[#scanned] end
+else
+  steps = redis.call('ZRANGE', KEYS[1], '-', '(' .. ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
+  if #steps == batch then resume = '-' end
+  if #steps > 0 then
+    for i, meta in ipairs(redis.call('HMGET', KEYS[4], unpack(steps))) do
+      local instant = meta and string.match(meta, '^%d+:%x+:(%d+):')
+      if not instant then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
+      entries[i] = instant .. steps[i]
+    end
+  end
+end
+if #steps == 0 then return {0, resume} end
+redis.call('ZREM', KEYS[1], unpack(steps))
+redis.call('ZREM', KEYS[2], unpack(entries))
+redis.call('HDEL', KEYS[3], unpack(steps))
+redis.call('HDEL', KEYS[4], unpack(steps))
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  redis.call('ZREM', KEYS[6], ARGV[3])
+  redis.call('ZREM', KEYS[7], ARGV[3])
+  return {#steps, ''}
+end
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+local summary = string.match(redis.call('HGET', KEYS[4], latest) or '', '^%d+:%x+:%d+:(.*)$')
+if not summary then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
+redis.call('SET', KEYS[5], summary, 'KEEPTTL')
+return {#steps, resume}
+"""
+
+# KEYS idx exp; ARGV lex start, offset, count. Sweeps, then lists thread ids.
+_LUA_LIST = (
+    "#!lua\n"
+    + _LUA_SWEEP
+    + """
+sweep(KEYS[1], KEYS[2], now_ms(), 256)
+return redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', ARGV[2], ARGV[3])
+"""
+)
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 of an id; bytewise order of UTF-8 is code point order, which is
+    why the namespace index stores thread ids this way."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidThreadId(f"id {text!r} is not encodable as UTF-8") from exc
+
+
+def _b64(text: str) -> bytes:
+    return base64.urlsafe_b64encode(_utf8(text)).rstrip(b"=")
+
+
+def thread_keys(prefix: str, namespace: str, thread: str) -> list[bytes]:
+    """The five keys of one thread (step index, time index, payloads, metadata,
+    summary), all under one hash tag so a script over them touches one slot."""
+    base = b"%s:{t.%s.%s}:" % (prefix.encode(), _b64(namespace), _b64(thread))
+    return [base + kind for kind in (b"s", b"t", b"c", b"m", b"h")]
+
+
+def namespace_keys(prefix: str, namespace: str) -> list[bytes]:
+    """The namespace's thread index and its expiry deadlines."""
+    base = b"%s:{n.%s}:" % (prefix.encode(), _b64(namespace))
+    return [base + b"idx", base + b"exp"]
+
+
+def _step_member(step: int) -> bytes:
+    return b"%020d" % step
+
+
+def _instant(ts_us: int) -> bytes:
+    return b"%018d" % (ts_us + _EPOCH_SHIFT_US)
+
+
+@contextmanager
+def _driver_errors(action: str) -> Iterator[None]:
+    """Translate redis-py errors; CancelledError is not an Exception and passes."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, ReadOnlyError) as exc:
+        raise StoreUnavailable(f"redis {action} failed: {exc}") from exc
+    except ResponseError as exc:
+        text = str(exc)
+        if text.startswith(("AGENTFLOW_CORRUPT", "WRONGTYPE")):
+            raise CheckpointCorrupted(f"redis {action}: stored data is damaged: {text}") from exc
+        raise CheckpointError(f"redis {action} failed: {text}") from exc
+    except RedisError as exc:
+        raise CheckpointError(f"redis {action} failed: {exc}") from exc
+
+
+def _check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        raise InvalidArgument(f"prefix must be a non-empty string without braces, got {prefix!r}")
+    return prefix
+
+
+def _ttl_ms(ttl: object) -> bytes:
+    if ttl is None:
+        return b""
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not 0 < ttl <= 10 * 365 * 86_400
+    ):
+        raise InvalidArgument(f"ttl must be None or seconds in (0, 10 years], got {ttl!r}")
+    return b"%d" % max(1, round(ttl * 1000))
+
+
+class RedisCheckpointer:
+    """Checkpoints in Redis, one atomic Lua script per write.
+
+    Pass a ``url`` (we create, own and close the client) or an async
+    ``client`` (it stays yours: ``close()`` leaves it open; it must use
+    ``decode_responses=False``). The client we create never retries a command
+    by itself: a retried script could land twice. An injected client may
+    retry; every write carries a random write id, and a script that finds its
+    own id already stored returns the stored revision instead of writing
+    again, so a driver-level re-send after a lost reply is harmless.
+
+    ``ttl`` (seconds) makes a thread expire that long after its last write by
+    a checkpointer with a ttl; a write without ttl makes the thread permanent.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        client: aioredis.Redis | None = None,
+        prefix: str = "agentflow",
+        redact: Redactor | None = None,
+        namespace: str | None = None,
+        ttl: float | None = None,
+    ) -> None:
+        self._prefix = _check_prefix(prefix)
+        self._namespace = validate_namespace(namespace)
+        self._ttl_ms = _ttl_ms(ttl)
+        self._redact = redact or redact_none
+        if client is not None and client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise InvalidArgument("the redis client must use decode_responses=False")
+        self._owned = client is None
+        self._client: aioredis.Redis = client or aioredis.Redis.from_url(
+            url, decode_responses=False, retry=Retry(NoBackoff(), 0)
+        )
+        self._ns_keys = namespace_keys(self._prefix, self._namespace)
+        self._put_script = self._client.register_script(_LUA_PUT)
+        self._read_script = self._client.register_script(_LUA_READ)
+        self._delete_script = self._client.register_script(_LUA_DELETE)
+        self._prune_script = self._client.register_script(_LUA_PRUNE)
+        self._list_script = self._client.register_script(_LUA_LIST)
+        self._closed = False
+
+    async def close(self) -> None:
+        """Close the client if we created it; an injected client stays open."""
+        if self._owned and not self._closed:
+            self._closed = True
+            await self._client.aclose()
+
+    async def __aenter__(self) -> RedisCheckpointer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _thread_keys(self, thread: str) -> list[bytes]:
+        return thread_keys(self._prefix, self._namespace, thread)
+
+    async def _call(
+        self, script: AsyncScript, keys: Sequence[bytes], args: Sequence[Any], action: str
+    ) -> Any:
+        with _driver_errors(action):
+            return await script(keys=keys, args=args)
+
+    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
+        if if_revision is not None and (
+            isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0
+        ):
+            raise InvalidArgument(f"if_revision must be None or an int >= 0, got {if_revision!r}")
+        enc = encode(cp, self._redact)
+        summary = orjson.dumps(
+            {
+                "latest_step": enc.step,
+                "interrupted": enc.interrupted,
+                "done": enc.done,
+                "ts": enc.ts,
+                "wake_at": enc.wake_at,
+            }
+        )
+        args = (
+            _step_member(enc.step),
+            enc.payload,
+            os.urandom(16).hex(),
+            _instant(enc.ts_us),
+            summary,
+            b"" if if_revision is None else b"%d" % if_revision,
+            self._ttl_ms,
+            _utf8(enc.thread),
+        )
+        keys = [*self._thread_keys(enc.thread), *self._ns_keys]
+        written, revision = await self._call(self._put_script, keys, args, "put")
+        if not written:
+            raise CheckpointConflict(enc.thread, enc.step, if_revision or 0, int(revision))
+        return f"{enc.thread}:{enc.step}"
+
+    def _decode_rows(self, thread: str, rows: list[Any]) -> list[Checkpoint]:
+        if not rows:
+            return []
+        found = []
+        for member, payload, meta in zip(*rows, strict=True):
+            if payload is None and meta is None:
+                continue
+            try:
+                revision = int(meta.split(b":", 1)[0])
+            except (AttributeError, ValueError) as exc:
+                raise CheckpointCorrupted(
+                    f"thread {thread!r} step {member.decode()}: metadata is damaged"
+                ) from exc
+            if payload is None:
+                raise CheckpointCorrupted(f"thread {thread!r} step {member.decode()}: no payload")
+            cp = decode(payload, revision)
+            if cp.thread != thread or cp.step != int(member):
+                raise CheckpointCorrupted(
+                    f"thread {thread!r} step {member.decode()} holds another checkpoint"
+                )
+            found.append(cp)
+        return found
+
+    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
+        thread = validate_thread(thread)
+        args = ("latest",) if step is None else ("at", _step_member(validate_step(step)))
+        keys = self._thread_keys(thread)
+        rows = await self._call(self._read_script, keys[0:1] + keys[2:4], args, "get")
+        found = self._decode_rows(thread, rows)
+        return found[0] if found else None
+
+    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+        thread = validate_thread(thread)
+        keys = self._thread_keys(thread)
+        keys = keys[0:1] + keys[2:4]
+        start = b"-"
+        while True:
+            rows = await self._call(self._read_script, keys, ("after", start, _BATCH), "history")
+            for cp in self._decode_rows(thread, rows):
+                yield cp
+            if not rows or len(rows[0]) < _BATCH:
+                return
+            start = b"(" + rows[0][-1]
+
+    async def _summaries(self, names: list[bytes]) -> list[ThreadInfo | None]:
+        """Summaries of ``names`` in one round trip; None where the thread
+        expired or was deleted since the index was read."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.get(self._thread_keys(name.decode())[4])
+            with _driver_errors("list"):
+                raws = await pipe.execute()
+        infos: list[ThreadInfo | None] = []
+        for name, raw in zip(names, raws, strict=True):
+            try:
+                infos.append(
+                    None if raw is None else ThreadInfo(name.decode(), **orjson.loads(raw))
+                )
+            except (TypeError, ValueError) as exc:
+                raise CheckpointCorrupted(f"summary of thread {name!r} is damaged") from exc
+        return infos
+
+    async def _collect(
+        self, start: bytes, offset: int, limit: int
+    ) -> tuple[list[ThreadInfo], bool]:
+        """Up to ``limit`` live threads from ``start``, and whether more follow.
+
+        Index entries whose summary is gone are skipped and the scan goes on,
+        so a page stays full while expired threads await their sweep."""
+        infos: list[ThreadInfo] = []
+        while True:
+            want = limit - len(infos) + 1
+            args = (start, offset, want)
+            names = await self._call(self._list_script, self._ns_keys, args, "list")
+            for info in await self._summaries(names):
+                if info is None:
+                    continue
+                if len(infos) == limit:
+                    return infos, True
+                infos.append(info)
+            if len(names) < want:
+                return infos, False
+            start, offset = b"(" + names[-1], 0
+
+    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
+        check_page_args(limit, offset)
+        infos, _ = await self._collect(b"-", offset, limit)
+        return infos
+
+    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
+        check_page_args(limit)
+        start = b"-"
+        if cursor is not None:
+            start = b"(" + decode_cursor(_BACKEND, self._namespace, cursor).encode()
+        infos, more = await self._collect(start, 0, limit)
+        next_cursor = encode_cursor(_BACKEND, self._namespace, infos[-1].thread) if more else None
+        return ThreadPage(infos, next_cursor)
+
+    async def delete_thread(self, thread: str) -> None:
+        thread = validate_thread(thread)
+        keys = [*self._thread_keys(thread), *self._ns_keys]
+        await self._call(self._delete_script, keys, (_utf8(thread),), "delete_thread")
+
+    async def prune(
+        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
+    ) -> int:
+        check_prune_bounds(before_step, older_than)
+        cutoff = (
+            b"" if older_than is None else _instant(parse_instant(older_than, what="older_than"))
+        )
+        thread = validate_thread(thread)
+        keys = [*self._thread_keys(thread), *self._ns_keys]
+        before = b"" if before_step is None else _step_member(before_step)
+        removed, resume = 0, b"-"
+        while resume:
+            args = (before, cutoff, _utf8(thread), _PRUNE_BATCH, resume)
+            count, resume = await self._call(self._prune_script, keys, args, "prune")
+            removed += int(count)
+        return removed
