@@ -1,0 +1,446 @@
+"""A durable checkpointer on PostgreSQL, through asyncpg.
+
+Three tables per checkpointer: the checkpoints (primary key ``(namespace,
+thread, step)``, so "latest" is one backward index probe), a one-row-per-thread
+summary that listing pages through by keyset, and a tiny meta table recording
+the schema version for later migrations. The summary is written by the same
+statement (or transaction) as the checkpoints, so it cannot drift from them.
+
+Payloads are the codec's orjson bytes in a ``BYTEA`` column compressed with
+lz4: ``JSONB`` was slower to write and to read back and refuses ``\\u0000`` in
+strings, which agent state may legitimately hold (docs/postgres.md has the
+numbers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+
+from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.codec import (
+    decode,
+    encode,
+    parse_instant,
+    validate_namespace,
+    validate_step,
+    validate_thread,
+)
+from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
+from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
+from agentflow.checkpoint.redaction import redact_none
+from agentflow.errors import (
+    CheckpointConflict,
+    CheckpointCorrupted,
+    CheckpointError,
+    InvalidArgument,
+    InvalidThreadId,
+    StoreUnavailable,
+)
+
+__all__ = ["SCHEMA_VERSION", "PostgresCheckpointer"]
+
+_BACKEND = "postgres"
+
+#: Version of the tables this module creates; a store recording a newer one is refused.
+SCHEMA_VERSION = 1
+
+#: Lowercase only, so a quoted name means the same as the unquoted one a human
+#: types in psql; short enough that ``<table>_threads`` fits PostgreSQL's 63 bytes.
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,54}")
+
+#: One advisory-lock key for every agentflow schema change in a database: setup
+#: is rare, and one key also serialises ``CREATE SCHEMA IF NOT EXISTS`` races.
+_SETUP_LOCK_KEY = int.from_bytes(
+    hashlib.blake2b(b"agentflow.checkpoint.postgres.setup", digest_size=8).digest(),
+    "big",
+    signed=True,
+)
+
+#: History reads batches of about this many payload bytes, whatever the state size.
+_HISTORY_BATCH_BYTES = 8 * 1024 * 1024
+_HISTORY_FIRST_ROWS = 64
+_HISTORY_MAX_ROWS = 1_024
+
+_POOL_MAX_SIZE = 10
+_SUFFIXES = {"cp": "", "threads": "_threads", "meta": "_meta"}
+
+
+# -- SQL ----------------------------------------------------------------------
+# {cp}, {threads}, {meta} become validated identifiers, always double-quoted;
+# every value is a $n parameter. A put binds $1 namespace, $2 thread, $3 step,
+# $4 ts_us, $5 interrupted, $6 done, $7 ts, $8 wake_at, $9 payload, $10 expected.
+
+_CREATE = """
+CREATE TABLE IF NOT EXISTS {meta} (component TEXT PRIMARY KEY, version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS {cp} (
+    namespace TEXT COLLATE "C" NOT NULL, thread TEXT COLLATE "C" NOT NULL,
+    step BIGINT NOT NULL, revision BIGINT NOT NULL, ts_us BIGINT NOT NULL, ts TEXT NOT NULL,
+    interrupted BOOLEAN NOT NULL, done BOOLEAN NOT NULL, wake_at TEXT, payload BYTEA NOT NULL,
+    PRIMARY KEY (namespace, thread, step)
+);
+CREATE TABLE IF NOT EXISTS {threads} (
+    namespace TEXT COLLATE "C" NOT NULL, thread TEXT COLLATE "C" NOT NULL,
+    latest_step BIGINT NOT NULL, interrupted BOOLEAN NOT NULL, done BOOLEAN NOT NULL,
+    ts TEXT NOT NULL, wake_at TEXT,
+    PRIMARY KEY (namespace, thread)
+) WITH (fillfactor = 70);
+"""
+_KEY = "namespace = $1 AND thread = $2"
+_ROW = "SELECT step, revision, payload FROM {cp} WHERE " + _KEY
+_INFO = (
+    "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM {threads} WHERE namespace = $1"
+)
+_INSERT = (
+    "INSERT INTO {cp} AS c (namespace, thread, step, revision, ts_us, interrupted, done, ts,"
+    " wake_at, payload) VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9)"
+    " ON CONFLICT (namespace, thread, step) "
+)
+_CHANGED = "ts_us = $4, interrupted = $5, done = $6, ts = $7, wake_at = $8, payload = $9"
+_SUMMARY = "interrupted = {0}.interrupted, done = {0}.done, ts = {0}.ts, wake_at = {0}.wake_at"
+#: One round trip: the guarded write and the summary upsert in one statement.
+#: The summary only moves forwards (an older step leaves it on the newest), and
+#: a guarded write that matched nothing writes no summary either.
+_PUT = (
+    "WITH written AS ({write} RETURNING revision), summary AS ("
+    " INSERT INTO {threads} AS t (namespace, thread, latest_step, interrupted, done, ts, wake_at)"
+    " SELECT $1, $2, $3, $5, $6, $7, $8 FROM written ON CONFLICT (namespace, thread) DO UPDATE"
+    " SET latest_step = EXCLUDED.latest_step, "
+    + _SUMMARY.format("EXCLUDED")
+    + " WHERE t.latest_step <= EXCLUDED.latest_step) SELECT revision FROM written"
+)
+_SQL = {
+    "create": _CREATE,
+    "use_lz4": "ALTER TABLE {cp} ALTER COLUMN payload SET COMPRESSION lz4",
+    "read_version": "SELECT version FROM {meta} WHERE component = 'checkpoints'",
+    "record_version": "INSERT INTO {meta} VALUES ('checkpoints', $1) ON CONFLICT DO NOTHING",
+    "put_upsert": _PUT.replace(
+        "{write}", _INSERT + "DO UPDATE SET revision = c.revision + 1, " + _CHANGED
+    ),
+    "put_create": _PUT.replace("{write}", _INSERT + "DO NOTHING"),
+    "put_expected": _PUT.replace(
+        "{write}",
+        "UPDATE {cp} SET revision = revision + 1, "
+        + _CHANGED
+        + f" WHERE {_KEY} AND step = $3 AND revision = $10",
+    ),
+    "revision": f"SELECT revision FROM {{cp}} WHERE {_KEY} AND step = $3",
+    "get_latest": _ROW + " ORDER BY step DESC LIMIT 1",
+    "get_step": _ROW + " AND step = $3",
+    "history": _ROW + " AND step > $3 ORDER BY step LIMIT $4",
+    "list_offset": _INFO + ' ORDER BY thread COLLATE "C" LIMIT $2 OFFSET $3',
+    "list_after": _INFO + ' AND thread > $2 ORDER BY thread COLLATE "C" LIMIT $3',
+    "delete_rows": (
+        f"WITH gone AS (DELETE FROM {{cp}} WHERE {_KEY} AND ($3::bigint IS NULL OR step < $3)"
+        " AND ($4::bigint IS NULL OR ts_us < $4) RETURNING 1) SELECT count(*) FROM gone"
+    ),
+    "lock_summary": f"SELECT FROM {{threads}} WHERE {_KEY} FOR UPDATE",
+    "rebuild_summary": (
+        "WITH latest AS (SELECT step, interrupted, done, ts, wake_at FROM {cp}"
+        f" WHERE {_KEY} ORDER BY step DESC LIMIT 1), moved AS ("
+        " UPDATE {threads} AS t SET latest_step = l.step, "
+        + _SUMMARY.format("l")
+        + f" FROM latest AS l WHERE t.namespace = $1 AND t.thread = $2)"
+        f" DELETE FROM {{threads}} WHERE {_KEY} AND NOT EXISTS (SELECT FROM latest)"
+    ),
+}
+_LZ4_AVAILABLE = (
+    "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings"
+    " WHERE name = 'default_toast_compression'"
+)
+
+
+def _identifier(value: object, what: str) -> str:
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise InvalidArgument(
+            f"{what} must match {_IDENTIFIER.pattern} (lowercase ASCII letters, digits, "
+            f"underscore; at most 55 characters), got {value!r}"
+        )
+    return value
+
+
+def _storable(value: str, error: type[InvalidArgument], what: str) -> str:
+    """PostgreSQL text is UTF-8: a lone surrogate would fail inside the driver."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise error(f"{what} {value!r} is not valid Unicode (lone surrogate)") from exc
+    return value
+
+
+def _thread(thread: object) -> str:
+    return _storable(validate_thread(thread), InvalidThreadId, "thread id")
+
+
+def _check_revision(if_revision: object) -> None:
+    if isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0:
+        raise InvalidArgument(
+            f"if_revision must be None or a non-negative int, got {if_revision!r}"
+        )
+    if if_revision >= 2**63:
+        raise InvalidArgument(f"if_revision {if_revision} does not fit in 64 bits")
+
+
+@contextmanager
+def _driver_errors(action: str) -> Iterator[None]:
+    """Map asyncpg and socket failures onto agentflow errors, keeping the cause.
+
+    Lost connections (socket errors, asyncpg's interface errors, SQLSTATE
+    classes 08 and 57P, too many connections) are retryable
+    :class:`StoreUnavailable`; a server limit hit by the input (class 54, such
+    as an index entry too large) is :class:`InvalidArgument`, the statement
+    having rolled back. ``asyncio.CancelledError`` is not an ``Exception`` and
+    passes through untouched.
+    """
+    try:
+        yield
+    except (OSError, asyncpg.InterfaceError) as exc:
+        raise StoreUnavailable(f"PostgreSQL unreachable during {action}: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        state = exc.sqlstate or ""
+        if state.startswith(("08", "57P")) or state == "53300":
+            raise StoreUnavailable(f"PostgreSQL connection lost during {action}: {exc}") from exc
+        if state.startswith("54"):
+            raise InvalidArgument(f"PostgreSQL refused the {action}: {exc}") from exc
+        raise CheckpointError(f"PostgreSQL error during {action} ({state}): {exc}") from exc
+
+
+async def _keep_session(conn: Any) -> None:
+    """Release without asyncpg's reset query: we leave no session state behind
+    (no SET, LISTEN, cursors or session locks), and the reset would cost one
+    extra round trip on every call. Open transactions are still rolled back."""
+
+
+class PostgresCheckpointer:
+    """Checkpoints in PostgreSQL, safe under concurrent writers and processes.
+
+    Pass a ``dsn`` or an existing asyncpg ``pool``; an injected pool stays the
+    caller's (``close()`` leaves it open), one created here is closed by
+    ``close()``. ``table`` (and optionally ``schema``) name the tables; they
+    are created by :meth:`setup`, which also runs once on first use. A
+    ``namespace`` confines every call to one tenant. ``redact`` masks values
+    before they are stored (a redacted checkpoint cannot be resumed exactly).
+    """
+
+    def __init__(
+        self,
+        dsn: str = "postgresql://postgres@127.0.0.1:5432/test",
+        *,
+        pool: Any = None,
+        table: str = "checkpoints",
+        schema: str | None = None,
+        redact: Redactor | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        prefix = "" if schema is None else f'"{_identifier(schema, "schema")}".'
+        table = _identifier(table, "table")
+        names = {key: f'{prefix}"{table}{suffix}"' for key, suffix in _SUFFIXES.items()}
+        self._sql = {key: template.format(**names) for key, template in _SQL.items()}
+        if schema is not None:
+            self._sql["create"] = f'CREATE SCHEMA IF NOT EXISTS "{schema}";' + self._sql["create"]
+        self._table, self._meta = names["cp"], names["meta"]
+        self._ns = _storable(validate_namespace(namespace), InvalidArgument, "namespace")
+        self._redact = redact or redact_none
+        self._dsn = dsn
+        self._pool: Any = pool
+        self._owns_pool = pool is None
+        self._ready = False
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"PostgresCheckpointer(table={self._table}, namespace={self._ns!r})"
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def __aenter__(self) -> PostgresCheckpointer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the pool if this checkpointer created it; idempotent."""
+        pool = self._pool
+        if self._owns_pool and pool is not None:
+            self._pool = None
+            await pool.close()
+
+    async def setup(self) -> None:
+        """Create the tables if absent and check the recorded schema version.
+
+        Idempotent and safe from many processes at once: one transaction
+        holding a transaction-scoped advisory lock, so it never leaves a lock
+        behind on a pooled connection. When the recorded version is current
+        nothing is executed, so a role without CREATE privilege may call it
+        once an owner has created the tables.
+        """
+        with _driver_errors("setup"):
+            async with self._lock:
+                await self._setup(await self._open_pool())
+
+    async def _open_pool(self) -> Any:
+        """Call with ``self._lock`` held: creating the pool twice would leak one."""
+        if self._pool is None:
+            self._pool = await asyncpg.create_pool(
+                self._dsn, min_size=1, max_size=_POOL_MAX_SIZE, reset=_keep_session
+            )
+        return self._pool
+
+    async def _setup(self, pool: Any) -> None:
+        sql = self._sql
+        async with pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _SETUP_LOCK_KEY)
+            version = None
+            if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._meta):
+                version = await conn.fetchval(sql["read_version"])
+            if version is None:
+                await conn.execute(sql["create"])
+                if await conn.fetchval(_LZ4_AVAILABLE):
+                    await conn.execute(sql["use_lz4"])
+                await conn.execute(sql["record_version"], SCHEMA_VERSION)
+            elif version > SCHEMA_VERSION:
+                raise CheckpointError(
+                    f"{self._table} has agentflow schema version {version}, newer than the "
+                    f"version {SCHEMA_VERSION} this agentflow understands; upgrade agentflow"
+                )
+        self._ready = True
+
+    async def _pool_ready(self) -> Any:
+        """The pool, with the schema checked once per checkpointer, not per call."""
+        pool = self._pool
+        if pool is not None and self._ready:
+            return pool
+        async with self._lock:
+            pool = await self._open_pool()
+            if not self._ready:
+                await self._setup(pool)
+        return pool
+
+    # -- writes -----------------------------------------------------------------
+
+    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
+        _thread(cp.thread)
+        if if_revision is not None:
+            _check_revision(if_revision)
+        enc = encode(cp, self._redact)
+        ns, thread, step = self._ns, enc.thread, enc.step
+        args = (ns, thread, step, enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at)
+        with _driver_errors("put"):
+            pool = await self._pool_ready()
+            if if_revision is None:
+                await pool.fetchval(self._sql["put_upsert"], *args, enc.payload)
+                return f"{thread}:{step}"
+            if if_revision == 0:
+                written = await pool.fetchval(self._sql["put_create"], *args, enc.payload)
+            else:
+                sql = self._sql["put_expected"]
+                written = await pool.fetchval(sql, *args, enc.payload, if_revision)
+            if written is None:
+                actual = await pool.fetchval(self._sql["revision"], ns, thread, step)
+                raise CheckpointConflict(thread, step, if_revision, actual or 0)
+        return f"{thread}:{step}"
+
+    async def delete_thread(self, thread: str) -> None:
+        await self._delete(_thread(thread), None, None, "delete_thread")
+
+    async def prune(
+        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
+    ) -> int:
+        check_prune_bounds(before_step, older_than)
+        cutoff = parse_instant(older_than, what="older_than") if older_than is not None else None
+        return await self._delete(_thread(thread), before_step, cutoff, "prune")
+
+    async def _delete(
+        self, thread: str, before_step: int | None, cutoff_us: int | None, action: str
+    ) -> int:
+        """Delete matching rows, then rebuild the thread's summary row.
+
+        The summary row is locked only after the rows are deleted (the order
+        ``put`` takes its locks in, so the two cannot deadlock), and rebuilt by
+        a later statement whose snapshot therefore includes every ``put`` that
+        touched the summary before us. A ``put`` still in flight moves the
+        summary after we commit, through its own ``latest_step`` guard.
+        """
+        sql, ns = self._sql, self._ns
+        with _driver_errors(action):
+            pool = await self._pool_ready()
+            async with pool.acquire() as conn, conn.transaction():
+                deleted: int = await conn.fetchval(
+                    sql["delete_rows"], ns, thread, before_step, cutoff_us
+                )
+                if deleted:
+                    await conn.execute(sql["lock_summary"], ns, thread)
+                    await conn.execute(sql["rebuild_summary"], ns, thread)
+        return deleted
+
+    # -- reads ------------------------------------------------------------------
+
+    @staticmethod
+    def _decode(row: Any, thread: str) -> Checkpoint:
+        step, revision, payload = row
+        cp = decode(payload, revision)
+        if cp.thread != thread or cp.step != step:
+            raise CheckpointCorrupted(
+                f"row ({thread!r}, {step}) holds the payload of ({cp.thread!r}, {cp.step})"
+            )
+        return cp
+
+    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
+        thread = _thread(thread)
+        if step is not None:
+            validate_step(step)
+        with _driver_errors("get"):
+            pool = await self._pool_ready()
+            if step is None:
+                row = await pool.fetchrow(self._sql["get_latest"], self._ns, thread)
+            else:
+                row = await pool.fetchrow(self._sql["get_step"], self._ns, thread, step)
+        return None if row is None else self._decode(row, thread)
+
+    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+        """Keyset batches of about 8 MiB of payload: memory stays bounded for
+        5 MB states and round trips stay few for small ones, and no connection
+        is held while the caller consumes a batch."""
+        thread = _thread(thread)
+        after, limit = -1, _HISTORY_FIRST_ROWS
+        while True:
+            with _driver_errors("history"):
+                pool = await self._pool_ready()
+                rows = await pool.fetch(self._sql["history"], self._ns, thread, after, limit)
+            for row in rows:
+                yield self._decode(row, thread)
+            if len(rows) < limit:
+                return
+            after = rows[-1][0]
+            average = max(1, sum(len(row[2]) for row in rows) // len(rows))
+            limit = max(1, min(_HISTORY_MAX_ROWS, _HISTORY_BATCH_BYTES // average))
+
+    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
+        check_page_args(limit, offset)
+        with _driver_errors("list_threads"):
+            pool = await self._pool_ready()
+            rows = await pool.fetch(self._sql["list_offset"], self._ns, limit, offset)
+        return [ThreadInfo(*row) for row in rows]
+
+    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
+        check_page_args(limit)
+        # Thread ids are never empty, so "" sorts before every one of them.
+        after = "" if cursor is None else decode_cursor(_BACKEND, self._ns, cursor)
+        with _driver_errors("list_threads_page"):
+            pool = await self._pool_ready()
+            rows = await pool.fetch(self._sql["list_after"], self._ns, after, limit + 1)
+        infos = [ThreadInfo(*row) for row in rows[:limit]]
+        last = infos[-1].thread if len(rows) > limit else None
+        return ThreadPage(infos, None if last is None else encode_cursor(_BACKEND, self._ns, last))
