@@ -1,0 +1,141 @@
+"""Defining a graph: nodes, plain and conditional edges, reducers.
+
+A :class:`Graph` is a plain description; :meth:`Graph.compile` checks it and
+binds it to a :class:`~agentflow.checkpoint.Checkpointer`. The description is
+kept apart from execution so the command line can compile one graph against
+whichever store ``--store`` names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from agentflow.runtime.errors import GraphInvalid
+from agentflow.runtime.reducers import Reducer
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from agentflow.checkpoint.base import Checkpointer
+    from agentflow.runtime.context import NodeContext
+    from agentflow.runtime.engine import CompiledGraph
+
+__all__ = ["END", "START", "Graph", "NodeFn", "Router"]
+
+#: The virtual node a run begins at; only an edge source.
+START = "__start__"
+#: The virtual node that ends a branch; only an edge target.
+END = "__end__"
+
+NodeFn = Callable[[Mapping[str, Any], "NodeContext"], Awaitable[Mapping[str, Any] | None]]
+#: Returns the next node (or END), several, or an awaitable of either.
+Router = Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A conditional edge: ``router(state)`` picks targets after its node's step."""
+
+    router: Router
+    #: Names the router may return; None accepts any node. Checked at compile.
+    targets: frozenset[str] | None
+
+
+@dataclass
+class Graph:
+    """A graph of async nodes over a JSON state.
+
+    ``name`` is stored with every checkpoint, so a worker or the command line
+    can find which graph a thread needs; choose one that stays stable across
+    deployments. ``reducers`` maps state keys to a
+    :data:`~agentflow.runtime.reducers.Reducer`.
+    """
+
+    name: str
+    reducers: Mapping[str, Reducer] = field(default_factory=dict)
+    nodes: dict[str, NodeFn] = field(default_factory=dict, init=False)
+    edges: dict[str, list[str]] = field(default_factory=dict, init=False)
+    branches: dict[str, list[Branch]] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise GraphInvalid(f"graph name must be a non-empty string, got {self.name!r}")
+
+    def add_node(self, name: str, fn: NodeFn) -> Graph:
+        """Add a node ``async def fn(state, ctx) -> update | None``."""
+        if not isinstance(name, str) or not name or name in (START, END):
+            raise GraphInvalid(f"invalid node name {name!r}")
+        if name in self.nodes:
+            raise GraphInvalid(f"node {name!r} is defined twice")
+        if not callable(fn):
+            raise GraphInvalid(f"node {name!r} must be an async function")
+        self.nodes[name] = fn
+        return self
+
+    def add_edge(self, source: str, target: str) -> Graph:
+        """After ``source`` runs, run ``target``. Several edges fan out."""
+        if source == END or target == START:
+            raise GraphInvalid(f"edge {source!r} -> {target!r} runs backwards through START/END")
+        self.edges.setdefault(source, []).append(target)
+        return self
+
+    def add_conditional_edges(
+        self, source: str, router: Router, targets: Sequence[str] | None = None
+    ) -> Graph:
+        """After ``source`` runs, ``router(new_state)`` names what runs next.
+
+        Give ``targets`` so compile can check every name the router may return.
+        """
+        if source == END:
+            raise GraphInvalid("END has no outgoing edges")
+        allowed = frozenset(targets) if targets is not None else None
+        self.branches.setdefault(source, []).append(Branch(router, allowed))
+        return self
+
+    def validate(self) -> None:
+        """Refuse edges naming unknown nodes and a graph with no way in."""
+        known = set(self.nodes)
+        for source in {*self.edges, *self.branches}:
+            if source != START and source not in known:
+                raise GraphInvalid(f"edge from unknown node {source!r}")
+        for source, targets in self.edges.items():
+            for target in targets:
+                if target != END and target not in known:
+                    raise GraphInvalid(f"edge {source!r} -> unknown node {target!r}")
+        for source, branches in self.branches.items():
+            for branch in branches:
+                unknown = (branch.targets or frozenset()) - known - {END}
+                if unknown:
+                    raise GraphInvalid(f"conditional edge of {source!r} names {sorted(unknown)}")
+        if START not in self.edges and START not in self.branches:
+            raise GraphInvalid(f"graph {self.name!r} has no edge from START")
+
+    def compile(
+        self,
+        checkpointer: Checkpointer,
+        *,
+        step_limit: int = 10_000,
+        claim_ttl: timedelta = timedelta(seconds=60),
+        clock: Callable[[], datetime] | None = None,
+    ) -> CompiledGraph:
+        """Check the graph and bind it to ``checkpointer``.
+
+        ``step_limit`` bounds the steps of one ``run``/``resume`` call (a
+        runaway loop stops at a stored step). ``claim_ttl`` is how long a
+        resume's claim on a suspended step keeps others out; after it lapses a
+        crashed resumer's claim is taken over. ``clock`` (aware UTC datetimes)
+        decides timers and claims; tests pass a fake one.
+        """
+        from agentflow.runtime.engine import CompiledGraph
+
+        self.validate()
+        if step_limit < 1:
+            raise GraphInvalid(f"step_limit must be at least 1, got {step_limit}")
+        if claim_ttl <= timedelta(0):
+            raise GraphInvalid(f"claim_ttl must be positive, got {claim_ttl}")
+        return CompiledGraph(
+            self, checkpointer, step_limit=step_limit, claim_ttl=claim_ttl, clock=clock
+        )
