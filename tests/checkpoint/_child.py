@@ -28,18 +28,17 @@ CRASH_STEPS = 8
 #: Crash states range from a few bytes to about this many bytes of text.
 CRASH_MAX_BYTES = 1 << 20
 
-_barrier: Barrier | None = None
+#: This worker's barrier, set once by :func:`init_worker`.
+_shared: dict[str, Barrier] = {}
 
 
 def init_worker(barrier: Barrier) -> None:
     """Pool initializer: a barrier can reach a child only when the child is created."""
-    global _barrier
-    _barrier = barrier
+    _shared["barrier"] = barrier
 
 
 async def _rendezvous() -> None:
-    assert _barrier is not None, "the pool was created without init_worker"
-    await asyncio.to_thread(_barrier.wait, BARRIER_TIMEOUT)
+    await asyncio.to_thread(_shared["barrier"].wait, BARRIER_TIMEOUT)
 
 
 def cas_race(recipe: Recipe, worker: int, rounds: int) -> list[tuple[str, int, int]]:
