@@ -467,8 +467,13 @@ class FileCheckpointer:
         index = start
         while index < len(steps) and len(batch) < _BATCH_FILES and size < _BATCH_BYTES:
             step = steps[index]
+            try:
+                loaded = _load(os.path.join(directory, _step_name(step)), thread, step)
+            except CheckpointCorrupted:
+                if not batch:
+                    raise
+                break  # yield the whole steps before it; the next call raises
             index += 1
-            loaded = _load(os.path.join(directory, _step_name(step)), thread, step)
             if loaded is not None:  # else pruned since the listing
                 batch.append(loaded[0])
                 size += loaded[1]

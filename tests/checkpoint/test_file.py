@@ -1,0 +1,263 @@
+"""What only the file backend promises: its layout, modes, id rules and reads of odd files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agentflow.checkpoint.codec import decode
+from agentflow.checkpoint.file import FileCheckpointer
+from agentflow.checkpoint.testing.harness import make_checkpoint
+from agentflow.errors import (
+    CheckpointCorrupted,
+    InvalidArgument,
+    InvalidThreadId,
+    StoreUnavailable,
+)
+
+UNSAFE_IDS = [".", "..", ".hidden", "a/b", "/abs", "../escape", "x" * 256, "é" * 128, "\ud800"]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "runs"
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _tree(root: Path) -> Iterator[Path]:
+    yield root
+    yield from root.rglob("*")
+
+
+async def test_files_and_directories_are_owner_only(root: Path) -> None:
+    async with FileCheckpointer(root) as cp, FileCheckpointer(root, namespace="acme") as ns:
+        await cp.put(make_checkpoint("t", 0))
+        await ns.put(make_checkpoint("t", 0))
+    paths = list(_tree(root))
+    assert len(paths) >= 10
+    for path in paths:
+        assert _mode(path) == (0o700 if path.is_dir() else 0o600), path
+
+
+async def test_insecure_mode_leaves_the_umask_and_an_existing_root_keeps_its_mode(
+    root: Path,
+) -> None:
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o751)
+    previous = os.umask(0o022)
+    try:
+        async with FileCheckpointer(root, secure_permissions=False) as cp:
+            await cp.put(make_checkpoint("t", 0))
+    finally:
+        os.umask(previous)
+    assert _mode(root) == 0o751
+    for path in _tree(root / "t"):
+        assert _mode(path) == (0o755 if path.is_dir() else 0o644), path
+    async with FileCheckpointer(root) as secure:
+        await secure.put(make_checkpoint("u", 0))
+    assert _mode(root) == 0o751 and _mode(root / "u" / "000000.json") == 0o600
+
+
+@pytest.mark.parametrize("thread", UNSAFE_IDS)
+async def test_unsafe_thread_ids_are_refused_by_every_method(root: Path, thread: str) -> None:
+    async with FileCheckpointer(root) as cp:
+        calls = [
+            cp.put(make_checkpoint(thread, 0)),
+            cp.get(thread),
+            cp.get(thread, 0),
+            cp.delete_thread(thread),
+            cp.prune(thread, before_step=1),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidThreadId):
+                await call
+        with pytest.raises(InvalidThreadId):
+            await anext(cp.history(thread))
+    assert not root.exists()
+
+
+async def test_longest_names_and_backslash_are_plain_names(root: Path) -> None:
+    ids = ["x" * 255, "é" * 127 + "x", "back\\slash", "\\", "dot.in.middle", "ends."]
+    async with FileCheckpointer(root) as cp:
+        for thread in ids:
+            await cp.put(make_checkpoint(thread, 0))
+        assert [i.thread for i in await cp.list_threads()] == sorted(ids)
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(ids)
+
+
+async def test_seed_layout_with_a_codec_payload_in_the_envelope(root: Path) -> None:
+    original = make_checkpoint("run-1", 3, state={"messages": ["hi"]}, next=("a",))
+    async with FileCheckpointer(root) as cp:
+        await cp.put(original)
+        await cp.put(original)
+        await cp.put(make_checkpoint("run-1", 1_234_567))
+        await cp.put(make_checkpoint("run-1", 12))
+        assert [c.step async for c in cp.history("run-1")] == [3, 12, 1_234_567]
+        latest = await cp.get("run-1")
+        stored = await cp.get("run-1", 3)
+    assert latest is not None and latest.step == 1_234_567
+    names = sorted(p.name for p in (root / "run-1").iterdir())
+    assert names == ["000003.json", "000012.json", "1234567.json"]
+    document = orjson.loads((root / "run-1" / "000003.json").read_bytes())
+    assert document["revision"] == 2 and document["format"] == 1
+    assert decode(orjson.dumps(document["payload"]), document["revision"]) == stored
+    assert stored is not None and stored.state == {"messages": ["hi"]} and stored.next == ("a",)
+
+
+async def test_namespaces_live_apart_from_every_thread_name(root: Path) -> None:
+    odd = "../acme/Tenant"
+    async with FileCheckpointer(root, namespace=odd) as ns, FileCheckpointer(root) as default:
+        await ns.put(make_checkpoint("t", 0, state={"who": "ns"}))
+        await default.put(make_checkpoint("t", 0, state={"who": "default"}))
+        await default.put(make_checkpoint("ns", 0))
+        assert [i.thread for i in await default.list_threads()] == ["ns", "t"]
+        assert [i.thread for i in await ns.list_threads()] == ["t"]
+        got = await ns.get("t")
+    assert got is not None and got.state == {"who": "ns"}
+    assert (root / ".ns" / odd.encode().hex() / "t" / "000000.json").is_file()
+    assert FileCheckpointer(root, namespace="n" * 127).root == str(root)
+    with pytest.raises(InvalidArgument):
+        FileCheckpointer(root, namespace="n" * 128)
+
+
+async def test_readers_ignore_temp_files_strays_and_empty_thread_dirs(root: Path) -> None:
+    async with FileCheckpointer(root) as cp:
+        await cp.put(make_checkpoint("t", 1))
+        thread_dir = root / "t"
+        (thread_dir / ".7.deadbeef.tmp").write_bytes(b'{"format":1,"revision":9,"payl')
+        (thread_dir / "1.json").write_bytes(b"not canonical, not ours")
+        (thread_dir / "notes.txt").write_text("hello")
+        (root / "crashed-before-first-write").mkdir()
+        (root / "a-stray-file").write_text("x")
+        assert [c.step async for c in cp.history("t")] == [1]
+        latest = await cp.get("t")
+        assert latest is not None and latest.step == 1
+        assert await cp.get("crashed-before-first-write") is None
+        assert [i.thread for i in await cp.list_threads()] == ["t"]
+        first = await cp.list_threads_page(limit=1)
+        assert [i.thread for i in first.threads] == ["t"] and first.next_cursor is None
+        assert await cp.prune("t", before_step=1) == 0
+        assert not (thread_dir / ".7.deadbeef.tmp").exists()
+        assert (thread_dir / "notes.txt").exists()
+
+
+async def test_delete_is_one_rename_and_leaves_no_trash(root: Path) -> None:
+    async with FileCheckpointer(root) as cp:
+        for step in range(5):
+            await cp.put(make_checkpoint("t", step))
+        await cp.delete_thread("t")
+        assert await cp.get("t") is None
+        assert [p.name for p in root.iterdir()] == [".locks"]
+        assert await cp.prune("t", before_step=9) == 0
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: b"\x00" * len(data),
+        lambda data: data[:-1],
+        lambda data: data[: len(data) // 2],
+        lambda data: data.replace(b'"revision":1', b'"revision":0'),
+        lambda data: data.replace(b'"format":1', b'"format":2'),
+        lambda data: data.replace(b'"state":{', b'"state":[{'),
+        lambda data: b"",
+    ],
+    ids=["zeros", "last-byte", "half", "revision-0", "format", "payload", "empty"],
+)
+async def test_damaged_files_raise_corrupted_on_every_read(root: Path, damage: object) -> None:
+    async with FileCheckpointer(root) as cp:
+        await cp.put(make_checkpoint("t", 0))
+        path = root / "t" / "000000.json"
+        path.write_bytes(damage(path.read_bytes()))  # type: ignore[operator]
+        with pytest.raises(CheckpointCorrupted):
+            await cp.get("t", 0)
+        with pytest.raises(CheckpointCorrupted):
+            await cp.get("t")
+        with pytest.raises(CheckpointCorrupted):
+            await anext(cp.history("t"))
+
+
+async def test_a_file_moved_to_another_thread_or_step_is_corrupted(root: Path) -> None:
+    async with FileCheckpointer(root) as cp:
+        await cp.put(make_checkpoint("a", 0))
+        await cp.put(make_checkpoint("b", 1))
+        os.replace(root / "a" / "000000.json", root / "b" / "000000.json")
+        os.replace(root / "b" / "000001.json", root / "b" / "000002.json")
+        for step in (0, 2):
+            with pytest.raises(CheckpointCorrupted, match="holds thread"):
+                await cp.get("b", step)
+
+
+async def test_a_corrupted_header_blocks_writes_and_listing_instead_of_resetting(
+    root: Path,
+) -> None:
+    async with FileCheckpointer(root) as cp:
+        await cp.put(make_checkpoint("t", 0))
+        (root / "t" / "000000.json").write_bytes(b"garbage")
+        with pytest.raises(CheckpointCorrupted):
+            await cp.put(make_checkpoint("t", 0), if_revision=0)
+        with pytest.raises(CheckpointCorrupted):
+            await cp.put(make_checkpoint("t", 0))
+        with pytest.raises(CheckpointCorrupted):
+            await cp.list_threads()
+        with pytest.raises(CheckpointCorrupted):
+            await cp.prune("t", older_than="2100-01-01T00:00:00Z")
+        assert (root / "t" / "000000.json").read_bytes() == b"garbage"
+        assert [p.name for p in (root / "t").iterdir()] == ["000000.json"]
+
+
+async def test_history_reads_lazily_in_bounded_batches(root: Path) -> None:
+    async with FileCheckpointer(root) as cp:
+        for step in range(200):
+            await cp.put(make_checkpoint("t", step))
+        seen: list[int] = []
+        with pytest.raises(CheckpointCorrupted):
+            async for stored in cp.history("t"):
+                seen.append(stored.step)
+                if stored.step == 0:
+                    (root / "t" / "000150.json").write_bytes(b"{}")
+        assert seen == list(range(150))
+
+
+async def test_the_event_loop_runs_during_a_large_write(root: Path) -> None:
+    state = {"blob": "x" * (32 * 1024 * 1024)}
+    ticks = 0
+    writing = True
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while writing:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async with FileCheckpointer(root) as cp:
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        start = ticks
+        await cp.put(make_checkpoint("big", 0, state=state))
+        during = ticks - start
+        writing = False
+        await task
+    assert during >= 3, f"the loop ran only {during} times during the write"
+
+
+async def test_io_errors_are_store_unavailable_and_bad_revisions_refused(root: Path) -> None:
+    root.write_text("a file where the store should be")
+    async with FileCheckpointer(root) as cp:
+        with pytest.raises(StoreUnavailable) as info:
+            await cp.put(make_checkpoint("t", 0))
+        assert isinstance(info.value.__cause__, OSError) and info.value.retryable
+        for bad in (-1, True, "1"):
+            with pytest.raises(InvalidArgument):
+                await cp.put(make_checkpoint("t", 0), if_revision=bad)  # type: ignore[arg-type]
+        await cp.close()
+        await cp.close()
