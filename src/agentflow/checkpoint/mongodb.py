@@ -1,0 +1,521 @@
+"""A MongoDB checkpointer on PyMongo's native asyncio client.
+
+Layout (one collection; see docs/mongodb.md):
+
+* a checkpoint is ``{_id: {n: namespace, t: thread, s: step}, rev, payload, ts, ts_us,
+  interrupted, done, wake_at[, expires_at]}``. The compound ``_id`` *is* the unique
+  index on (namespace, thread, step), so a put maintains one index, an exact read is
+  the server's ``_id`` fast path and "latest" is one backward index step.
+* a thread summary is ``{_id: {n, t}, ns, th, latest[, expires_at]}``: only the
+  highest step, raised with ``$max``. Listing walks a partial unique index on
+  (ns, th) and reads each thread's status from its latest checkpoint, so the
+  listing can never disagree with the checkpoints about status.
+
+Summaries live beside the checkpoints so a put is one ordered bulk write
+(summary first, then checkpoint): one round trip instead of two. The summary is
+written first, so it is never behind the checkpoints; when it is ahead (the
+checkpoint write lost a compare-and-set or the server died in between) the
+listing falls back to the thread's real latest step, and prune/delete
+recompute it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any
+
+from bson import MaxKey, MinKey
+from pymongo import AsyncMongoClient, IndexModel, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DocumentTooLarge,
+    InvalidName,
+    PyMongoError,
+)
+from pymongo.write_concern import WriteConcern
+
+from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.codec import (
+    EncodedCheckpoint,
+    decode,
+    encode,
+    parse_instant,
+    validate_namespace,
+    validate_step,
+    validate_thread,
+)
+from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
+from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
+from agentflow.checkpoint.redaction import redact_none
+from agentflow.errors import (
+    CheckpointConflict,
+    CheckpointCorrupted,
+    CheckpointError,
+    InvalidArgument,
+    StoreUnavailable,
+)
+
+__all__ = ["MongoCheckpointer"]
+
+_BACKEND = "mongodb"
+Document = dict[str, Any]
+
+#: MongoDB's fixed BSON document limit, and room for every field but the payload.
+_MAX_DOCUMENT = 16 * 1024 * 1024
+_FIELDS_HEADROOM = 4096
+#: Checkpoints per history round trip: bounds memory, amortizes the round trip.
+_HISTORY_BATCH = 256
+_THREADS_INDEX = "agentflow_threads"
+_EXPIRY_INDEX = "agentflow_expiry"
+_THREAD_EXPIRY_INDEX = "agentflow_thread_expiry"
+#: Expiry times are rounded up to this many seconds (or the ttl if shorter), so
+#: every write of a thread within one bucket finds its older documents already
+#: refreshed and the refresh touches nothing.
+_TTL_BUCKET_S = 60.0
+_RESYNC_ATTEMPTS = 8
+_DUPLICATE_KEY = 11000
+_PAYLOAD = {"_id": 1, "rev": 1, "payload": 1}
+_STATUS = {"_id": 1, "interrupted": 1, "done": 1, "ts": 1, "wake_at": 1}
+
+
+class MongoCheckpointer:
+    """Checkpoints in one MongoDB collection, safe for many processes at once.
+
+    A checkpointer built from ``uri`` owns its client and closes it on
+    :meth:`close`; an injected ``client`` stays the caller's. Writes use the
+    client's write concern (the server default when none is set: ``w:1`` on a
+    standalone, ``majority`` on a replica set); ``journal=True`` also waits
+    for the journal. ``ttl`` (seconds) makes a thread expire as a whole once
+    it has not been written for that long (see :meth:`setup`).
+    """
+
+    def __init__(
+        self,
+        uri: str = "mongodb://127.0.0.1:27017",
+        *,
+        client: AsyncMongoClient[Document] | None = None,
+        database: str = "agentflow",
+        collection: str = "checkpoints",
+        redact: Redactor | None = None,
+        namespace: str | None = None,
+        ttl: float | None = None,
+        journal: bool = False,
+    ) -> None:
+        self._ns = validate_namespace(namespace)
+        self._redact = redact or redact_none
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
+            raise InvalidArgument(f"ttl must be a number of seconds or None, got {ttl!r}")
+        if ttl is not None and not (math.isfinite(ttl) and ttl > 0):
+            raise InvalidArgument(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self._ttl = ttl
+        self._owned = client is None
+        self._client: AsyncMongoClient[Document] = client or AsyncMongoClient(uri)
+        try:
+            coll: AsyncCollection[Document] = self._client[database][collection]
+        except InvalidName as exc:
+            raise InvalidArgument(f"invalid MongoDB database or collection name: {exc}") from exc
+        if not coll.write_concern.acknowledged:
+            raise InvalidArgument("an unacknowledged write concern (w=0) cannot detect conflicts")
+        if journal:
+            wc = WriteConcern(**{**coll.write_concern.document, "j": True})
+            coll = coll.with_options(write_concern=wc)
+        self._coll = coll
+        self._setup_lock = asyncio.Lock()
+        self._set_up = False
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Create the indexes; idempotent, and run once before the first write.
+
+        Always: the partial unique index over thread summaries that listing
+        walks. With ``ttl``: a TTL index on ``expires_at`` (MongoDB's TTL
+        monitor deletes expired documents once a minute, so expiry is
+        approximate) and (namespace, thread, expires_at) so a write finds the
+        thread's documents whose expiry it must push back without a scan.
+        A collection with a default collation is refused: thread ids must
+        compare as plain code points.
+        """
+        with _driver_errors("setup"):
+            listing = await self._coll.database.list_collections(filter={"name": self._coll.name})
+            info = await listing.to_list()
+            collation = info[0].get("options", {}).get("collation") if info else None
+            if collation and collation.get("locale") != "simple":
+                raise InvalidArgument(
+                    f"collection {self._coll.name!r} has a default collation; "
+                    "agentflow needs the simple (binary) collation"
+                )
+            models = [
+                IndexModel(
+                    [("ns", 1), ("th", 1)],
+                    name=_THREADS_INDEX,
+                    unique=True,
+                    partialFilterExpression={"latest": {"$exists": True}},
+                )
+            ]
+            if self._ttl is not None:
+                models.append(
+                    IndexModel([("expires_at", 1)], name=_EXPIRY_INDEX, expireAfterSeconds=0)
+                )
+                models.append(
+                    IndexModel(
+                        [("_id.n", 1), ("_id.t", 1), ("expires_at", 1)], name=_THREAD_EXPIRY_INDEX
+                    )
+                )
+            await self._coll.create_indexes(models)
+        self._set_up = True
+
+    async def _ready(self) -> None:
+        if self._set_up:
+            return
+        async with self._setup_lock:
+            if not self._set_up:
+                await self.setup()
+
+    async def close(self) -> None:
+        """Close the client if this checkpointer created it; safe to call twice."""
+        if self._owned and not self._closed:
+            self._closed = True
+            await self._client.close()
+
+    async def __aenter__(self) -> MongoCheckpointer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- keys --------------------------------------------------------------
+
+    def _key(self, thread: str, step: Any = None) -> Document:
+        """The ``_id`` of a checkpoint, or of the thread's summary when ``step`` is None.
+
+        Field order is part of the key: BSON compares embedded documents field by
+        field, which is what makes a thread's checkpoints one contiguous,
+        step-ordered range of the ``_id`` index, right after its summary.
+        """
+        if step is None:
+            return {"n": self._ns, "t": thread}
+        return {"n": self._ns, "t": thread, "s": step}
+
+    def _steps(self, thread: str, before: int | None = None) -> Document:
+        """An ``_id`` range over the thread's checkpoints (excluding its summary)."""
+        low = self._key(thread, MinKey())
+        if before is None:
+            return {"$gte": low, "$lte": self._key(thread, MaxKey())}
+        return {"$gte": low, "$lt": self._key(thread, before)}
+
+    # -- writes ------------------------------------------------------------
+
+    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
+        if if_revision is not None and (
+            isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0
+        ):
+            raise InvalidArgument(f"if_revision must be None or an int >= 0, got {if_revision!r}")
+        enc = encode(cp, self._redact)
+        _check_size(enc, self._ns)
+        await self._ready()
+        thread, step = enc.thread, enc.step
+        key = self._key(thread, step)
+        update: Document = {
+            "$set": {
+                "payload": enc.payload,
+                "ts": enc.ts,
+                "ts_us": enc.ts_us,
+                "interrupted": enc.interrupted,
+                "done": enc.done,
+                "wake_at": enc.wake_at,
+            },
+            "$inc": {"rev": 1},
+        }
+        raise_latest: Document = {"latest": step}
+        if self._ttl is not None:
+            expires = self._expiry()
+            update["$max"] = {"expires_at": expires}
+            raise_latest["expires_at"] = expires
+            await self._refresh_expiry(thread, expires)
+        summary = UpdateOne(
+            {"_id": self._key(thread)},
+            {"$max": raise_latest, "$setOnInsert": {"ns": self._ns, "th": thread}},
+            upsert=True,
+        )
+        if if_revision is None:
+            # Equality on _id only: the server retries a racing upsert's duplicate
+            # key itself, so concurrent unconditional puts never lose a revision.
+            write = UpdateOne({"_id": key}, update, upsert=True)
+        elif if_revision == 0:
+            # Matches nothing stored; the upsert's insert then hits the _id index
+            # when the step exists, and that duplicate key is the conflict.
+            write = UpdateOne({"_id": key, "rev": {"$exists": False}}, update, upsert=True)
+        else:
+            write = UpdateOne({"_id": key, "rev": if_revision}, update)
+        with _driver_errors("put"):
+            try:
+                result = await self._coll.bulk_write([summary, write], ordered=True)
+            except BulkWriteError as exc:
+                if if_revision is None or not _duplicate_at(exc, 1):
+                    raise
+                written = False
+            else:
+                # matched_count covers both writes; the summary matched unless inserted.
+                summary_matched = 0 if 0 in result.upserted_ids else 1
+                written = not if_revision or result.matched_count - summary_matched == 1
+            if not written:
+                assert if_revision is not None
+                current = await self._coll.find_one({"_id": key}, {"rev": 1})
+                raise CheckpointConflict(
+                    thread, step, if_revision, current["rev"] if current else 0
+                )
+        return f"{thread}:{step}"
+
+    def _expiry(self) -> datetime:
+        assert self._ttl is not None
+        bucket = min(self._ttl, _TTL_BUCKET_S)
+        deadline = math.ceil((time.time() + self._ttl) / bucket) * bucket
+        return datetime.fromtimestamp(deadline, UTC)
+
+    async def _refresh_expiry(self, thread: str, expires: datetime) -> None:
+        """Push back the expiry of every document of ``thread`` to ``expires``.
+
+        Runs before the checkpoint write, so a failure here stores nothing but a
+        longer life. Within one expiry bucket it matches no document.
+        """
+        with _driver_errors("put"):
+            await self._coll.update_many(
+                {"_id.n": self._ns, "_id.t": thread, "expires_at": {"$not": {"$gte": expires}}},
+                {"$set": {"expires_at": expires}},
+            )
+
+    async def delete_thread(self, thread: str) -> None:
+        thread = validate_thread(thread)
+        await self._ready()
+        with _driver_errors("delete_thread"):
+            everything = {"$gte": self._key(thread), "$lte": self._key(thread, MaxKey())}
+            result = await self._coll.delete_many({"_id": everything})
+        if result.deleted_count:
+            await self._resync(thread)
+
+    async def prune(
+        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
+    ) -> int:
+        check_prune_bounds(before_step, older_than)
+        thread = validate_thread(thread)
+        query: Document = {"_id": self._steps(thread, before_step)}
+        if older_than is not None:
+            query["ts_us"] = {"$lt": parse_instant(older_than, what="older_than")}
+        await self._ready()
+        with _driver_errors("prune"):
+            result = await self._coll.delete_many(query)
+        if result.deleted_count:
+            await self._resync(thread)
+        return result.deleted_count
+
+    async def _resync(self, thread: str) -> None:
+        """Set the summary to the thread's real latest step after deletions.
+
+        A put racing with us may raise the summary between our read and our
+        write, and our write would lower it again; re-reading the latest step
+        after writing catches exactly that case, and we go round once more.
+        """
+        with _driver_errors("resync"):
+            latest = await self._latest(thread, {"_id": 1, "expires_at": 1})
+            for _ in range(_RESYNC_ATTEMPTS):
+                if latest is None:
+                    await self._coll.delete_one({"_id": self._key(thread)})
+                else:
+                    fields: Document = {"latest": latest["_id"]["s"]}
+                    if "expires_at" in latest:
+                        fields["expires_at"] = latest["expires_at"]
+                    await self._coll.update_one(
+                        {"_id": self._key(thread)},
+                        {"$set": fields, "$setOnInsert": {"ns": self._ns, "th": thread}},
+                        upsert=True,
+                    )
+                again = await self._latest(thread, {"_id": 1, "expires_at": 1})
+                if _step_of(again) == _step_of(latest):
+                    return
+                latest = again
+
+    # -- reads -------------------------------------------------------------
+
+    async def _latest(self, thread: str, projection: Mapping[str, int]) -> Document | None:
+        return await self._coll.find_one(
+            {"_id": self._steps(thread)}, projection, sort=[("_id", -1)]
+        )
+
+    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
+        thread = validate_thread(thread)
+        with _driver_errors("get"):
+            if step is None:
+                doc = await self._latest(thread, _PAYLOAD)
+            else:
+                doc = await self._coll.find_one(
+                    {"_id": self._key(thread, validate_step(step))}, _PAYLOAD
+                )
+        return None if doc is None else _decode(doc, thread)
+
+    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+        thread = validate_thread(thread)
+        cursor = self._coll.find(
+            {"_id": self._steps(thread)}, _PAYLOAD, sort=[("_id", 1)], batch_size=_HISTORY_BATCH
+        )
+        try:
+            while True:
+                with _driver_errors("history"):
+                    docs = await cursor.to_list(_HISTORY_BATCH)
+                if not docs:
+                    return
+                for doc in docs:
+                    yield _decode(doc, thread)
+        finally:
+            await cursor.close()
+
+    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
+        check_page_args(limit, offset)
+        return await self._infos(await self._find_summaries({}, limit=limit, skip=offset))
+
+    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
+        check_page_args(limit)
+        after: Document = {}
+        if cursor is not None:
+            after = {"th": {"$gt": decode_cursor(_BACKEND, self._ns, cursor)}}
+        summaries = await self._find_summaries(after, limit=limit + 1, skip=0)
+        more = len(summaries) > limit
+        summaries = summaries[:limit]
+        infos = await self._infos(summaries)
+        next_cursor = encode_cursor(_BACKEND, self._ns, summaries[-1]["th"]) if more else None
+        return ThreadPage(infos, next_cursor)
+
+    async def _find_summaries(self, extra: Document, *, limit: int, skip: int) -> list[Document]:
+        await self._ready()
+        query = {"ns": self._ns, "latest": {"$exists": True}, **extra}
+        with _driver_errors("list_threads"):
+            return await self._coll.find(
+                query, {"_id": 0, "th": 1, "latest": 1}, sort=[("th", 1)], skip=skip, limit=limit
+            ).to_list()
+
+    async def _infos(self, summaries: list[Document]) -> list[ThreadInfo]:
+        """Status of each summarized thread, read from its latest checkpoint.
+
+        One indexed ``$in`` for the page; a summary that is ahead of its thread
+        (see the module docstring) costs one more read, and a thread with no
+        checkpoint left is skipped.
+        """
+        if not summaries:
+            return []
+        keys = [self._key(s["th"], s["latest"]) for s in summaries]
+        with _driver_errors("list_threads"):
+            found = await self._coll.find({"_id": {"$in": keys}}, _STATUS).to_list()
+            by_key = {(d["_id"]["t"], d["_id"]["s"]): d for d in found}
+            infos = []
+            for summary in summaries:
+                doc = by_key.get((summary["th"], summary["latest"]))
+                if doc is None:
+                    doc = await self._latest(summary["th"], _STATUS)
+                if doc is not None:
+                    infos.append(_info(doc))
+        return infos
+
+
+def _step_of(doc: Document | None) -> int | None:
+    return None if doc is None else int(doc["_id"]["s"])
+
+
+def _check_size(enc: EncodedCheckpoint, namespace: str) -> None:
+    """Refuse what MongoDB would refuse, before any write of the put is sent."""
+    size = len(enc.payload) + 3 * len(enc.thread.encode()) + len(namespace.encode())
+    if size + _FIELDS_HEADROOM > _MAX_DOCUMENT:
+        raise InvalidArgument(
+            f"checkpoint of thread {enc.thread!r} step {enc.step} encodes to {len(enc.payload):,} "
+            f"bytes; MongoDB documents are limited to {_MAX_DOCUMENT:,}"
+        )
+
+
+def _decode(doc: Document, thread: str) -> Checkpoint:
+    payload, rev = doc.get("payload"), doc.get("rev")
+    if (
+        not isinstance(payload, bytes)
+        or isinstance(rev, bool)
+        or not isinstance(rev, int)
+        or rev < 1
+    ):
+        raise CheckpointCorrupted(
+            f"stored checkpoint {doc.get('_id')!r} has no valid payload or revision"
+        )
+    cp = decode(payload, rev)
+    if cp.thread != thread or cp.step != doc["_id"]["s"]:
+        raise CheckpointCorrupted(
+            f"stored checkpoint {doc['_id']!r} holds another checkpoint's payload"
+        )
+    return cp
+
+
+def _info(doc: Document) -> ThreadInfo:
+    try:
+        info = ThreadInfo(
+            thread=doc["_id"]["t"],
+            latest_step=doc["_id"]["s"],
+            interrupted=doc["interrupted"],
+            done=doc["done"],
+            ts=doc["ts"],
+            wake_at=doc["wake_at"],
+        )
+    except KeyError as exc:
+        raise CheckpointCorrupted(f"stored checkpoint {doc.get('_id')!r} lacks {exc}") from exc
+    if not (
+        isinstance(info.interrupted, bool)
+        and isinstance(info.done, bool)
+        and isinstance(info.ts, str)
+    ):
+        raise CheckpointCorrupted(f"stored checkpoint {doc['_id']!r} has a malformed status")
+    return info
+
+
+def _duplicate_at(exc: BulkWriteError, index: int) -> bool:
+    errors = exc.details.get("writeErrors", [])
+    return len(errors) == 1 and errors[0]["index"] == index and errors[0]["code"] == _DUPLICATE_KEY
+
+
+def _unavailable(exc: PyMongoError) -> bool:
+    """A dropped connection, a failover, or a timeout: the same call may succeed later."""
+    if isinstance(exc, ConnectionFailure) or exc.timeout:
+        return True
+    if isinstance(exc, BulkWriteError) and exc.details.get("writeConcernErrors"):
+        return True
+    return exc.has_error_label("RetryableWriteError") or exc.has_error_label(
+        "TransientTransactionError"
+    )
+
+
+@contextmanager
+def _driver_errors(operation: str) -> Iterator[None]:
+    """Map a PyMongo error to agentflow's, keeping it as ``__cause__``.
+
+    The message names the error class and code only: driver messages can carry
+    host names and query fragments.
+    """
+    try:
+        yield
+    except DocumentTooLarge as exc:
+        raise InvalidArgument(
+            f"MongoDB refused a document as too large during {operation}"
+        ) from exc
+    except PyMongoError as exc:
+        code = getattr(exc, "code", None)
+        detail = f"{type(exc).__name__}" + (f" (code {code})" if code is not None else "")
+        if _unavailable(exc):
+            raise StoreUnavailable(f"MongoDB unavailable during {operation}: {detail}") from exc
+        raise CheckpointError(f"MongoDB failed during {operation}: {detail}") from exc
