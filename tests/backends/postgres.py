@@ -1,7 +1,8 @@
-"""PostgreSQL harness: a fresh table set per test on the server at ``POSTGRES_DSN``."""
+"""PostgreSQL harness: a fresh table set per test on the server at ``AGENTFLOW_POSTGRES_DSN``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -61,3 +62,52 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     finally:
         await drop_tables(admin, table)
         await admin.close()
+
+
+async def logging_pool(log: list[tuple[str, tuple[object, ...]]]) -> asyncpg.Pool:
+    """A caller's pool that records every statement its connections send.
+
+    Its release does not run asyncpg's reset query, like the pool the
+    checkpointer creates, so the log holds exactly what the checkpointer sent.
+    """
+
+    def record(query: asyncpg.connection.LoggedQuery) -> None:
+        log.append((query.query, tuple(query.args)))
+
+    async def init(conn: asyncpg.Connection) -> None:
+        conn.add_query_logger(record)
+
+    async def keep(conn: asyncpg.Connection) -> None:
+        return None
+
+    return await asyncpg.create_pool(DSN, min_size=1, max_size=4, init=init, reset=keep)
+
+
+async def blocked_backend(admin: asyncpg.Connection, locker: asyncpg.Connection) -> int:
+    """The pid of the backend waiting on a lock that ``locker`` holds."""
+    locker_pid = locker.get_server_pid()
+    for _ in range(500):
+        pid = await admin.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", locker_pid
+        )
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.01)
+    raise AssertionError("no backend ever waited on the locker")
+
+
+async def summary_drift(admin: asyncpg.Connection, table: str) -> list[asyncpg.Record]:
+    """Rows where the thread summary differs from the latest checkpoint (should be none)."""
+    return await admin.fetch(
+        f"""
+        WITH latest AS (
+            SELECT DISTINCT ON (namespace, thread)
+                namespace, thread, step, interrupted, done, ts, wake_at
+            FROM "{table}" ORDER BY namespace, thread, step DESC
+        )
+        SELECT * FROM latest l FULL JOIN "{table}_threads" s USING (namespace, thread)
+        WHERE l.step IS DISTINCT FROM s.latest_step OR l.interrupted IS DISTINCT FROM s.interrupted
+           OR l.done IS DISTINCT FROM s.done OR l.ts IS DISTINCT FROM s.ts
+           OR l.wake_at IS DISTINCT FROM s.wake_at
+        """
+    )

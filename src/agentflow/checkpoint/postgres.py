@@ -66,7 +66,7 @@ _SETUP_LOCK_KEY = int.from_bytes(
 
 #: History reads batches of about this many payload bytes, whatever the state size.
 _HISTORY_BATCH_BYTES = 8 * 1024 * 1024
-_HISTORY_FIRST_ROWS = 64
+_HISTORY_FIRST_ROWS = 8
 _HISTORY_MAX_ROWS = 1_024
 
 _POOL_MAX_SIZE = 10
@@ -95,61 +95,57 @@ CREATE TABLE IF NOT EXISTS {threads} (
 """
 _KEY = "namespace = $1 AND thread = $2"
 _ROW = "SELECT step, revision, payload FROM {cp} WHERE " + _KEY
-_INFO = (
-    "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM {threads} WHERE namespace = $1"
-)
-_INSERT = (
-    "INSERT INTO {cp} AS c (namespace, thread, step, revision, ts_us, interrupted, done, ts,"
-    " wake_at, payload) VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9)"
-    " ON CONFLICT (namespace, thread, step) "
-)
+_INFO = "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM {threads}"
+_INSERT = """INSERT INTO {cp} AS c
+        (namespace, thread, step, revision, ts_us, interrupted, done, ts, wake_at, payload)
+    VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9) ON CONFLICT (namespace, thread, step)"""
 _CHANGED = "ts_us = $4, interrupted = $5, done = $6, ts = $7, wake_at = $8, payload = $9"
-_SUMMARY = "interrupted = {0}.interrupted, done = {0}.done, ts = {0}.ts, wake_at = {0}.wake_at"
 #: One round trip: the guarded write and the summary upsert in one statement.
-#: The summary only moves forwards (an older step leaves it on the newest), and
-#: a guarded write that matched nothing writes no summary either.
-_PUT = (
-    "WITH written AS ({write} RETURNING revision), summary AS ("
-    " INSERT INTO {threads} AS t (namespace, thread, latest_step, interrupted, done, ts, wake_at)"
-    " SELECT $1, $2, $3, $5, $6, $7, $8 FROM written ON CONFLICT (namespace, thread) DO UPDATE"
-    " SET latest_step = EXCLUDED.latest_step, "
-    + _SUMMARY.format("EXCLUDED")
-    + " WHERE t.latest_step <= EXCLUDED.latest_step) SELECT revision FROM written"
-)
+#: The summary only moves forwards (writing an older step leaves it on the
+#: newest), and a guarded write that matched nothing moves no summary either.
+_PUT = """WITH written AS ({write} RETURNING revision), summary AS (
+    INSERT INTO {threads} AS t (namespace, thread, latest_step, interrupted, done, ts, wake_at)
+    SELECT $1, $2, $3, $5, $6, $7, $8 FROM written
+    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = EXCLUDED.latest_step,
+        interrupted = EXCLUDED.interrupted, done = EXCLUDED.done, ts = EXCLUDED.ts,
+        wake_at = EXCLUDED.wake_at
+    WHERE t.latest_step <= EXCLUDED.latest_step
+) SELECT revision FROM written"""
 _SQL = {
     "create": _CREATE,
     "use_lz4": "ALTER TABLE {cp} ALTER COLUMN payload SET COMPRESSION lz4",
     "read_version": "SELECT version FROM {meta} WHERE component = 'checkpoints'",
     "record_version": "INSERT INTO {meta} VALUES ('checkpoints', $1) ON CONFLICT DO NOTHING",
     "put_upsert": _PUT.replace(
-        "{write}", _INSERT + "DO UPDATE SET revision = c.revision + 1, " + _CHANGED
+        "{write}", f"{_INSERT} DO UPDATE SET revision = c.revision + 1, {_CHANGED}"
     ),
-    "put_create": _PUT.replace("{write}", _INSERT + "DO NOTHING"),
+    "put_create": _PUT.replace("{write}", f"{_INSERT} DO NOTHING"),
     "put_expected": _PUT.replace(
         "{write}",
-        "UPDATE {cp} SET revision = revision + 1, "
-        + _CHANGED
-        + f" WHERE {_KEY} AND step = $3 AND revision = $10",
+        f"UPDATE {{cp}} SET revision = revision + 1, {_CHANGED}"
+        f" WHERE {_KEY} AND step = $3 AND revision = $10",
     ),
     "revision": f"SELECT revision FROM {{cp}} WHERE {_KEY} AND step = $3",
-    "get_latest": _ROW + " ORDER BY step DESC LIMIT 1",
-    "get_step": _ROW + " AND step = $3",
-    "history": _ROW + " AND step > $3 ORDER BY step LIMIT $4",
-    "list_offset": _INFO + ' ORDER BY thread COLLATE "C" LIMIT $2 OFFSET $3',
-    "list_after": _INFO + ' AND thread > $2 ORDER BY thread COLLATE "C" LIMIT $3',
-    "delete_rows": (
-        f"WITH gone AS (DELETE FROM {{cp}} WHERE {_KEY} AND ($3::bigint IS NULL OR step < $3)"
-        " AND ($4::bigint IS NULL OR ts_us < $4) RETURNING 1) SELECT count(*) FROM gone"
-    ),
+    "get_latest": f"{_ROW} ORDER BY step DESC LIMIT 1",
+    "get_step": f"{_ROW} AND step = $3",
+    "history": f"{_ROW} AND step > $3 ORDER BY step LIMIT $4",
+    "list_offset": f'{_INFO} WHERE namespace = $1 ORDER BY thread COLLATE "C" LIMIT $2 OFFSET $3',
+    "list_after": f'{_INFO} WHERE namespace = $1 AND thread > $2 ORDER BY thread COLLATE "C"'
+    " LIMIT $3",
+    "delete_rows": f"""WITH gone AS (
+        DELETE FROM {{cp}} WHERE {_KEY} AND ($3::bigint IS NULL OR step < $3)
+            AND ($4::bigint IS NULL OR ts_us < $4)
+        RETURNING 1
+    ) SELECT count(*) FROM gone""",
     "lock_summary": f"SELECT FROM {{threads}} WHERE {_KEY} FOR UPDATE",
-    "rebuild_summary": (
-        "WITH latest AS (SELECT step, interrupted, done, ts, wake_at FROM {cp}"
-        f" WHERE {_KEY} ORDER BY step DESC LIMIT 1), moved AS ("
-        " UPDATE {threads} AS t SET latest_step = l.step, "
-        + _SUMMARY.format("l")
-        + f" FROM latest AS l WHERE t.namespace = $1 AND t.thread = $2)"
-        f" DELETE FROM {{threads}} WHERE {_KEY} AND NOT EXISTS (SELECT FROM latest)"
-    ),
+    "rebuild_summary": f"""WITH latest AS (
+        SELECT step, interrupted, done, ts, wake_at FROM {{cp}}
+        WHERE {_KEY} ORDER BY step DESC LIMIT 1
+    ), moved AS (
+        UPDATE {{threads}} AS t SET latest_step = l.step, interrupted = l.interrupted,
+            done = l.done, ts = l.ts, wake_at = l.wake_at
+        FROM latest AS l WHERE t.namespace = $1 AND t.thread = $2
+    ) DELETE FROM {{threads}} WHERE {_KEY} AND NOT EXISTS (SELECT FROM latest)""",
 }
 _LZ4_AVAILABLE = (
     "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings"
@@ -180,12 +176,10 @@ def _thread(thread: object) -> str:
 
 
 def _check_revision(if_revision: object) -> None:
-    if isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0:
-        raise InvalidArgument(
-            f"if_revision must be None or a non-negative int, got {if_revision!r}"
-        )
-    if if_revision >= 2**63:
-        raise InvalidArgument(f"if_revision {if_revision} does not fit in 64 bits")
+    if isinstance(if_revision, bool) or not isinstance(if_revision, int):
+        raise InvalidArgument(f"if_revision must be None or an int, got {if_revision!r}")
+    if not 0 <= if_revision < 2**63:
+        raise InvalidArgument(f"if_revision must be from 0 to 2**63-1, got {if_revision}")
 
 
 @contextmanager
