@@ -1,0 +1,5 @@
+"""``python -m agentflow.cli``."""
+
+from agentflow.cli.app import main
+
+main()
