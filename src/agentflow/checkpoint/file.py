@@ -1,37 +1,15 @@
 """A durable checkpointer on the local file system: one JSON file per step.
 
-Layout. The default namespace keeps the seed's layout so existing tools and
-habits (``ls .runs/<thread>``) keep working; everything the store invents
-starts with ``.``, and thread ids may not, so no thread id can ever name a
-namespace, a lock, a temp file or a deleted thread, whatever it is::
+The default namespace keeps the seed's layout, ``root/<thread>/<step:06d>.json``;
+a named one lives under ``root/.ns/<hex(namespace)>/``. Every name the store
+invents (namespaces, ``.locks``, temp files, deleted threads) starts with
+``.`` and thread ids may not, so no thread id can ever name one of them.
 
-    root/<thread>/<step:06d>.json             the default namespace
-    root/.ns/<hex(namespace)>/<thread>/...     a named namespace (same shape)
-    <base>/.locks/<stripe>                     cross-process write locks
-    <base>/<thread>/.<step>.<token>.tmp        a write in flight, or left by a crash
-    <base>/.trash-<token>/                     a thread being deleted
-
-Namespaces are hex-encoded UTF-8: a tenant name may contain ``/`` or differ
-from another only by case, and hex keeps every name distinct on every file
-system (case-insensitive ones too) while staying reversible for an operator.
-
-Each file is one JSON document, a small header then the codec payload::
-
-    {"format":1,"revision":3,"ts":...,"ts_us":...,"interrupted":...,"done":...,
-     "wake_at":...,"payload":{...codec bytes...}}
-
-The header comes first so that reading a revision (for compare-and-set), a
-listing summary or a prune timestamp costs one small read however large the
-state is; only ``get`` and ``history`` read and decode the payload, which
-:func:`~agentflow.checkpoint.codec.decode` receives as a slice, never re-encoded.
-
-Concurrency. Writers (put, prune, delete) of one thread hold an exclusive
-``fcntl.flock`` on the thread's lock stripe around read-revision-then-write,
-so compare-and-set holds across processes on one host. Lock files live apart
-from thread directories and are never deleted, so a lock can never be taken on
-an unlinked file; striping bounds their number. Readers take no lock: every
-file appears whole through ``os.replace``. All file I/O runs in worker threads
-so the event loop never blocks on a disk.
+A file is one JSON document, a small header and then the codec payload, so a
+revision, a listing summary or a prune timestamp costs one small read however
+large the state is. Writers of a thread hold its ``flock`` around
+read-revision-then-``os.replace``, which makes compare-and-set hold across
+processes on one host; readers take no lock. docs/file.md has the design.
 """
 
 from __future__ import annotations
@@ -45,21 +23,12 @@ import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
-from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import orjson
 
+from agentflow.checkpoint import codec
 from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
-from agentflow.checkpoint.codec import (
-    EncodedCheckpoint,
-    decode,
-    encode,
-    parse_instant,
-    validate_namespace,
-    validate_step,
-    validate_thread,
-)
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
 from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
 from agentflow.checkpoint.redaction import redact_none
@@ -89,6 +58,17 @@ _LOCK_STRIPES = 1024
 _BATCH_FILES = 64
 _BATCH_BYTES = 1 << 20
 _SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
+#: Header fields and their JSON types: format and revision, then a summary of the checkpoint.
+_HEADER_TYPES: dict[str, tuple[type, ...]] = {
+    "format": (int,),
+    "revision": (int,),
+    "ts": (str,),
+    "ts_us": (int,),
+    "interrupted": (bool,),
+    "done": (bool,),
+    "wake_at": (str, type(None)),
+}
+_SUMMARY = tuple(_HEADER_TYPES)[2:]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -96,7 +76,7 @@ _T = TypeVar("_T")
 
 def _check_thread(thread: object) -> str:
     """Refuse any id that is not one plain directory name under the store."""
-    name = validate_thread(thread)
+    name = codec.validate_thread(thread)
     if name.startswith(_MARKER) or any(sep in name for sep in _SEPARATORS):
         raise InvalidThreadId(
             f"thread id {name!r} may not start with {_MARKER!r} or contain a path separator"
@@ -143,16 +123,9 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _header_bytes(enc: EncodedCheckpoint, revision: int) -> bytes:
-    header = {
-        "format": _FORMAT,
-        "revision": revision,
-        "ts": enc.ts,
-        "ts_us": enc.ts_us,
-        "interrupted": enc.interrupted,
-        "done": enc.done,
-        "wake_at": enc.wake_at,
-    }
+def _header_bytes(enc: codec.EncodedCheckpoint, revision: int) -> bytes:
+    header = {"format": _FORMAT, "revision": revision}
+    header.update((name, getattr(enc, name)) for name in _SUMMARY)
     return orjson.dumps(header)[:-1] + _PAYLOAD_KEY
 
 
@@ -167,16 +140,10 @@ def _parse_header(data: bytes, path: str) -> tuple[dict[str, Any], int]:
         if end < 0:
             raise ValueError("no envelope header")
         header = orjson.loads(data[:end] + b"}")
-        revision = header["revision"]
         if (
-            header["format"] != _FORMAT
-            or type(revision) is not int
-            or revision < 1
-            or type(header["ts_us"]) is not int
-            or not isinstance(header["ts"], str)
-            or type(header["interrupted"]) is not bool
-            or type(header["done"]) is not bool
-            or not isinstance(header["wake_at"], str | None)
+            any(type(header[key]) not in types for key, types in _HEADER_TYPES.items())
+            or header["format"] != _FORMAT
+            or header["revision"] < 1
         ):
             raise ValueError("envelope header fields have the wrong types")
     except (ValueError, KeyError, TypeError) as exc:
@@ -207,7 +174,7 @@ def _load(path: str, thread: str, step: int) -> tuple[Checkpoint, int] | None:
     header, start = _parse_header(data, path)
     if not data.endswith(b"}"):
         raise CheckpointCorrupted(f"checkpoint file {path} is truncated")
-    cp = decode(memoryview(data)[start:-1], header["revision"])
+    cp = codec.decode(memoryview(data)[start:-1], header["revision"])
     if cp.thread != thread or cp.step != step:
         raise CheckpointCorrupted(
             f"checkpoint file {path} holds thread {cp.thread!r} step {cp.step}, "
@@ -225,25 +192,15 @@ def _write_all(fd: int, data: bytes) -> None:
 class FileCheckpointer:
     """Checkpoints as files under ``root``; safe for many processes on one host.
 
-    ``put(..., if_revision=)`` is a true compare-and-set across processes, and
-    unconditional puts from any number of processes never lose a revision,
-    because every writer of a thread holds that thread's ``flock`` while it
-    reads the stored revision and replaces the file. ``flock`` is local to one
-    kernel: on NFS and other network file systems it may be emulated or
-    ignored, so use one host per store (or a server backend).
-
-    Files are created ``0o600`` and directories ``0o700`` so a run's state is
-    not readable by other users; ``secure_permissions=False`` leaves modes to
-    the umask. A ``root`` that already exists keeps its mode.
-
-    Thread ids must be one plain file name: not starting with ``.``, without a
-    path separator, at most 255 bytes of UTF-8 (:class:`InvalidThreadId`
-    otherwise). A namespace may be at most 127 bytes of UTF-8 (its directory
-    name is the hex of it). On a case-insensitive file system, thread ids
-    that differ only by case are the same thread.
-
-    ``redact`` masks values before they are written; see
-    :mod:`agentflow.checkpoint.redaction` for why it is not for resumable runs.
+    Compare-and-set and revision counting hold across processes because each
+    writer holds the thread's ``flock``; ``flock`` is local to one kernel, so
+    do not share a store over NFS. Files are ``0o600`` and directories
+    ``0o700`` (a run's state is not for other users) unless
+    ``secure_permissions=False`` leaves modes to the umask; an existing
+    ``root`` keeps its mode. A thread id must be one file name: no leading
+    ``.``, no path separator, at most 255 bytes of UTF-8. A namespace may be
+    at most 127 bytes of UTF-8 (its directory name is its hex). ``redact``
+    masks values before writing; see :mod:`agentflow.checkpoint.redaction`.
     """
 
     def __init__(
@@ -255,19 +212,15 @@ class FileCheckpointer:
         namespace: str | None = None,
     ) -> None:
         self._redact = redact or redact_none
-        self._namespace = validate_namespace(namespace)
+        self._namespace = codec.validate_namespace(namespace)
         self._root = os.path.abspath(os.fspath(root))
-        self._secure = secure_permissions
         self._dir_mode = 0o700 if secure_permissions else 0o777
         self._file_mode = 0o600 if secure_permissions else 0o666
         self._base = self._root
         if self._namespace:
             encoded = self._namespace.encode("utf-8", "surrogatepass").hex()
             if len(encoded) > _NAME_MAX:
-                raise InvalidArgument(
-                    f"namespace is {len(encoded) // 2} bytes of UTF-8; the file store allows "
-                    f"{_NAME_MAX // 2}"
-                )
+                raise InvalidArgument(f"namespace over {_NAME_MAX // 2} bytes of UTF-8")
             self._base = os.path.join(self._root, _NAMESPACES, encoded)
 
     @property
@@ -281,12 +234,7 @@ class FileCheckpointer:
     async def __aenter__(self) -> FileCheckpointer:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def _io(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -340,7 +288,7 @@ class FileCheckpointer:
         return await self._io(self._put, cp, if_revision)
 
     def _put(self, cp: Checkpoint, if_revision: int | None) -> str:
-        enc = encode(cp, self._redact)
+        enc = codec.encode(cp, self._redact)
         directory = os.path.join(self._base, enc.thread)
         with self._locked(enc.thread):
             self._ensure_dir(directory)
@@ -351,7 +299,7 @@ class FileCheckpointer:
             self._replace(directory, enc, current + 1)
         return f"{enc.thread}:{enc.step}"
 
-    def _replace(self, directory: str, enc: EncodedCheckpoint, revision: int) -> None:
+    def _replace(self, directory: str, enc: codec.EncodedCheckpoint, revision: int) -> None:
         """Write a temp file, fsync it, rename it over the step, fsync the directory."""
         temp = os.path.join(directory, f"{_MARKER}{enc.step}.{secrets.token_hex(6)}.tmp")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._file_mode)
@@ -390,7 +338,9 @@ class FileCheckpointer:
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
     ) -> int:
         check_prune_bounds(before_step, older_than)
-        cutoff = parse_instant(older_than, what="older_than") if older_than is not None else None
+        cutoff = (
+            codec.parse_instant(older_than, what="older_than") if older_than is not None else None
+        )
         return await self._io(self._prune, _check_thread(thread), before_step, cutoff)
 
     def _prune(self, thread: str, before_step: int | None, cutoff: int | None) -> int:
@@ -403,9 +353,11 @@ class FileCheckpointer:
             for name in _listdir(directory):
                 path = os.path.join(directory, name)
                 step = _parse_step(name)
-                if step is None:
-                    if name.startswith(_MARKER):  # no write is in flight while we hold the lock
+                if step is None:  # a temp file is a dead write: none is in flight under the lock
+                    if name.startswith(_MARKER):
                         os.unlink(path)
+                    else:
+                        kept = True
                     continue
                 if before_step is not None and step >= before_step:
                     kept = True
@@ -429,23 +381,20 @@ class FileCheckpointer:
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         thread = _check_thread(thread)
         if step is not None:
-            validate_step(step)
+            codec.validate_step(step)
         return await self._io(self._get, thread, step)
 
     def _get(self, thread: str, step: int | None) -> Checkpoint | None:
         directory = os.path.join(self._base, thread)
-        while True:
-            if step is None:
-                steps = _steps(directory)
-                if not steps:
-                    return None
-            target = max(steps) if step is None else step
-            loaded = _load(os.path.join(directory, _step_name(target)), thread, target)
+        if step is not None:
+            loaded = _load(os.path.join(directory, _step_name(step)), thread, step)
+            return loaded[0] if loaded else None
+        while steps := _steps(directory):  # again if the latest was pruned meanwhile
+            latest = max(steps)
+            loaded = _load(os.path.join(directory, _step_name(latest)), thread, latest)
             if loaded is not None:
                 return loaded[0]
-            if step is not None:
-                return None
-            # The latest step was pruned between the listing and the read.
+        return None
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         thread = _check_thread(thread)
@@ -484,10 +433,7 @@ class FileCheckpointer:
     def _summary(self, thread: str) -> ThreadInfo | None:
         """The thread's latest step, from its listing and one header read."""
         directory = os.path.join(self._base, thread)
-        while True:
-            steps = _steps(directory)
-            if not steps:
-                return None
+        while steps := _steps(directory):  # again if the latest was pruned meanwhile
             step = max(steps)
             header = _read_header(os.path.join(directory, _step_name(step)))
             if header is not None:
@@ -499,6 +445,7 @@ class FileCheckpointer:
                     ts=header["ts"],
                     wake_at=header["wake_at"],
                 )
+        return None
 
     def _page(self, after: str | None, limit: int, offset: int) -> tuple[list[ThreadInfo], bool]:
         """Up to ``limit`` summaries after ``after``, and whether more threads follow.
