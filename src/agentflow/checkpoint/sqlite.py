@@ -64,6 +64,8 @@ SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 _BACKEND: Final = "sqlite"
 #: Rows per history read: bounds memory while keeping thread hops rare.
 _HISTORY_BATCH: Final = 256
+#: Larger history payloads are decoded on the reader thread, smaller ones as yielded.
+_DECODE_ON_LOOP_MAX: Final = 64 * 1024
 #: Most jobs one transaction takes, so one commit never holds the lock for long.
 _MAX_GROUP: Final = 128
 
@@ -494,21 +496,42 @@ class SqliteCheckpointer:
         return result
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+        """Stream in keyset batches, reading the next batch while this one is consumed.
+
+        Rows are decoded one at a time as they are yielded, so only the
+        checkpoint the caller holds is alive as objects (a whole decoded batch
+        would cost far more in garbage collection than the decoding itself);
+        a payload over ``_DECODE_ON_LOOP_MAX`` bytes is decoded on the reader
+        thread instead, so no single step stalls the event loop.
+        """
         key = (self._namespace, _sql_key(thread))
 
-        def read(conn: sqlite3.Connection, after: int) -> list[Checkpoint]:
-            rows = conn.execute(_HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
-            return [_decoded(key[1], row) for row in rows]
+        def read(after: int) -> Callable[[sqlite3.Connection], list[Any]]:
+            def rows(conn: sqlite3.Connection) -> list[Any]:
+                found = conn.execute(_HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
+                return [
+                    _decoded(key[1], row) if len(row[2]) > _DECODE_ON_LOOP_MAX else row
+                    for row in found
+                ]
+
+            return rows
 
         _, reader = self._workers()
-        after = -1
-        while True:
-            batch: list[Checkpoint] = await reader.submit(lambda conn, a=after: read(conn, a))
-            for cp in batch:
-                yield cp
-            if len(batch) < _HISTORY_BATCH:
-                return
-            after = batch[-1].step
+        pending: asyncio.Future[list[Any]] | None = reader.submit(read(-1))
+        try:
+            while pending is not None:
+                batch = await pending
+                pending = None
+                if len(batch) == _HISTORY_BATCH:
+                    last = batch[-1]
+                    pending = reader.submit(
+                        read(last.step if isinstance(last, Checkpoint) else last[0])
+                    )
+                for item in batch:
+                    yield item if isinstance(item, Checkpoint) else _decoded(key[1], item)
+        finally:
+            if pending is not None:
+                pending.cancel()
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         check_page_args(limit, offset)
