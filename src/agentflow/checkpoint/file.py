@@ -77,16 +77,15 @@ _T = TypeVar("_T")
 def _check_thread(thread: object) -> str:
     """Refuse any id that is not one plain directory name under the store."""
     name = codec.validate_thread(thread)
-    if name.startswith(_MARKER) or any(sep in name for sep in _SEPARATORS):
-        raise InvalidThreadId(
-            f"thread id {name!r} may not start with {_MARKER!r} or contain a path separator"
-        )
     try:
-        size = len(name.encode())
-    except UnicodeEncodeError as exc:
-        raise InvalidThreadId(f"thread id {name!r} is not valid Unicode text") from exc
-    if size > _NAME_MAX:
-        raise InvalidThreadId(f"thread id is {size} bytes of UTF-8; a file name allows {_NAME_MAX}")
+        too_long = len(name.encode()) > _NAME_MAX
+    except UnicodeEncodeError:  # a lone surrogate has no file name
+        too_long = True
+    if too_long or name.startswith(_MARKER) or any(sep in name for sep in _SEPARATORS):
+        raise InvalidThreadId(
+            f"thread id {name!r} must be one file name: not starting with {_MARKER!r}, "
+            f"without a path separator, at most {_NAME_MAX} bytes of UTF-8"
+        )
     return name
 
 
@@ -154,14 +153,10 @@ def _parse_header(data: bytes, path: str) -> tuple[dict[str, Any], int]:
 def _read_header(path: str) -> dict[str, Any] | None:
     """The header of ``path`` from one small read, or None when there is no file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with open(path, "rb") as f:
+            return _parse_header(f.read(_HEADER_MAX), path)[0]
     except FileNotFoundError:
         return None
-    try:
-        data = os.read(fd, _HEADER_MAX)
-    finally:
-        os.close(fd)
-    return _parse_header(data, path)[0]
 
 
 def _load(path: str, thread: str, step: int) -> tuple[Checkpoint, int] | None:
@@ -181,12 +176,6 @@ def _load(path: str, thread: str, step: int) -> tuple[Checkpoint, int] | None:
             f"not thread {thread!r} step {step}"
         )
     return cp, len(data)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 class FileCheckpointer:
@@ -304,12 +293,10 @@ class FileCheckpointer:
         temp = os.path.join(directory, f"{_MARKER}{enc.step}.{secrets.token_hex(6)}.tmp")
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._file_mode)
         try:
-            try:
-                for part in (_header_bytes(enc, revision), enc.payload, b"}"):
-                    _write_all(fd, part)
+            with open(fd, "wb") as f:
+                f.writelines((_header_bytes(enc, revision), enc.payload, b"}"))
+                f.flush()
                 os.fsync(fd)
-            finally:
-                os.close(fd)
             os.replace(temp, os.path.join(directory, _step_name(enc.step)))
         except BaseException:
             with contextlib.suppress(OSError):
