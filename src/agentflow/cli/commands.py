@@ -181,12 +181,13 @@ def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | Non
         s.console.print(f"  {line}", highlight=False, markup=False)
 
 
-async def _finish(s: Session, result: RunResult, decide: Decide) -> int:
+async def _finish(s: Session, result: RunResult, decide: Decide) -> RunResult:
+    """Drive ``result`` on, then print where it stopped (with the timeline if done)."""
     graph = s.registry.compiled(str(runtime_of(result.checkpoint).get("graph")))
     result = await drive(graph, result, console=s.console, decide=decide, max_wait=MAX_INLINE_WAIT)
     steps = await _history(s.store, result.thread) if result.status == "done" else None
     _report(s, result, steps)
-    return 0
+    return result
 
 
 async def resume(s: Session) -> int:
@@ -197,7 +198,8 @@ async def resume(s: Session) -> int:
             await wait_until_due(graph, latest.wake_at, s.console, str(latest.interrupt_node))
     value = _parse_json(s.args.value, "--value")
     result = await graph.resume(s.args.thread, value)
-    return await _finish(s, result, _prompt_decide(s))
+    await _finish(s, result, _prompt_decide(s))
+    return 0
 
 
 async def fork(s: Session) -> int:
@@ -294,8 +296,12 @@ async def demo(s: Session) -> int:
         s.console.print(
             f"kill it at any point; it continues with: {s.prefix} resume {thread}", markup=False
         )
-    result = await graph.run(demo_input(s.args.order, s.args.hold), thread=thread)
-    return await _finish(s, result, decide)
+    result = await _finish(
+        s, await graph.run(demo_input(s.args.order, s.args.hold), thread=thread), decide
+    )
+    if result.status == "done" and not s.json:
+        s.console.print(str(result.state.get("notification", "")))
+    return 0
 
 
 COMMANDS = {

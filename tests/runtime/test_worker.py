@@ -1,0 +1,84 @@
+"""The worker in one process: due scanning, exactly-once claims, unknown graphs."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agentflow.checkpoint.memory import MemoryCheckpointer
+from agentflow.errors import InvalidArgument
+from agentflow.runtime import Graph, Worker
+from tests.runtime.graphs import approval_graph, timer_graph
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def test_workers_wake_each_due_run_exactly_once(tmp_path: Path) -> None:
+    clock = Clock()
+    store = MemoryCheckpointer()
+    logfile = tmp_path / "log"
+    compiled = timer_graph().compile(store, clock=clock)
+    for i in range(20):
+        await compiled.run(
+            {"seconds": 10 if i < 15 else 100, "logfile": str(logfile)}, thread=f"t{i:02}"
+        )
+    await approval_graph().compile(store).run({"log": []}, thread="human")
+    workers = [Worker([timer_graph().compile(store, clock=clock)]) for _ in range(3)]
+    assert await workers[0].due() == []
+    clock.now += timedelta(seconds=10)
+    passes = await asyncio.gather(*(w.run_once() for w in workers))
+    resumed = sorted(r.thread for p in passes for r in p.resumed)
+    assert resumed == [f"t{i:02}" for i in range(15)]
+    lines = logfile.read_text().split()
+    assert sorted(lines[0::2]) == resumed
+    assert (await workers[0].run_once()).resumed == []
+
+
+async def test_runs_of_unknown_graphs_are_left_alone() -> None:
+    clock = Clock()
+    store = MemoryCheckpointer()
+    await timer_graph().compile(store, clock=clock).run({"seconds": 0}, thread="x")
+    other = Graph("other").add_node("n", _noop).add_edge("__start__", "n")
+    outcome = await Worker([other.compile(store, clock=clock)]).run_once()
+    assert outcome.unknown == ["x"] and outcome.resumed == []
+    latest = await store.get("x")
+    assert latest is not None and latest.interrupted
+
+
+async def test_run_loop_stops_on_event(tmp_path: Path) -> None:
+    store = MemoryCheckpointer()
+    compiled = timer_graph().compile(store)
+    await compiled.run({"seconds": 0, "logfile": str(tmp_path / "l")}, thread="loop")
+    stop = asyncio.Event()
+    seen: list[int] = []
+
+    def on_pass(outcome: object) -> None:
+        seen.append(len(outcome.resumed))
+        stop.set()
+
+    await asyncio.wait_for(Worker([compiled]).run(interval=0.01, stop=stop, on_pass=on_pass), 5)
+    assert seen == [1]
+
+
+def test_worker_arguments_are_checked() -> None:
+    with pytest.raises(InvalidArgument):
+        Worker([])
+    graphs = [
+        timer_graph().compile(MemoryCheckpointer()),
+        timer_graph().compile(MemoryCheckpointer()),
+    ]
+    with pytest.raises(InvalidArgument):
+        Worker(graphs)
+
+
+async def _noop(state: object, ctx: object) -> None:
+    return None
