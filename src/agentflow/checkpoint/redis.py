@@ -65,13 +65,11 @@ _BACKEND = "redis"
 _BATCH = 128
 #: Steps removed per prune script, bounding how long one call holds the server.
 _PRUNE_BATCH = 1024
-#: Expired threads dropped from the namespace index per sweep.
-_SWEEP = 64
 #: Shifts epoch microseconds of year 1 to 0, so every instant is 18 sortable digits.
 _EPOCH_SHIFT_US = 62_135_596_800_000_000
 
-# Shared by every writing script: drop index entries of threads whose keys
-# expired (their deadline in ``exp`` is past; see docs/redis.md, TTL).
+# Shared by a put with ttl and by listing: drop index entries of threads whose
+# keys expired (their deadline in ``exp`` is past; see docs/redis.md, TTL).
 _LUA_SWEEP = """
 local function now_ms()
   local t = redis.call('TIME')
@@ -107,25 +105,27 @@ rev = rev + 1
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[1],
   string.format('%d', rev) .. ':' .. ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
-redis.call('ZADD', KEYS[1], 0, ARGV[1])
 if instant ~= ARGV[4] then
   if instant then redis.call('ZREM', KEYS[2], instant .. ARGV[1]) end
   redis.call('ZADD', KEYS[2], 0, ARGV[4] .. ARGV[1])
 end
+if not old then
+  redis.call('ZADD', KEYS[1], 0, ARGV[1])
+  redis.call('ZADD', KEYS[6], 0, ARGV[8])
+end
 if redis.call('ZRANGE', KEYS[1], -1, -1)[1] == ARGV[1] then
   redis.call('SET', KEYS[5], ARGV[5])
 end
-redis.call('ZADD', KEYS[6], 0, ARGV[8])
-local now = now_ms()
 if ARGV[7] ~= '' then
+  local now = now_ms()
   local deadline = string.format('%d', now + tonumber(ARGV[7]))
   for i = 1, 5 do redis.call('PEXPIREAT', KEYS[i], deadline) end
   redis.call('ZADD', KEYS[7], deadline, ARGV[8])
-else
+  sweep(KEYS[6], KEYS[7], now, 16)
+elseif redis.call('PTTL', KEYS[1]) >= 0 then
   for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
   redis.call('ZREM', KEYS[7], ARGV[8])
 end
-sweep(KEYS[6], KEYS[7], now, 16)
 return {1, rev}
 """
 )
@@ -372,10 +372,11 @@ class RedisCheckpointer:
             raise CheckpointConflict(enc.thread, enc.step, if_revision or 0, int(revision))
         return f"{enc.thread}:{enc.step}"
 
-    def _decode_rows(self, thread: str, rows: list[Any]) -> list[Checkpoint]:
+    def _decode_rows(self, thread: str, rows: list[Any]) -> Iterator[Checkpoint]:
+        """Decode one at a time, so a caller that drops each checkpoint keeps
+        at most one decoded state alive (and the garbage collector idle)."""
         if not rows:
-            return []
-        found = []
+            return
         for member, payload, meta in zip(*rows, strict=True):
             if payload is None and meta is None:
                 continue
@@ -392,16 +393,14 @@ class RedisCheckpointer:
                 raise CheckpointCorrupted(
                     f"thread {thread!r} step {member.decode()} holds another checkpoint"
                 )
-            found.append(cp)
-        return found
+            yield cp
 
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         thread = validate_thread(thread)
         args = ("latest",) if step is None else ("at", _step_member(validate_step(step)))
         keys = self._thread_keys(thread)
         rows = await self._call(self._read_script, keys[0:1] + keys[2:4], args, "get")
-        found = self._decode_rows(thread, rows)
-        return found[0] if found else None
+        return next(self._decode_rows(thread, rows), None)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         thread = validate_thread(thread)
