@@ -1,0 +1,142 @@
+"""Mapping between ``WorkflowCheckpoint`` and its immutable MongoDB document.
+
+Only the public ``to_dict()``/``from_dict()`` methods touch the checkpoint.
+Four independent compatibility gates are written on every document and
+checked on every read, so that a document written by a future release (or by
+an older hash version) is refused with migration guidance instead of being
+loaded on a best-effort basis.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
+from bson.binary import Binary
+
+from agent_framework_mongodb.canonical import CANONICAL_HASH_VERSION
+from agent_framework_mongodb.codec import EncodedPayload, encode_validated, loads
+from agent_framework_mongodb.errors import MongoDBAuthorizationError, MongoDBMappingError
+from agent_framework_mongodb.indexes import CHECKPOINT_KIND
+from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions
+from agent_framework_mongodb.typepolicy import TypePolicy
+
+__all__ = [
+    "FRAMEWORK_VERSION",
+    "PAYLOAD_VERSION",
+    "SCHEMA_VERSION",
+    "build_document",
+    "checkpoint_from_document",
+    "encode_checkpoint",
+]
+
+SCHEMA_VERSION = 1
+FRAMEWORK_VERSION = "agent-framework-core/1:WorkflowCheckpoint.to_dict/v1"
+PAYLOAD_VERSION = "1.0"
+_MIGRATE = "; migrate the stored checkpoints with the release that wrote them"
+
+
+def encode_checkpoint(
+    checkpoint: WorkflowCheckpoint, options: MongoDBCheckpointStorageOptions, policy: TypePolicy
+) -> EncodedPayload:
+    """Validate scope and version, then encode; runs before any MongoDB call.
+
+    Encoding happens synchronously inside ``save`` before its first await, so
+    the stored bytes are a snapshot of the checkpoint at call time.
+    """
+    if not isinstance(checkpoint, WorkflowCheckpoint):
+        raise MongoDBMappingError("save expects an agent_framework.WorkflowCheckpoint")
+    if checkpoint.workflow_name != options.workflow_name:
+        raise MongoDBAuthorizationError(
+            "checkpoint workflow_name differs from the name this storage is bound to"
+        )
+    if not isinstance(checkpoint.checkpoint_id, str) or not checkpoint.checkpoint_id:
+        raise MongoDBMappingError("checkpoint_id must be a non-empty string")
+    parent = checkpoint.previous_checkpoint_id
+    if parent is not None and not isinstance(parent, str):
+        raise MongoDBMappingError("previous_checkpoint_id must be a string or None")
+    if checkpoint.version != PAYLOAD_VERSION:
+        raise MongoDBMappingError(
+            "checkpoint version is not supported by this release; upgrade the storage package"
+        )
+    return encode_validated(checkpoint.to_dict(), policy)
+
+
+def build_document(
+    checkpoint: WorkflowCheckpoint,
+    encoded: EncodedPayload,
+    options: MongoDBCheckpointStorageOptions,
+    sequence: int,
+    created_at: datetime.datetime,
+) -> dict[str, Any]:
+    """The document stored for one checkpoint (see the docs for the field list)."""
+    document: dict[str, Any] = {
+        "_id": options.document_id(checkpoint.checkpoint_id),
+        "_kind": CHECKPOINT_KIND,
+        "schema_version": SCHEMA_VERSION,
+        "framework_version": FRAMEWORK_VERSION,
+        "payload_version": checkpoint.version,
+        "idempotency_hash_version": CANONICAL_HASH_VERSION,
+        **options.scope_filter(),
+        "checkpoint_id": checkpoint.checkpoint_id,
+        "parent_checkpoint_id": checkpoint.previous_checkpoint_id,
+        "sequence": sequence,
+        "created_at": created_at,
+        "checkpoint": Binary(encoded.payload),
+        "payload_hash": encoded.payload_hash,
+    }
+    if options.ttl is not None:
+        document["expires_at"] = expiry(created_at, options.ttl)
+    return document
+
+
+def expiry(created_at: datetime.datetime, ttl: datetime.timedelta) -> datetime.datetime:
+    """``created_at + ttl`` truncated to BSON's millisecond precision."""
+    moment = created_at + ttl
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def check_hash_version(document: dict[str, Any]) -> None:
+    """Refuse documents whose idempotency hash this release cannot compare."""
+    version = document.get("idempotency_hash_version")
+    if version == 1:
+        raise MongoDBMappingError(
+            "checkpoint uses idempotency hash version 1, which version 2 does not accept" + _MIGRATE
+        )
+    if version != CANONICAL_HASH_VERSION:
+        raise MongoDBMappingError("checkpoint has an unknown idempotency hash version" + _MIGRATE)
+
+
+def checkpoint_from_document(
+    document: dict[str, Any], options: MongoDBCheckpointStorageOptions, policy: TypePolicy
+) -> WorkflowCheckpoint:
+    """Check the gates and the scope, then restore through the restricted loader."""
+    if document.get("_kind") != CHECKPOINT_KIND:
+        raise MongoDBMappingError("document is not a workflow checkpoint")
+    if document.get("schema_version") != SCHEMA_VERSION:
+        raise MongoDBMappingError("checkpoint has an unknown schema_version" + _MIGRATE)
+    if document.get("framework_version") != FRAMEWORK_VERSION:
+        raise MongoDBMappingError("checkpoint has an unknown framework_version" + _MIGRATE)
+    if document.get("payload_version") != PAYLOAD_VERSION:
+        raise MongoDBMappingError("checkpoint has an unknown payload_version" + _MIGRATE)
+    check_hash_version(document)
+    if any(document.get(k) != v for k, v in options.scope_filter().items()):
+        raise MongoDBAuthorizationError("checkpoint document belongs to another scope")
+    payload = document.get("checkpoint")
+    if not isinstance(payload, bytes):
+        raise MongoDBMappingError("checkpoint document has no binary payload")
+    public = loads(bytes(payload), policy)
+    try:
+        checkpoint = WorkflowCheckpoint.from_dict(public)
+    except WorkflowCheckpointException as exc:
+        raise MongoDBMappingError(
+            "stored checkpoint fields do not match this framework version" + _MIGRATE
+        ) from exc
+    if (
+        checkpoint.checkpoint_id != document.get("checkpoint_id")
+        or checkpoint.workflow_name != options.workflow_name
+        or checkpoint.version != PAYLOAD_VERSION
+    ):
+        raise MongoDBMappingError("checkpoint payload disagrees with its document")
+    return checkpoint
