@@ -271,7 +271,7 @@ class MongoCheckpointer:
                 written = False
             else:
                 # matched_count covers both writes; the summary matched unless inserted.
-                summary_matched = 0 if 0 in result.upserted_ids else 1
+                summary_matched = 0 if 0 in (result.upserted_ids or {}) else 1
                 written = not if_revision or result.matched_count - summary_matched == 1
             if not written:
                 assert if_revision is not None

@@ -1,0 +1,447 @@
+"""What only the MongoDB backend promises: its layout, indexes, races, expiry and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import ConnectionFailure, PyMongoError
+
+from agentflow.checkpoint.mongodb import MongoCheckpointer
+from agentflow.checkpoint.testing.harness import make_checkpoint
+from agentflow.errors import (
+    CheckpointConflict,
+    CheckpointCorrupted,
+    CheckpointError,
+    InvalidArgument,
+    StoreUnavailable,
+)
+from tests.backends import server_missing
+from tests.support.mongod import MongodProcess, mongodb_uri
+
+Doc = dict[str, Any]
+
+
+class Store:
+    """A fresh database on the session's mongod and a client of the test's own."""
+
+    def __init__(self, uri: str, client: AsyncMongoClient[Doc], database: str) -> None:
+        self.uri = uri
+        self.client = client
+        self.database = database
+        self.raw: AsyncCollection[Doc] = client[database]["checkpoints"]
+
+    def open(self, **kwargs: Any) -> MongoCheckpointer:
+        kwargs.setdefault("database", self.database)
+        return MongoCheckpointer(client=self.client, **kwargs)
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    try:
+        uri = mongodb_uri()
+    except (ImportError, RuntimeError, OSError) as exc:
+        server_missing("mongod", exc)
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(uri, serverSelectionTimeoutMS=5_000)
+    try:
+        await client.admin.command("ping")
+    except PyMongoError as exc:
+        await client.close()
+        server_missing("mongod", exc)
+    database = f"agentflow_test_{uuid.uuid4().hex[:16]}"
+    try:
+        yield Store(uri, client, database)
+    finally:
+        await client.drop_database(database)
+        await client.close()
+
+
+def _key(thread: str, step: int | None = None, namespace: str = "") -> Doc:
+    return (
+        {"n": namespace, "t": thread} if step is None else {"n": namespace, "t": thread, "s": step}
+    )
+
+
+# -- ownership and configuration -------------------------------------------
+
+
+async def test_owned_client_is_closed_once_and_injected_client_stays_open(store: Store) -> None:
+    owned = MongoCheckpointer(store.uri, database=store.database)
+    await owned.put(make_checkpoint("t", 0))
+    await owned.close()
+    await owned.close()
+    with pytest.raises(CheckpointError):
+        await owned.get("t")
+    async with store.open() as injected:
+        assert await injected.get("t") is not None
+    assert await store.raw.count_documents({}) == 2  # the checkpoint and its thread summary
+
+
+async def test_bad_configuration_is_refused(store: Store) -> None:
+    for ttl in (0, -5, float("nan"), True, "60"):
+        with pytest.raises(InvalidArgument):
+            store.open(ttl=ttl)
+    with pytest.raises(InvalidArgument):
+        store.open(database="bad.name")
+    unacknowledged: AsyncMongoClient[Doc] = AsyncMongoClient(store.uri, w=0)
+    try:
+        with pytest.raises(InvalidArgument):
+            MongoCheckpointer(client=unacknowledged, database=store.database)
+    finally:
+        await unacknowledged.close()
+    async with store.open() as cp:
+        with pytest.raises(InvalidArgument):
+            await cp.put(make_checkpoint("t", 0), if_revision=-1)
+    assert await store.raw.count_documents({}) == 0
+
+
+async def test_journal_option_asks_for_the_journal(store: Store) -> None:
+    async with store.open(journal=True) as cp:
+        assert cp._coll.write_concern.document.get("j") is True
+        await cp.put(make_checkpoint("t", 0))
+        assert (await cp.get("t")) is not None
+
+
+async def test_a_collection_with_a_collation_is_refused(store: Store) -> None:
+    await store.client[store.database].create_collection(
+        "checkpoints", collation={"locale": "en", "strength": 2}
+    )
+    async with store.open() as cp:
+        with pytest.raises(InvalidArgument):
+            await cp.put(make_checkpoint("t", 0))
+    assert await store.raw.count_documents({}) == 0
+
+
+# -- layout and indexes ----------------------------------------------------
+
+
+async def test_setup_is_idempotent_and_creates_no_ttl_index_without_ttl(store: Store) -> None:
+    async with store.open() as cp:
+        await cp.setup()
+        await cp.setup()
+        await cp.put(make_checkpoint("t", 0))
+    indexes = await store.raw.index_information()
+    assert set(indexes) == {"_id_", "agentflow_threads"}
+    threads = indexes["agentflow_threads"]
+    assert threads["key"] == [("ns", 1), ("th", 1)] and threads["unique"]
+    assert threads["partialFilterExpression"] == {"latest": {"$exists": True}}
+
+
+async def test_payload_is_binary_and_hostile_state_round_trips(store: Store) -> None:
+    state = {
+        "a.b": 1,
+        "$set": {"rev": 999},
+        "$where": "sleep(10000)",
+        "q": {"$gt": ""},
+        "$": [{"..": None}],
+    }
+    threads = ["$where", '{"$gt": ""}', "a.b", "$set", "plain"]
+    async with store.open() as cp:
+        for thread in threads:
+            await cp.put(make_checkpoint(thread, 0, state=state))
+        for thread in threads:
+            got = await cp.get(thread)
+            assert got is not None and got.thread == thread and got.state == state
+            assert got.revision == 1
+        assert [i.thread for i in await cp.list_threads()] == sorted(threads)
+    raw = await store.raw.find_one({"_id": _key("$where", 0)})
+    assert raw is not None and isinstance(raw["payload"], bytes) and raw["rev"] == 1
+    assert set(raw) == {"_id", "rev", "payload", "ts", "ts_us", "interrupted", "done", "wake_at"}
+
+
+async def test_listing_is_code_point_order_including_astral_characters(store: Store) -> None:
+    # UTF-16 order would put the astral U+10000 before U+FFFF; code points do not.
+    threads = ["\U00010000", "\uffff", "\ue000", "\U0010ffff", "é", "Z", "a", "\x7f", "aa", "a\x01"]
+    async with store.open() as cp:
+        for thread in threads:
+            await cp.put(make_checkpoint(thread, 0))
+        assert [i.thread for i in await cp.list_threads()] == sorted(threads)
+        paged: list[str] = []
+        cursor = None
+        while True:
+            page = await cp.list_threads_page(limit=3, cursor=cursor)
+            paged += [i.thread for i in page.threads]
+            if (cursor := page.next_cursor) is None:
+                break
+    assert paged == sorted(threads)
+    assert sorted(threads).index("\uffff") < sorted(threads).index("\U00010000")
+
+
+async def _profiled(store: Store) -> list[Doc]:
+    profile = store.client[store.database]["system.profile"]
+    return [
+        doc async for doc in profile.find({"ns": f"{store.database}.checkpoints", "op": "query"})
+    ]
+
+
+async def test_reads_and_listing_walk_indexes(store: Store) -> None:
+    """The profiler shows what the checkpointer's own queries did, not a replica of them."""
+    async with store.open() as cp:
+        for i in range(60):
+            for step in range(5):
+                await cp.put(make_checkpoint(f"thread-{i:03d}", step))
+        db = store.client[store.database]
+        await db.command("profile", 2)
+        try:
+            latest = await cp.get("thread-007")
+            page = await cp.list_threads_page(limit=10)
+            second = await cp.list_threads_page(limit=10, cursor=page.next_cursor)
+        finally:
+            await db.command("profile", 0)
+    assert latest is not None and latest.step == 4
+    assert [i.thread for i in second.threads] == [f"thread-{i:03d}" for i in range(10, 20)]
+    assert all(i.latest_step == 4 for i in second.threads)
+    queries = await _profiled(store)
+    assert len(queries) == 5  # one latest read, then a summary page and a status read per page
+    for query in queries:
+        assert "COLLSCAN" not in query["planSummary"], query
+        assert query["docsExamined"] <= 11 and query["keysExamined"] <= 22, query
+    plans = [q["planSummary"] for q in queries]
+    assert plans[0] == "IXSCAN { _id: 1 }"
+    assert plans[1:] == ["IXSCAN { ns: 1, th: 1 }", "IXSCAN { _id: 1 }"] * 2
+
+
+# -- races -----------------------------------------------------------------
+
+
+async def test_sixteen_clients_race_to_create_one_step(store: Store) -> None:
+    clients = [AsyncMongoClient[Doc](store.uri) for _ in range(16)]
+    try:
+        racers = [MongoCheckpointer(client=c, database=store.database) for c in clients]
+        await racers[0].setup()
+        for step in range(3):
+            results = await asyncio.gather(
+                *(
+                    cp.put(make_checkpoint("race", step, state={"w": i}), if_revision=0)
+                    for i, cp in enumerate(racers)
+                ),
+                return_exceptions=True,
+            )
+            winners = [i for i, r in enumerate(results) if isinstance(r, str)]
+            losers = [r for r in results if isinstance(r, CheckpointConflict)]
+            assert len(winners) == 1 and len(losers) == 15, results
+            assert all((e.expected, e.actual) == (0, 1) for e in losers)
+            got = await racers[0].get("race", step)
+            assert got is not None and got.state == {"w": winners[0]} and got.revision == 1
+    finally:
+        for client in clients:
+            await client.close()
+
+
+async def test_a_thousand_concurrent_unconditional_puts_keep_every_revision(store: Store) -> None:
+    async with store.open() as cp:
+        await asyncio.gather(
+            *(cp.put(make_checkpoint("hot", 0, state={"i": i})) for i in range(1_000))
+        )
+        got = await cp.get("hot")
+        assert got is not None and got.revision == 1_000
+        [info] = await cp.list_threads()
+        assert (info.thread, info.latest_step) == ("hot", 0)
+
+
+async def test_listing_reads_the_real_latest_when_the_summary_is_ahead(store: Store) -> None:
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("t", 0, next=("n",)))
+        await cp.put(make_checkpoint("t", 1, interrupted=True, next=("n",)))
+        # A compare-and-set on an absent step loses after raising the summary.
+        with pytest.raises(CheckpointConflict) as info:
+            await cp.put(make_checkpoint("t", 7), if_revision=3)
+        assert info.value.actual == 0
+        # A server that died between the two writes of a put leaves the same.
+        await store.raw.update_one(
+            {"_id": _key("gone")}, {"$set": {"latest": 4, "ns": "", "th": "gone"}}, upsert=True
+        )
+        [t] = await cp.list_threads()
+        assert (t.thread, t.latest_step, t.interrupted) == ("t", 1, True)
+        assert await cp.get("t", 7) is None
+        # Deleting the real latest step recomputes the summary.
+        assert await cp.prune("t", before_step=2, older_than="2999-01-01T00:00:00Z") == 2
+        assert await cp.list_threads() == []
+        assert await store.raw.count_documents({"_id": _key("t")}) == 0
+
+
+async def test_prune_and_delete_racing_puts_leave_a_true_summary(store: Store) -> None:
+    async with store.open() as writer, store.open() as pruner:
+
+        async def write() -> None:
+            for step in range(60):
+                await writer.put(make_checkpoint("busy", step, state={"s": step}))
+
+        async def prune() -> None:
+            for bound in range(0, 60, 3):
+                await pruner.prune("busy", before_step=bound)
+                await asyncio.sleep(0)
+
+        await asyncio.gather(write(), prune())
+        steps = [c.step async for c in writer.history("busy")]
+        [info] = await writer.list_threads()
+        assert steps and info.latest_step == steps[-1] == 59
+        summary = await store.raw.find_one({"_id": _key("busy")})
+        assert summary is not None and summary["latest"] == 59
+
+
+# -- expiry ----------------------------------------------------------------
+
+
+async def test_ttl_index_and_every_document_of_the_thread_expires_together(store: Store) -> None:
+    async with store.open(ttl=3_600) as cp:
+        for step in range(3):
+            await cp.put(make_checkpoint("t", step))
+        await cp.put(make_checkpoint("other", 0))
+        indexes = await store.raw.index_information()
+        assert indexes["agentflow_expiry"]["expireAfterSeconds"] == 0
+        assert indexes["agentflow_expiry"]["key"] == [("expires_at", 1)]
+        docs = await store.raw.find({"_id.t": "t"}).to_list()
+        assert len(docs) == 4  # three steps and the summary
+        expiries = {d["expires_at"].replace(tzinfo=UTC) for d in docs}
+        assert len(expiries) == 1
+        [expires] = expiries
+        now = datetime.now(UTC)
+        assert now + timedelta(seconds=3_600) <= expires <= now + timedelta(seconds=3_661)
+
+        # Documents written long ago (or before ttl was enabled) are pushed back by the next write.
+        await store.raw.update_many({"_id.t": "t"}, {"$set": {"expires_at": now}})
+        await store.raw.update_one({"_id": _key("t", 0)}, {"$unset": {"expires_at": 1}})
+        await cp.put(make_checkpoint("t", 3))
+        docs = await store.raw.find({"_id.t": "t"}).to_list()
+        assert len(docs) == 5
+        assert {d["expires_at"].replace(tzinfo=UTC) for d in docs} == {expires}
+        other = await store.raw.find_one({"_id": _key("other", 0)})
+        assert other is not None and other["expires_at"].replace(tzinfo=UTC) == expires
+
+
+# -- corruption, size and cancellation ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"$set": {"payload": "not binary"}},
+        {"$unset": {"rev": 1}},
+        {"$set": {"rev": "1"}},
+        {"$set": {"payload": b'{"v": 1}'}},
+    ],
+    ids=["payload-string", "no-revision", "revision-string", "truncated-payload"],
+)
+async def test_damaged_documents_raise_corrupted(store: Store, damage: Doc) -> None:
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("t", 0))
+        await cp.put(make_checkpoint("t", 1))
+        await store.raw.update_one({"_id": _key("t", 1)}, damage)
+        for read in (cp.get("t"), cp.get("t", 1)):
+            with pytest.raises(CheckpointCorrupted):
+                await read
+        assert await cp.get("t", 0) is not None
+
+
+async def test_a_payload_moved_to_another_key_is_corrupted(store: Store) -> None:
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("victim", 0, state={"secret": 1}))
+        await cp.put(make_checkpoint("attacker", 0))
+        stolen = await store.raw.find_one({"_id": _key("victim", 0)})
+        assert stolen is not None
+        await store.raw.update_one(
+            {"_id": _key("attacker", 0)}, {"$set": {"payload": stolen["payload"]}}
+        )
+        with pytest.raises(CheckpointCorrupted):
+            await cp.get("attacker")
+        await store.raw.update_one({"_id": _key("victim", 0)}, {"$unset": {"done": 1}})
+        with pytest.raises(CheckpointCorrupted):
+            await cp.list_threads()
+
+
+async def test_a_checkpoint_over_the_document_limit_is_refused_and_nothing_stored(
+    store: Store,
+) -> None:
+    async with store.open() as cp:
+        with pytest.raises(InvalidArgument):
+            await cp.put(make_checkpoint("big", 0, state={"blob": "x" * (16 * 1024 * 1024)}))
+        assert await cp.get("big") is None and await cp.list_threads() == []
+    assert await store.raw.count_documents({}) == 0
+
+
+async def test_cancellation_propagates(store: Store) -> None:
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("t", 0))
+        task = asyncio.create_task(cp.put(make_checkpoint("t", 1, state={"x": "y" * 100_000})))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (await cp.get("t")) is not None
+
+
+# -- faults ----------------------------------------------------------------
+
+
+def _crash_and_restart(server: MongodProcess) -> None:
+    assert server.proc is not None
+    server.proc.kill()
+    server.proc.wait()
+    server.proc = None
+    server.start()
+
+
+async def test_a_mongod_crash_raises_store_unavailable_and_loses_no_journaled_put() -> None:
+    """kill -9 under four busy writers, on a private mongod so no shared server suffers.
+
+    With ``journal=True`` every acknowledged put survives the crash; a put that
+    raised is either absent or whole.
+    """
+    try:
+        server = MongodProcess()
+    except (ImportError, RuntimeError, OSError) as exc:
+        server_missing("mongod binary", exc)
+    uri = server.uri + "&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000"
+    try:
+        async with MongoCheckpointer(uri, database="faults", journal=True) as cp:
+            outcomes: dict[tuple[int, int], BaseException | None] = {}
+            busy, crashed = asyncio.Event(), asyncio.Event()
+
+            async def writer(lane: int) -> None:
+                step = 0
+                while not crashed.is_set() or step < 3:
+                    try:
+                        await cp.put(make_checkpoint(f"lane-{lane}", step, state={"n": step}))
+                        outcomes[lane, step] = None
+                    except StoreUnavailable as exc:
+                        outcomes[lane, step] = exc
+                    step += 1
+                    if len(outcomes) >= 8:
+                        busy.set()
+
+            async def crash() -> None:
+                await busy.wait()
+                await asyncio.to_thread(_crash_and_restart, server)
+                crashed.set()
+
+            await asyncio.gather(crash(), *(writer(lane) for lane in range(4)))
+            in_flight = [e for e in outcomes.values() if e is not None]
+            assert in_flight, "no call was in flight while mongod crashed"
+
+            server.stop()
+            with pytest.raises(StoreUnavailable) as down:
+                await cp.put(make_checkpoint("lane-0", 10_000))
+            with pytest.raises(StoreUnavailable):
+                await cp.list_threads()
+            server.start()
+            await cp.put(make_checkpoint("lane-0", 10_001))
+
+            for exc in [*in_flight, down.value]:
+                assert isinstance(exc.__cause__, ConnectionFailure), repr(exc.__cause__)
+                assert exc.retryable and exc.code == "store_unavailable"
+            for lane in range(4):
+                stored = {c.step: c for c in [x async for x in cp.history(f"lane-{lane}")]}
+                for (at, step), outcome in outcomes.items():
+                    if at == lane and (outcome is None or step in stored):
+                        assert stored[step].state == {"n": step} and stored[step].revision == 1
+            infos = {i.thread: i.latest_step for i in await cp.list_threads()}
+            assert infos["lane-0"] == 10_001 and 10_000 not in infos.values()
+    finally:
+        server.cleanup()
