@@ -3,18 +3,17 @@
 Why it is shaped this way (the full story, with figures, is docs/sqlite.md):
 
 * Every write goes through **one writer thread** owning one long-lived connection.
-  It drains whatever puts are waiting, applies them in one ``BEGIN IMMEDIATE``
+  It drains whatever writes are waiting, applies them in one ``BEGIN IMMEDIATE``
   transaction (each compare-and-set decided in order, a conflict failing only its
   own put) and commits once: **group commit**. Eight concurrent writers then cost
   about one fsync, not eight, and every put is still durable before it returns.
 * Reads run on **their own thread and connection**, so a read never waits behind
   the writer's fsync (WAL lets readers proceed during a write).
 * The event loop only validates arguments and parks on a future; encoding,
-  redaction, SQL and decoding all happen on the worker threads, so even a
-  many-megabyte state or a slow redactor never stalls other tasks.
+  redaction and SQL run on the worker threads, so a many-megabyte state or a slow
+  redactor never stalls other tasks.
 * A thread-summary table is updated in the same transaction as each put, prune
-  and delete, so listing threads costs O(page) instead of a scan of every
-  checkpoint.
+  and delete, so listing threads costs O(page), not a scan of every checkpoint.
 """
 
 from __future__ import annotations
@@ -55,8 +54,8 @@ from agentflow.errors import (
 
 __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer"]
 
-#: Version of the tables below, stored in ``agentflow_meta``. A file written by
-#: a newer agentflow is refused rather than misread.
+#: Version of the tables below, kept in ``agentflow_meta``. A file written by a
+#: newer agentflow is refused rather than misread.
 SCHEMA_VERSION: Final = 1
 #: Accepted values of ``synchronous``, weakest to strongest (SQLite's PRAGMA).
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -64,115 +63,93 @@ SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 _BACKEND: Final = "sqlite"
 #: Rows per history read: bounds memory while keeping thread hops rare.
 _HISTORY_BATCH: Final = 256
-#: Larger history payloads are decoded on the reader thread, smaller ones as yielded.
+#: History payloads above this are decoded on the reader thread, smaller ones as yielded.
 _DECODE_ON_LOOP_MAX: Final = 64 * 1024
 #: Most jobs one transaction takes, so one commit never holds the lock for long.
 _MAX_GROUP: Final = 128
 
+# Payload last: reading the small columns never touches its overflow pages.
 _SCHEMA: Final = (
-    # Payload last: reading the small columns never touches its overflow pages.
-    """CREATE TABLE agentflow_checkpoints (
-        namespace TEXT NOT NULL, thread TEXT NOT NULL, step INTEGER NOT NULL,
-        revision INTEGER NOT NULL, ts_us INTEGER NOT NULL, ts TEXT NOT NULL,
-        interrupted INTEGER NOT NULL, done INTEGER NOT NULL, wake_at TEXT,
-        payload BLOB NOT NULL,
-        PRIMARY KEY (namespace, thread, step))""",
-    """CREATE TABLE agentflow_threads (
-        namespace TEXT NOT NULL, thread TEXT NOT NULL, latest_step INTEGER NOT NULL,
-        interrupted INTEGER NOT NULL, done INTEGER NOT NULL, ts TEXT NOT NULL, wake_at TEXT,
-        PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
+    """CREATE TABLE agentflow_checkpoints (namespace TEXT NOT NULL, thread TEXT NOT NULL,
+    step INTEGER NOT NULL, revision INTEGER NOT NULL, ts_us INTEGER NOT NULL, ts TEXT NOT NULL,
+    interrupted INTEGER NOT NULL, done INTEGER NOT NULL, wake_at TEXT, payload BLOB NOT NULL,
+    PRIMARY KEY (namespace, thread, step))""",
+    """CREATE TABLE agentflow_threads (namespace TEXT NOT NULL, thread TEXT NOT NULL,
+    latest_step INTEGER NOT NULL, interrupted INTEGER NOT NULL, done INTEGER NOT NULL,
+    ts TEXT NOT NULL, wake_at TEXT, PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
 )
+_META: Final = "SELECT value FROM agentflow_meta WHERE key = 'schema_version'"
 _KEY: Final = "namespace = ? AND thread = ?"
-_SELECT_REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {_KEY} AND step = ?"
-_UPSERT: Final = """INSERT INTO agentflow_checkpoints
-    (namespace, thread, step, revision, ts_us, ts, interrupted, done, wake_at, payload)
-    VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (namespace, thread, step) DO UPDATE SET
-    revision = revision + 1, ts_us = excluded.ts_us, ts = excluded.ts,
-    interrupted = excluded.interrupted, done = excluded.done, wake_at = excluded.wake_at,
-    payload = excluded.payload"""
-_UPSERT_SUMMARY: Final = """INSERT INTO agentflow_threads
-    (namespace, thread, latest_step, interrupted, done, ts, wake_at) VALUES (?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (namespace, thread) DO UPDATE SET
-    latest_step = excluded.latest_step, interrupted = excluded.interrupted,
-    done = excluded.done, ts = excluded.ts, wake_at = excluded.wake_at
-    WHERE excluded.latest_step >= agentflow_threads.latest_step"""
-_REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads
-    SELECT namespace, thread, step, interrupted, done, ts, wake_at FROM agentflow_checkpoints
-    WHERE {_KEY} ORDER BY step DESC LIMIT 1"""
-_GET_LATEST: Final = (
-    f"SELECT step, revision, payload FROM agentflow_checkpoints WHERE {_KEY} "
-    "ORDER BY step DESC LIMIT 1"
+_ROWS: Final = "SELECT step, revision, payload FROM agentflow_checkpoints WHERE " + _KEY
+_GET_LATEST: Final = f"{_ROWS} ORDER BY step DESC LIMIT 1"
+_GET_STEP: Final = f"{_ROWS} AND step = ?"
+_HISTORY: Final = f"{_ROWS} AND step > ? ORDER BY step LIMIT ?"
+_REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {_KEY} AND step = ?"
+_UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (namespace, thread, step) DO UPDATE SET revision = revision + 1,
+    ts_us = excluded.ts_us, ts = excluded.ts, interrupted = excluded.interrupted,
+    done = excluded.done, wake_at = excluded.wake_at, payload = excluded.payload"""
+_UPSERT_SUMMARY: Final = """INSERT INTO agentflow_threads VALUES (?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = excluded.latest_step,
+    interrupted = excluded.interrupted, done = excluded.done, ts = excluded.ts,
+    wake_at = excluded.wake_at WHERE excluded.latest_step >= agentflow_threads.latest_step"""
+_REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads SELECT namespace, thread, step,
+    interrupted, done, ts, wake_at FROM agentflow_checkpoints WHERE {_KEY}
+    ORDER BY step DESC LIMIT 1"""
+_SUMMARIES: Final = (
+    "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM agentflow_threads"
 )
-_GET_STEP: Final = (
-    f"SELECT step, revision, payload FROM agentflow_checkpoints WHERE {_KEY} AND step = ?"
-)
-_HISTORY: Final = (
-    f"SELECT step, revision, payload FROM agentflow_checkpoints WHERE {_KEY} AND step > ? "
-    "ORDER BY step LIMIT ?"
-)
-_SUMMARY_COLUMNS: Final = "thread, latest_step, interrupted, done, ts, wake_at"
-_LIST_OFFSET: Final = (
-    f"SELECT {_SUMMARY_COLUMNS} FROM agentflow_threads WHERE namespace = ? "
-    "ORDER BY thread LIMIT ? OFFSET ?"
-)
-_LIST_AFTER: Final = (
-    f"SELECT {_SUMMARY_COLUMNS} FROM agentflow_threads WHERE namespace = ? AND thread > ? "
-    "ORDER BY thread LIMIT ?"
-)
+_LIST_OFFSET: Final = f"{_SUMMARIES} WHERE namespace = ? ORDER BY thread LIMIT ? OFFSET ?"
+_LIST_AFTER: Final = f"{_SUMMARIES} WHERE namespace = ? AND thread > ? ORDER BY thread LIMIT ?"
 
 # Primary result codes (the low byte of an extended code) and what they mean to a caller.
 _CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 _UNAVAILABLE_CODES: Final = frozenset(
-    {
-        sqlite3.SQLITE_BUSY,
-        sqlite3.SQLITE_LOCKED,
-        sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_FULL,
-        sqlite3.SQLITE_CANTOPEN,
-        sqlite3.SQLITE_PROTOCOL,
-        sqlite3.SQLITE_NOMEM,
-    }
+    getattr(sqlite3, f"SQLITE_{name}")
+    for name in ("BUSY", "LOCKED", "IOERR", "FULL", "CANTOPEN", "PROTOCOL", "NOMEM")
 )
 
+#: A queued job: the caller's loop, its future, and the work (None asks the thread to stop).
+_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any] | None]
+_Outcome = tuple["asyncio.Future[Any]", Any]
 
-def _store_error(exc: BaseException) -> BaseException:
+
+def _caller_error(exc: BaseException) -> BaseException:
     """A fresh typed error for one caller, keeping the driver error as ``__cause__``.
 
-    Each waiting caller gets its own instance so tracebacks of concurrent
-    failures do not pile onto one shared object.
+    Each waiting caller gets its own instance, so the tracebacks of callers that
+    failed together do not pile onto one shared object.
     """
-    if isinstance(exc, sqlite3.Error):
+    if isinstance(exc, sqlite3.Error | OSError):
         code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
         kind: type[CheckpointError] = CheckpointError
         if code in _CORRUPT_CODES:
             kind = CheckpointCorrupted
-        elif code in _UNAVAILABLE_CODES:
+        elif code in _UNAVAILABLE_CODES or isinstance(exc, OSError):
             kind = StoreUnavailable
         error: BaseException = kind(f"sqlite: {exc}")
         error.__cause__ = exc
-        return error
-    if isinstance(exc, OSError):
-        error = StoreUnavailable(f"sqlite file unavailable: {exc}")
-        error.__cause__ = exc
-        return error
-    error = copy.copy(exc)
-    error.__cause__ = exc.__cause__
+    else:
+        error = copy.copy(exc)
+        error.__cause__ = exc.__cause__
     return error
 
 
-def _sql_key(thread: object) -> str:
-    """Validate a thread id, also refusing lone surrogates that SQLite cannot store."""
-    key = validate_thread(thread)
-    if not key.isascii():
+def _sql_text(value: str, error: type[InvalidArgument], what: str) -> str:
+    """Refuse lone surrogates, which SQLite cannot store as text."""
+    if not value.isascii():
         try:
-            key.encode()
+            value.encode()
         except UnicodeEncodeError as exc:
-            raise InvalidThreadId(f"thread id {key!r} is not valid Unicode") from exc
-    return key
+            raise error(f"{what} {value!r} is not valid Unicode") from exc
+    return value
 
 
-def _settle(outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
+def _key(thread: object) -> str:
+    return _sql_text(validate_thread(thread), InvalidThreadId, "thread id")
+
+
+def _settle(outcomes: list[_Outcome]) -> None:
     for future, outcome in outcomes:
         if future.done():  # the caller was cancelled; nobody is waiting
             continue
@@ -182,30 +159,36 @@ def _settle(outcomes: list[tuple[asyncio.Future[Any], Any]]) -> None:
             future.set_result(outcome)
 
 
-#: A queued job: the caller's loop, its future, and the work (None asks the thread to stop).
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any] | None]
+def _deliver(jobs: list[_Job], outcomes: list[Any]) -> None:
+    """Hand results back with one ``call_soon_threadsafe`` per loop, not one per job."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for (loop, future, _), outcome in zip(jobs, outcomes, strict=True):
+        by_loop.setdefault(loop, []).append((future, outcome))
+    for loop, settled in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
+            loop.call_soon_threadsafe(_settle, settled)
 
 
 class _Worker:
-    """One daemon thread owning one connection, fed by a queue of jobs.
+    """One daemon thread owning one connection, fed through a queue.
 
-    Results reach each caller's loop with one ``call_soon_threadsafe`` per
-    drained group, so a group of N jobs costs one loop wake-up, not N.
-    ``group`` runs a drained group (the writer: one transaction); a job that
-    arrives after the thread stopped is failed, never left hanging.
+    The thread drains every job waiting and passes them to ``run`` at once
+    (the writer makes one transaction of them). The connection is opened on
+    the first group and again after a failed open, so a transient error (a
+    lock held at start-up) is not sticky. A job queued after the thread
+    stopped is failed, never left hanging.
     """
 
     def __init__(
         self,
         name: str,
         connect: Callable[[], sqlite3.Connection],
-        group: Callable[[sqlite3.Connection, list[Callable[..., Any]]], list[Any]],
+        run: Callable[[sqlite3.Connection, list[Callable[..., Any]]], list[Any]],
     ) -> None:
         self._connect = connect
-        self._group = group
+        self._run_group = run
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self.opened = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self.thread.start()
 
     def submit(self, work: Callable[..., Any] | None) -> asyncio.Future[Any]:
@@ -214,115 +197,172 @@ class _Worker:
         self._queue.put((loop, future, work))
         return future
 
-    def _run(self) -> None:
+    def _drain(self) -> list[_Job]:
+        jobs = [self._queue.get()]
+        with contextlib.suppress(queue.Empty):
+            while len(jobs) < _MAX_GROUP:
+                jobs.append(self._queue.get_nowait())
+        return jobs
+
+    def _loop(self) -> None:
         conn: sqlite3.Connection | None = None
-        failure: BaseException | None = None
-        try:
-            conn = self._connect()
-        except Exception as exc:  # reported to every job: the caller decides what to do
-            failure = exc
-        finally:
-            self.opened.set()
         stop: list[_Job] = []
         while not stop:
-            jobs = [self._queue.get()]
-            while len(jobs) < _MAX_GROUP:
-                try:
-                    jobs.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            jobs = self._drain()
             stop = [job for job in jobs if job[2] is None]
             work = [job for job in jobs if job[2] is not None]
-            if work:
-                if conn is None:
-                    outcomes: list[Any] = [_store_error(failure) for _ in work]  # type: ignore[arg-type]
-                else:
-                    outcomes = self._group(conn, [job[2] for job in work])  # type: ignore[misc]
-                _deliver(work, outcomes)
+            if not work:
+                continue
+            try:
+                conn = conn or self._connect()
+            except Exception as exc:
+                _deliver(work, [_caller_error(exc) for _ in work])
+            else:
+                _deliver(work, self._run_group(conn, [job[2] for job in work]))  # type: ignore[misc]
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-        closed = CheckpointError("the SqliteCheckpointer is closed")
         late: list[_Job] = []
         with contextlib.suppress(queue.Empty):
             while True:
                 late.append(self._queue.get_nowait())
-        _deliver(late, [closed] * len(late))
+        _deliver(late, [CheckpointError("the SqliteCheckpointer is closed") for _ in late])
         _deliver(stop, [None] * len(stop))
 
 
-def _deliver(jobs: list[_Job], outcomes: list[Any]) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
-    for (loop, future, _), outcome in zip(jobs, outcomes, strict=True):
-        by_loop.setdefault(loop, []).append((future, outcome))
-    for loop, settled in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            loop.call_soon_threadsafe(_settle, settled)
-
-
-def _read_each(conn: sqlite3.Connection, works: list[Callable[..., Any]]) -> list[Any]:
+def _read_each(conn: sqlite3.Connection, reads: list[Callable[..., Any]]) -> list[Any]:
     outcomes: list[Any] = []
-    for work in works:
+    for read in reads:
         try:
-            outcomes.append(work(conn))
+            outcomes.append(read(conn))
         except Exception as exc:
-            outcomes.append(_store_error(exc))
+            outcomes.append(_caller_error(exc))
     return outcomes
 
 
-def _write_group(conn: sqlite3.Connection, preps: list[Callable[..., Any]]) -> list[Any]:
+def _write_group(conn: sqlite3.Connection, writes: list[Callable[..., Any]]) -> list[Any]:
     """Apply a group of writes in one transaction and commit once.
 
-    Each job is a *prepare* callable run before the lock is taken (encoding,
-    redaction; bad input fails only its own job) that returns the callable to
+    Each write is a *prepare* callable, run before the lock is taken (encoding,
+    redaction: bad input fails only its own write), returning the callable to
     run inside the transaction. A :class:`CheckpointConflict` fails only its
-    job, having written nothing; any other error rolls back the whole group,
-    so every job in it fails and none of it persisted.
+    write, which changed nothing; any other error rolls the whole group back,
+    so every write in it fails and none of it persisted.
     """
-    outcomes: list[Any] = [None] * len(preps)
-    live: list[tuple[int, Callable[[sqlite3.Connection], Any]]] = []
-    for index, prepare in enumerate(preps):
+    outcomes: list[Any] = [None] * len(writes)
+    ready: list[tuple[int, Callable[[sqlite3.Connection], Any]]] = []
+    for index, prepare in enumerate(writes):
         try:
-            live.append((index, prepare()))
+            ready.append((index, prepare()))
         except Exception as exc:
             outcomes[index] = exc
-    if not live:
+    if not ready:
         return outcomes
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for index, apply in live:
+        with _transaction(conn):
+            for index, apply in ready:
                 try:
                     outcomes[index] = apply(conn)
                 except CheckpointConflict as exc:
                     outcomes[index] = exc
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
     except Exception as exc:
-        for index, _ in live:
-            outcomes[index] = _store_error(exc)
+        for index, _ in ready:
+            outcomes[index] = _caller_error(exc)
     return outcomes
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Any:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _schema_version(conn: sqlite3.Connection) -> Any:
+    tables = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentflow_meta'"
+    if not conn.execute(tables).fetchall():
+        return None
+    rows = conn.execute(_META).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the tables in a new file, or refuse a file whose schema we do not know.
+
+    The version lives in our own ``agentflow_meta`` table rather than
+    ``PRAGMA user_version``, so a file shared with another application keeps
+    its version slot. Creation re-checks under the write lock, so processes
+    opening a new file at once create it exactly once.
+    """
+    version = _schema_version(conn)
+    if version is None:
+        with _transaction(conn):
+            version = _schema_version(conn)
+            if version is None:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS agentflow_meta "
+                    "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
+                )
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
+                )
+                version = SCHEMA_VERSION
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointCorrupted(f"{path} holds an invalid agentflow schema version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise CheckpointError(
+            f"{path} has agentflow schema version {version}, newer than version "
+            f"{SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
+        )
+
+
+def _put_rows(
+    conn: sqlite3.Connection, namespace: str, cp: EncodedCheckpoint, if_revision: int | None
+) -> str:
+    if if_revision is not None:
+        rows = conn.execute(_REVISION, (namespace, cp.thread, cp.step)).fetchall()
+        current = rows[0][0] if rows else 0
+        if current != if_revision:
+            raise CheckpointConflict(cp.thread, cp.step, if_revision, current)
+    key, status = (namespace, cp.thread, cp.step), (cp.interrupted, cp.done)
+    conn.execute(_UPSERT, (*key, cp.ts_us, cp.ts, *status, cp.wake_at, cp.payload))
+    conn.execute(_UPSERT_SUMMARY, (*key, *status, cp.ts, cp.wake_at))
+    return f"{cp.thread}:{cp.step}"
+
+
+def _decoded(thread: str, row: tuple[int, int, bytes]) -> Checkpoint:
+    step, revision, payload = row
+    cp = decode(payload, revision)
+    if cp.thread != thread or cp.step != step:
+        raise CheckpointCorrupted(
+            f"row ({thread!r}, {step}) holds the checkpoint of ({cp.thread!r}, {cp.step})"
+        )
+    return cp
 
 
 class SqliteCheckpointer:
     """Durable checkpointer backed by one SQLite file in WAL mode.
 
-    ``synchronous`` is SQLite's durability knob: ``"FULL"`` (default) fsyncs the
+    ``synchronous`` is SQLite's durability knob: ``"FULL"`` (default) syncs the
     log at every commit, so a put that returned survives power loss;
     ``"NORMAL"`` survives a crash of the process but may lose the last commits
-    on power loss; ``"OFF"`` leaves it to the OS; ``"EXTRA"`` also syncs the
-    directory. ``busy_timeout`` (seconds) is how long a write waits for another
-    process holding the file's write lock before raising
+    on power loss; ``"OFF"`` leaves flushing to the OS; ``"EXTRA"`` also syncs
+    the directory. ``busy_timeout`` (seconds) is how long a write waits for
+    another process holding the file's write lock before raising
     :class:`~agentflow.errors.StoreUnavailable`.
 
-    Worker threads and connections are created on first use and stopped by
-    :meth:`close` (or ``async with``), which first finishes queued writes. The
-    checkpoint passed to :meth:`put` is encoded on the writer thread: do not
-    mutate its state until ``put`` returns.
+    The two worker threads and their connections start on first use and stop
+    in :meth:`close` (or ``async with``), which first finishes queued writes.
+    ``put`` encodes the checkpoint on the writer thread: do not mutate its
+    state until ``put`` returns.
     """
 
     def __init__(
@@ -335,30 +375,21 @@ class SqliteCheckpointer:
         busy_timeout: float = 5.0,
     ) -> None:
         if not isinstance(path, str | os.PathLike) or str(path) in {"", ":memory:"}:
-            raise InvalidArgument(
-                f"path must name a database file (use MemoryCheckpointer in memory), got {path!r}"
-            )
+            raise InvalidArgument(f"path must name a database file, got {path!r}")
         mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if mode not in SYNCHRONOUS_MODES:
-            raise InvalidArgument(
-                f"synchronous must be one of {SYNCHRONOUS_MODES}, got {synchronous!r}"
-            )
+            raise InvalidArgument(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {mode!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
             raise InvalidArgument(f"busy_timeout must be seconds, got {busy_timeout!r}")
-        if not 0 <= busy_timeout < 86_400:
-            raise InvalidArgument(
-                f"busy_timeout must be from 0 to 86400 seconds, got {busy_timeout}"
-            )
+        if not 0 <= busy_timeout <= 86_400:
+            raise InvalidArgument(f"busy_timeout must be 0 to 86400 seconds, not {busy_timeout}")
         self.path = Path(path)
         self.synchronous: str = mode
         self._busy_timeout = float(busy_timeout)
         self._redact = redact or redact_none
-        self._namespace = _sql_namespace(namespace)
-        self._writer: _Worker | None = None
-        self._reader: _Worker | None = None
+        self._namespace = _sql_text(validate_namespace(namespace), InvalidArgument, "namespace")
+        self._workers: tuple[_Worker, _Worker] | None = None
         self._closed = False
-
-    # -- lifecycle ---------------------------------------------------------
 
     async def __aenter__(self) -> SqliteCheckpointer:
         return self
@@ -372,59 +403,48 @@ class SqliteCheckpointer:
         await self.close()
 
     async def close(self) -> None:
-        """Finish queued writes, close both connections and stop both threads."""
+        """Finish queued writes, then close both connections and stop both threads."""
         if self._closed:
             return
         self._closed = True
-        workers = [w for w in (self._writer, self._reader) if w is not None]
-        for stopped in [w.submit(None) for w in workers]:
+        if self._workers is None:
+            return
+        for stopped in [worker.submit(None) for worker in self._workers]:
             await stopped
-        for worker in workers:
+        for worker in self._workers:
             worker.thread.join()
 
-    def _workers(self) -> tuple[_Worker, _Worker]:
+    def _started(self) -> tuple[_Worker, _Worker]:
         if self._closed:
             raise CheckpointError("the SqliteCheckpointer is closed")
-        if self._writer is None or self._reader is None:
-            writer = _Worker("agentflow-sqlite-writer", self._open_writer, _write_group)
-            opened = writer.opened
-            self._reader = _Worker(
-                "agentflow-sqlite-reader", lambda: self._open_reader(opened), _read_each
+        if self._workers is None:
+            self._workers = (
+                _Worker("agentflow-sqlite-writer", self._open, _write_group),
+                _Worker("agentflow-sqlite-reader", lambda: self._open(read_only=True), _read_each),
             )
-            self._writer = writer
-        return self._writer, self._reader
+        return self._workers
 
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(
-            self.path, timeout=self._busy_timeout, isolation_level=None, cached_statements=32
-        )
-
-    def _open_writer(self) -> sqlite3.Connection:
+    def _open(self, *, read_only: bool = False) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = self._connect()
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
         try:
-            (mode,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            if str(mode).lower() != "wal":
-                raise CheckpointError(f"{self.path} cannot use WAL (journal_mode is {mode})")
+            (journal,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            if str(journal).lower() != "wal":
+                raise CheckpointError(f"{self.path} cannot use WAL (journal_mode={journal})")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")  # one of SYNCHRONOUS_MODES
             _ensure_schema(conn, self.path)
+            if read_only:
+                conn.execute("PRAGMA query_only=ON")
         except BaseException:
             conn.close()
             raise
         return conn
 
-    def _open_reader(self, writer_opened: threading.Event) -> sqlite3.Connection:
-        # The writer creates the schema first; if it failed, reads fail the same way
-        # (the reader's own check below then raises the same kind of error).
-        writer_opened.wait()
-        conn = self._connect()
-        try:
-            conn.execute("PRAGMA query_only=ON")
-            _ensure_schema(conn, self.path, create=False)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    async def _write(self, prepare: Callable[[], Callable[[sqlite3.Connection], Any]]) -> Any:
+        return await self._started()[0].submit(prepare)
+
+    async def _read(self, read: Callable[[sqlite3.Connection], Any]) -> Any:
+        return await self._started()[1].submit(read)
 
     # -- writes ------------------------------------------------------------
 
@@ -435,98 +455,89 @@ class SqliteCheckpointer:
             raise InvalidArgument(f"if_revision must be None or an int >= 0, got {if_revision!r}")
         if not isinstance(cp, Checkpoint):
             raise InvalidArgument(f"put takes a Checkpoint, got {type(cp).__name__}")
-        _sql_key(cp.thread)
+        _key(cp.thread)
         namespace, redact = self._namespace, self._redact
 
         def prepare() -> Callable[[sqlite3.Connection], str]:
             encoded = encode(cp, redact)
             return lambda conn: _put_rows(conn, namespace, encoded, if_revision)
 
-        writer, _ = self._workers()
-        result: str = await writer.submit(prepare)
+        result: str = await self._write(prepare)
         return result
 
     async def delete_thread(self, thread: str) -> None:
-        args = (self._namespace, _sql_key(thread))
+        key = (self._namespace, _key(thread))
 
         def apply(conn: sqlite3.Connection) -> None:
-            conn.execute(f"DELETE FROM agentflow_checkpoints WHERE {_KEY}", args)
-            conn.execute(f"DELETE FROM agentflow_threads WHERE {_KEY}", args)
+            conn.execute(f"DELETE FROM agentflow_checkpoints WHERE {_KEY}", key)
+            conn.execute(f"DELETE FROM agentflow_threads WHERE {_KEY}", key)
 
-        writer, _ = self._workers()
-        await writer.submit(lambda: apply)
+        await self._write(lambda: apply)
 
     async def prune(
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
     ) -> int:
         check_prune_bounds(before_step, older_than)
-        key = (self._namespace, _sql_key(thread))
-        clauses, bounds = [], []
+        key: tuple[object, ...] = (self._namespace, _key(thread))
+        delete, bounds = f"DELETE FROM agentflow_checkpoints WHERE {_KEY}", [*key]
         if before_step is not None:
-            clauses.append(" AND step < ?")
+            delete += " AND step < ?"
             bounds.append(before_step)
         if older_than is not None:
-            clauses.append(" AND ts_us < ?")
+            delete += " AND ts_us < ?"
             bounds.append(parse_instant(older_than, what="older_than"))
-        delete = f"DELETE FROM agentflow_checkpoints WHERE {_KEY}{''.join(clauses)}"
 
         def apply(conn: sqlite3.Connection) -> int:
-            removed = conn.execute(delete, (*key, *bounds)).rowcount
+            removed: int = conn.execute(delete, bounds).rowcount
             if removed:
                 conn.execute(f"DELETE FROM agentflow_threads WHERE {_KEY}", key)
                 conn.execute(_REBUILD_SUMMARY, key)
             return removed
 
-        writer, _ = self._workers()
-        result: int = await writer.submit(lambda: apply)
+        result: int = await self._write(lambda: apply)
         return result
 
     # -- reads -------------------------------------------------------------
 
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
-        key = (self._namespace, _sql_key(thread))
+        key = (self._namespace, _key(thread))
         sql, args = (_GET_LATEST, key) if step is None else (_GET_STEP, (*key, validate_step(step)))
 
         def read(conn: sqlite3.Connection) -> Checkpoint | None:
             rows = conn.execute(sql, args).fetchall()
             return _decoded(key[1], rows[0]) if rows else None
 
-        _, reader = self._workers()
-        result: Checkpoint | None = await reader.submit(read)
+        result: Checkpoint | None = await self._read(read)
         return result
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         """Stream in keyset batches, reading the next batch while this one is consumed.
 
-        Rows are decoded one at a time as they are yielded, so only the
-        checkpoint the caller holds is alive as objects (a whole decoded batch
-        would cost far more in garbage collection than the decoding itself);
-        a payload over ``_DECODE_ON_LOOP_MAX`` bytes is decoded on the reader
-        thread instead, so no single step stalls the event loop.
+        Rows are decoded one at a time as they are yielded, so only what the
+        caller holds is alive as objects (a whole decoded batch costs more in
+        garbage collection than the decoding itself); a payload over
+        ``_DECODE_ON_LOOP_MAX`` bytes is decoded on the reader thread instead,
+        so no single step stalls the event loop.
         """
-        key = (self._namespace, _sql_key(thread))
+        key = (self._namespace, _key(thread))
 
-        def read(after: int) -> Callable[[sqlite3.Connection], list[Any]]:
-            def rows(conn: sqlite3.Connection) -> list[Any]:
-                found = conn.execute(_HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
-                return [
-                    _decoded(key[1], row) if len(row[2]) > _DECODE_ON_LOOP_MAX else row
-                    for row in found
-                ]
+        def batch_after(after: int) -> Callable[[sqlite3.Connection], list[Any]]:
+            def read(conn: sqlite3.Connection) -> list[Any]:
+                rows = conn.execute(_HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
+                big = _DECODE_ON_LOOP_MAX
+                return [_decoded(key[1], row) if len(row[2]) > big else row for row in rows]
 
-            return rows
+            return read
 
-        _, reader = self._workers()
-        pending: asyncio.Future[list[Any]] | None = reader.submit(read(-1))
+        reader = self._started()[1]
+        pending: asyncio.Future[list[Any]] | None = reader.submit(batch_after(-1))
         try:
             while pending is not None:
-                batch = await pending
-                pending = None
+                batch, pending = await pending, None
                 if len(batch) == _HISTORY_BATCH:
                     last = batch[-1]
-                    pending = reader.submit(
-                        read(last.step if isinstance(last, Checkpoint) else last[0])
-                    )
+                    step = last.step if isinstance(last, Checkpoint) else last[0]
+                    pending = reader.submit(batch_after(step))
                 for item in batch:
                     yield item if isinstance(item, Checkpoint) else _decoded(key[1], item)
         finally:
@@ -553,83 +564,5 @@ class SqliteCheckpointer:
                 for thread, step, interrupted, done, ts, wake_at in conn.execute(sql, args)
             ]
 
-        _, reader = self._workers()
-        result: list[ThreadInfo] = await reader.submit(read)
+        result: list[ThreadInfo] = await self._read(read)
         return result
-
-
-def _sql_namespace(namespace: object) -> str:
-    stored = validate_namespace(namespace)
-    try:
-        stored.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidArgument(f"namespace {stored!r} is not valid Unicode") from exc
-    return stored
-
-
-def _ensure_schema(conn: sqlite3.Connection, path: Path, *, create: bool = True) -> None:
-    """Create the tables on a new file, or refuse a file whose schema we do not know.
-
-    The version lives in our own ``agentflow_meta`` table rather than
-    ``PRAGMA user_version`` so that a file shared with another application
-    keeps its own version slot. Creation runs under the write lock, so two
-    processes opening a new file at once cannot both create it.
-    """
-    if create:
-        conn.execute("BEGIN IMMEDIATE")
-    try:
-        if create:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS agentflow_meta "
-                "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
-            )
-        rows = conn.execute(
-            "SELECT value FROM agentflow_meta WHERE key = 'schema_version'"
-        ).fetchall()
-        if not rows and create:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
-            )
-        elif not rows or not isinstance(rows[0][0], int) or rows[0][0] < 1:
-            raise CheckpointCorrupted(f"{path} has no valid agentflow schema version")
-        elif rows[0][0] > SCHEMA_VERSION:
-            raise CheckpointError(
-                f"{path} has agentflow schema version {rows[0][0]}, newer than the "
-                f"version {SCHEMA_VERSION} this agentflow understands; upgrade agentflow"
-            )
-        if create:
-            conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
-
-
-def _put_rows(
-    conn: sqlite3.Connection, namespace: str, cp: EncodedCheckpoint, if_revision: int | None
-) -> str:
-    if if_revision is not None:
-        rows = conn.execute(_SELECT_REVISION, (namespace, cp.thread, cp.step)).fetchall()
-        current = rows[0][0] if rows else 0
-        if current != if_revision:
-            raise CheckpointConflict(cp.thread, cp.step, if_revision, current)
-    status = (cp.interrupted, cp.done)
-    conn.execute(
-        _UPSERT,
-        (namespace, cp.thread, cp.step, cp.ts_us, cp.ts, *status, cp.wake_at, cp.payload),
-    )
-    conn.execute(_UPSERT_SUMMARY, (namespace, cp.thread, cp.step, *status, cp.ts, cp.wake_at))
-    return f"{cp.thread}:{cp.step}"
-
-
-def _decoded(thread: str, row: tuple[int, int, bytes]) -> Checkpoint:
-    step, revision, payload = row
-    cp = decode(payload, revision)
-    if cp.thread != thread or cp.step != step:
-        raise CheckpointCorrupted(
-            f"row ({thread!r}, {step}) holds the checkpoint of ({cp.thread!r}, {cp.step})"
-        )
-    return cp
