@@ -171,6 +171,9 @@ def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | Non
         render.print_timeline(s.console, history_steps, f"timeline of {result.thread}")
     if result.status == "done":
         s.console.print(f"[green]done[/] {result.thread} at step {result.step}")
+        summary = s.registry.summary(result.checkpoint)
+        if summary:
+            s.console.print(summary, markup=False)
         return
     if result.status == "waiting":
         s.console.print(f"[cyan]waiting[/] in {result.interrupt_node} until {result.wake_at}")
@@ -296,11 +299,7 @@ async def demo(s: Session) -> int:
         s.console.print(
             f"kill it at any point; it continues with: {s.prefix} resume {thread}", markup=False
         )
-    result = await _finish(
-        s, await graph.run(demo_input(s.args.order, s.args.hold), thread=thread), decide
-    )
-    if result.status == "done" and not s.json:
-        s.console.print(str(result.state.get("notification", "")))
+    await _finish(s, await graph.run(demo_input(s.args.order, s.args.hold), thread=thread), decide)
     return 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentflow.runtime import END, START, Graph, NodeContext, append
 
-__all__ = ["DEMO_GRAPH", "build_demo_graph", "demo_input"]
+__all__ = ["DEMO_GRAPH", "build_demo_graph", "demo_input", "summarize"]
 
 DEMO_GRAPH = "refund-approval"
 CHOICES = ["approve", "reject"]
@@ -84,6 +84,11 @@ async def notify(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
     else:
         text = f"Dear {name}, we could not approve a refund for order {state['order_id']}."
     return {"notification": text, "log": ["customer notified"]}
+
+
+def summarize(state: Mapping[str, Any]) -> str:
+    """The line printed when a demo run finishes: what the customer was told."""
+    return str(state.get("notification", ""))
 
 
 def _after_approval(state: Mapping[str, Any]) -> str:

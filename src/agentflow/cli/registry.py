@@ -12,8 +12,8 @@ import os
 import sys
 from collections.abc import Iterable
 
-from agentflow.checkpoint.base import Checkpointer
-from agentflow.cli.demo import build_demo_graph
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.cli.demo import DEMO_GRAPH, build_demo_graph, summarize
 from agentflow.errors import InvalidArgument
 from agentflow.runtime import CompiledGraph, Graph, ThreadNotFound, UnknownGraph
 from agentflow.runtime.claims import runtime_of
@@ -52,6 +52,12 @@ class GraphRegistry:
         graphs = [build_demo_graph(), *(_load(spec) for spec in self.specs)]
         self._graphs = {graph.name: graph for graph in graphs}
         self._compiled: dict[str, CompiledGraph] = {}
+        self._summaries = {DEMO_GRAPH: summarize}
+
+    def summary(self, cp: Checkpoint) -> str | None:
+        """A one-line outcome of a finished run, for graphs that define one."""
+        summarize_state = self._summaries.get(str(runtime_of(cp).get("graph")))
+        return summarize_state(cp.state) if summarize_state else None
 
     def compiled(self, name: str) -> CompiledGraph:
         """The graph called ``name``, compiled; :class:`UnknownGraph` if absent."""

@@ -1,0 +1,111 @@
+"""The ``agentflow`` command end to end, as subprocesses on SQLite."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests.cli.support import af, af_json
+
+
+def test_bare_command_prints_help(tmp_path: Path) -> None:
+    done = af(tmp_path)
+    assert "usage: agentflow" in done.stdout and "demo" in done.stdout
+
+
+def test_demo_runs_to_the_end_on_the_default_store(tmp_path: Path) -> None:
+    done = af(tmp_path, "demo", "--approve", "--hold", "0.2", "--thread", "d1")
+    assert "done d1 at step 7" in done.stdout
+    assert "ran lookup_order, lookup_customer" in done.stdout
+    assert "refund" in done.stdout and "is on its way" in done.stdout
+    assert (tmp_path / ".runs" / "checkpoints.db").exists()
+    rows = af_json(tmp_path, "history", "d1")
+    assert [r["step"] for r in rows] == list(range(8))
+    assert rows[2]["status"] == "interrupted" and rows[4]["status"] == "waiting"
+    assert rows[-1]["event"] == "ran notify -> done"
+    listing = af_json(tmp_path, "threads", "--status", "done")
+    assert [t["thread"] for t in listing["threads"]] == ["d1"]
+
+
+def test_demo_without_tty_stops_at_approval_and_prints_the_command(tmp_path: Path) -> None:
+    done = af(tmp_path, "demo", "--thread", "d2", "--hold", "0.2")
+    assert "paused at request_approval" in done.stdout
+    lines = [line.strip() for line in done.stdout.splitlines() if "--value" in line]
+    assert lines == [
+        "agentflow resume d2 --value '\"approve\"'",
+        "agentflow resume d2 --value '\"reject\"'",
+    ]
+    assert af_json(tmp_path, "show", "d2")["status"] == "interrupted"
+    resumed = af(tmp_path, *shlex.split(lines[1])[1:])
+    assert "done d2 at step 4" in resumed.stdout and "could not approve" in resumed.stdout
+
+
+def test_show_diff_fork_prune_delete(tmp_path: Path) -> None:
+    af(tmp_path, "demo", "--approve", "--hold", "0.1", "--thread", "src")
+    shown = af_json(tmp_path, "show", "src", "--step", "2")
+    assert shown["interrupt_node"] == "request_approval" and shown["claim"] is not None
+    diff = af_json(tmp_path, "diff", "src", "0", "1")
+    assert {c["path"] for c in diff["changes"]} >= {"customer", "order", "log"}
+    assert "state diff 0 -> 1" in af(tmp_path, "diff", "src", "0", "1").stdout
+    forked = af_json(tmp_path, "fork", "src", "2", "--to", "what-if")
+    assert forked["parent"] == "src:2" and forked["status"] == "interrupted"
+    rejected = af_json(tmp_path, "resume", "what-if", "--value", '"reject"')
+    assert rejected["status"] == "done" and "refund" not in rejected["state"]
+    assert af_json(tmp_path, "show", "src")["state"]["refund"]["status"] == "succeeded"
+    assert af_json(tmp_path, "prune", "src", "--before-step", "3")["removed"] == 3
+    assert af_json(tmp_path, "history", "src")[0]["step"] == 3
+    af(tmp_path, "delete", "src")
+    listing = af_json(tmp_path, "threads")
+    assert [t["thread"] for t in listing["threads"]] == ["what-if"]
+
+
+def test_threads_are_paginated_and_filtered(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        af(tmp_path, "demo", "--thread", name)
+    af(tmp_path, "resume", "b", "--value", '"reject"')
+    first = af_json(tmp_path, "threads", "--limit", "2")
+    assert [t["thread"] for t in first["threads"]] == ["a", "b"]
+    rest = af_json(tmp_path, "threads", "--limit", "2", "--cursor", first["next_cursor"])
+    assert [t["thread"] for t in rest["threads"]] == ["c"] and rest["next_cursor"] is None
+    waiting = af_json(tmp_path, "threads", "--status", "interrupted")
+    assert [t["thread"] for t in waiting["threads"]] == ["a", "c"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["show", "ghost"], "thread 'ghost' not found"),
+        (["history", "ghost"], "thread 'ghost' not found"),
+        (["resume", "ghost"], "thread 'ghost' not found"),
+        (["show", "t", "--step", "99"], "has no step 99"),
+        (["diff", "t", "0", "99"], "has no step 99"),
+        (["fork", "t", "99"], "has no step 99"),
+        (["show", "t", "--store", "ftp://x"], "unsupported store URL"),
+        (["resume", "t", "--value", "approve"], "--value must be JSON"),
+        (["resume", "t"], "waiting until"),
+        (["prune", "t"], "prune needs"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_one(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    af(tmp_path, "demo", "--approve", "--thread", "seed", "--hold", "0")
+    af(tmp_path, "demo", "--thread", "t", "--hold", "3600")
+    af(tmp_path, "resume", "t", "--value", '"approve"')
+    done = af(tmp_path, *args, check=False)
+    assert done.returncode == 1
+    assert needle in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_errors_are_json_with_json_and_passwords_are_masked(tmp_path: Path) -> None:
+    done = af(tmp_path, "show", "ghost", "--json", check=False)
+    assert json.loads(done.stderr) == {
+        "error": "thread_not_found",
+        "message": "thread 'ghost' not found",
+    }
+    bad = af(tmp_path, "threads", "--store", "mysql://user:secret@host/db", check=False)
+    assert bad.returncode == 1 and "secret" not in bad.stderr and "***" in bad.stderr
