@@ -155,6 +155,15 @@ async def test_lock_held_beyond_busy_timeout_is_store_unavailable(db: Path) -> N
         assert await cp.get("t", 1) is not None
 
 
+async def test_failed_open_is_retried_on_the_next_call(db: Path) -> None:
+    async with SqliteCheckpointer(db, busy_timeout=0.05) as cp:
+        with write_lock(db), pytest.raises(StoreUnavailable):
+            await cp.put(make_checkpoint("t", 0))  # cannot even create the schema yet
+        await cp.put(make_checkpoint("t", 0))
+        got = await cp.get("t")
+    assert got is not None and got.revision == 1
+
+
 async def test_close_stops_threads_and_connections(db: Path) -> None:
     before = set(threading.enumerate())
     cp = SqliteCheckpointer(db)
