@@ -161,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command is None:
         parser.print_help()
         return
-    console = Console()
+    # With --json, stdout carries only JSON; progress (countdowns) goes to stderr.
+    console = Console(stderr=bool(getattr(args, "json", False)))
     debug = bool(os.environ.get("AGENTFLOW_DEBUG"))
     try:
         status = asyncio.run(_run(args, console))
