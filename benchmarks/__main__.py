@@ -1,8 +1,8 @@
 """Run the benchmarks and print their tables as Markdown.
 
-    python -m benchmarks            # every bench_*.py
-    python -m benchmarks sqlite     # only bench_sqlite.py
-    python -m benchmarks --quick    # smaller workloads, for a smoke run
+python -m benchmarks            # every bench_*.py
+python -m benchmarks sqlite     # only bench_sqlite.py
+python -m benchmarks --quick    # smaller workloads, for a smoke run
 """
 
 from __future__ import annotations

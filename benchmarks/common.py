@@ -23,7 +23,9 @@ class Table:
     def markdown(self) -> str:
         lines = [f"### {self.title}", ""]
         lines.append("| " + " | ".join(self.headers) + " |")
-        lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(self.headers))) + "|")
+        lines.append(
+            "|" + "|".join("---" if i == 0 else "---:" for i in range(len(self.headers))) + "|"
+        )
         lines.extend("| " + " | ".join(row) + " |" for row in self.rows)
         if self.notes:
             lines.append("")
@@ -42,11 +44,19 @@ def nested_state(step: int, size: int = 10_000, seed: int = 7) -> dict[str, Any]
             {
                 "role": rng.choice(["user", "assistant", "tool"]),
                 "content": text,
-                "meta": {"tokens": rng.randint(1, 500), "ok": rng.random() > 0.1, "tags": ["a", "b"]},
+                "meta": {
+                    "tokens": rng.randint(1, 500),
+                    "ok": rng.random() > 0.1,
+                    "tags": ["a", "b"],
+                },
             }
         )
         total += len(text) + 60
-    return {"step": step, "messages": messages, "scratch": {"counter": step, "plan": ["look", "act"]}}
+    return {
+        "step": step,
+        "messages": messages,
+        "scratch": {"counter": step, "plan": ["look", "act"]},
+    }
 
 
 async def time_calls(fn: Callable[[], Awaitable[Any]], count: int) -> list[float]:

@@ -161,9 +161,7 @@ class Checkpointer(Protocol):
         with the offset."""
         ...
 
-    async def list_threads_page(
-        self, *, limit: int = 100, cursor: str | None = None
-    ) -> ThreadPage:
+    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
         """Return up to ``limit`` thread summaries after ``cursor``, ordered by
         thread id. A page costs O(limit), not a scan of every checkpoint.
         A tampered, foreign or unknown-version cursor raises

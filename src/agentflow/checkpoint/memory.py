@@ -126,9 +126,7 @@ class MemoryCheckpointer:
         check_page_args(limit, offset)
         return [self._info(t) for t in self._data.sorted_threads[offset : offset + limit]]
 
-    async def list_threads_page(
-        self, *, limit: int = 100, cursor: str | None = None
-    ) -> ThreadPage:
+    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
         check_page_args(limit)
         start = 0
         if cursor is not None:

@@ -44,9 +44,7 @@ class RedactKeys:
     def __call__(self, value: Any) -> Any:
         if isinstance(value, Mapping):
             return {
-                k: self.mask
-                if isinstance(k, str) and k.casefold() in self._keys
-                else self(v)
+                k: self.mask if isinstance(k, str) and k.casefold() in self._keys else self(v)
                 for k, v in value.items()
             }
         if isinstance(value, list | tuple):
