@@ -131,6 +131,23 @@ async def test_group_commit_is_durable_and_isolates_each_conflict(db: Path) -> N
         assert len(await reopened.list_threads(limit=1_000)) == 51
 
 
+async def test_oversized_put_fails_alone_in_its_group(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(backend, "_MAX_PAYLOAD", 2_000)
+    async with SqliteCheckpointer(db) as cp:
+        await cp.put(make_checkpoint("warm", 0))
+        results = await asyncio.gather(
+            cp.put(make_checkpoint("small", 0)),
+            cp.put(make_checkpoint("big", 0, state={"b": "x" * 5_000})),
+            cp.put(make_checkpoint("small", 1)),
+            return_exceptions=True,
+        )
+        assert results[0] == "small:0" and results[2] == "small:1"
+        assert isinstance(results[1], InvalidArgument) and "'big'" in str(results[1])
+        assert await cp.get("big") is None
+
+
 async def test_reads_do_not_wait_behind_the_writer(db: Path) -> None:
     async with SqliteCheckpointer(db) as cp:
         await cp.put(make_checkpoint("t", 0))

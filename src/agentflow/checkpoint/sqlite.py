@@ -65,6 +65,8 @@ _BACKEND: Final = "sqlite"
 _HISTORY_BATCH: Final = 256
 #: History payloads above this are decoded on the reader thread, smaller ones as yielded.
 _DECODE_ON_LOOP_MAX: Final = 64 * 1024
+#: SQLite's default SQLITE_MAX_LENGTH: a larger payload would fail its whole group.
+_MAX_PAYLOAD: Final = 1_000_000_000
 #: Most jobs one transaction takes, so one commit never holds the lock for long.
 _MAX_GROUP: Final = 128
 
@@ -460,6 +462,11 @@ class SqliteCheckpointer:
 
         def prepare() -> Callable[[sqlite3.Connection], str]:
             encoded = encode(cp, redact)
+            if len(encoded.payload) > _MAX_PAYLOAD:
+                raise InvalidArgument(
+                    f"checkpoint of thread {cp.thread!r} encodes to {len(encoded.payload):,} "
+                    f"bytes; SQLite stores at most {_MAX_PAYLOAD:,}"
+                )
             return lambda conn: _put_rows(conn, namespace, encoded, if_revision)
 
         result: str = await self._write(prepare)
