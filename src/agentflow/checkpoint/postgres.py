@@ -100,17 +100,20 @@ _INSERT = """INSERT INTO {cp} AS c
         (namespace, thread, step, revision, ts_us, interrupted, done, ts, wake_at, payload)
     VALUES ($1, $2, $3, 1, $4, $5, $6, $7, $8, $9) ON CONFLICT (namespace, thread, step)"""
 _CHANGED = "ts_us = $4, interrupted = $5, done = $6, ts = $7, wake_at = $8, payload = $9"
+_SUMMARY = """INSERT INTO {{threads}} AS t
+        (namespace, thread, latest_step, interrupted, done, ts, wake_at) {rows}
+    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = EXCLUDED.latest_step,
+        interrupted = EXCLUDED.interrupted, done = EXCLUDED.done, ts = EXCLUDED.ts,
+        wake_at = EXCLUDED.wake_at"""
 #: One round trip: the guarded write and the summary upsert in one statement.
 #: The summary only moves forwards (writing an older step leaves it on the
 #: newest), and a guarded write that matched nothing moves no summary either.
-_PUT = """WITH written AS ({write} RETURNING revision), summary AS (
-    INSERT INTO {threads} AS t (namespace, thread, latest_step, interrupted, done, ts, wake_at)
-    SELECT $1, $2, $3, $5, $6, $7, $8 FROM written
-    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = EXCLUDED.latest_step,
-        interrupted = EXCLUDED.interrupted, done = EXCLUDED.done, ts = EXCLUDED.ts,
-        wake_at = EXCLUDED.wake_at
-    WHERE t.latest_step <= EXCLUDED.latest_step
-) SELECT revision FROM written"""
+_PUT = (
+    "WITH written AS ({write} RETURNING revision), summary AS ("
+    + _SUMMARY.format(rows="SELECT $1, $2, $3, $5, $6, $7, $8 FROM written")
+    + " WHERE t.latest_step <= EXCLUDED.latest_step) SELECT revision FROM written"
+)
+_FROM_LATEST = "SELECT $1, $2, step, interrupted, done, ts, wake_at FROM latest"
 _SQL = {
     "create": _CREATE,
     "use_lz4": "ALTER TABLE {cp} ALTER COLUMN payload SET COMPRESSION lz4",
@@ -141,11 +144,8 @@ _SQL = {
     "rebuild_summary": f"""WITH latest AS (
         SELECT step, interrupted, done, ts, wake_at FROM {{cp}}
         WHERE {_KEY} ORDER BY step DESC LIMIT 1
-    ), moved AS (
-        UPDATE {{threads}} AS t SET latest_step = l.step, interrupted = l.interrupted,
-            done = l.done, ts = l.ts, wake_at = l.wake_at
-        FROM latest AS l WHERE t.namespace = $1 AND t.thread = $2
-    ) DELETE FROM {{threads}} WHERE {_KEY} AND NOT EXISTS (SELECT FROM latest)""",
+    ), moved AS ({_SUMMARY.format(rows=_FROM_LATEST)})
+    DELETE FROM {{threads}} WHERE {_KEY} AND NOT EXISTS (SELECT FROM latest)""",
 }
 _LZ4_AVAILABLE = (
     "SELECT coalesce(bool_or('lz4' = ANY(enumvals)), false) FROM pg_settings"
@@ -155,10 +155,7 @@ _LZ4_AVAILABLE = (
 
 def _identifier(value: object, what: str) -> str:
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-        raise InvalidArgument(
-            f"{what} must match {_IDENTIFIER.pattern} (lowercase ASCII letters, digits, "
-            f"underscore; at most 55 characters), got {value!r}"
-        )
+        raise InvalidArgument(f"{what} must match {_IDENTIFIER.pattern}, got {value!r}")
     return value
 
 
@@ -182,6 +179,13 @@ def _check_revision(if_revision: object) -> None:
         raise InvalidArgument(f"if_revision must be from 0 to 2**63-1, got {if_revision}")
 
 
+def _lost_connection(exc: Exception) -> bool:
+    if isinstance(exc, OSError | asyncpg.InterfaceError):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return state.startswith(("08", "57P")) or state == "53300"
+
+
 @contextmanager
 def _driver_errors(action: str) -> Iterator[None]:
     """Map asyncpg and socket failures onto agentflow errors, keeping the cause.
@@ -195,12 +199,15 @@ def _driver_errors(action: str) -> Iterator[None]:
     """
     try:
         yield
-    except (OSError, asyncpg.InterfaceError) as exc:
-        raise StoreUnavailable(f"PostgreSQL unreachable during {action}: {exc}") from exc
-    except asyncpg.PostgresError as exc:
-        state = exc.sqlstate or ""
-        if state.startswith(("08", "57P")) or state == "53300":
-            raise StoreUnavailable(f"PostgreSQL connection lost during {action}: {exc}") from exc
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+        # A transaction that lost its connection fails again in its rollback;
+        # the loss itself is the context of that second error, and the news.
+        context = exc.__context__
+        if isinstance(context, Exception) and _lost_connection(context):
+            exc = context
+        if _lost_connection(exc):
+            raise StoreUnavailable(f"PostgreSQL connection failed during {action}: {exc}") from exc
+        state = getattr(exc, "sqlstate", None) or ""
         if state.startswith("54"):
             raise InvalidArgument(f"PostgreSQL refused the {action}: {exc}") from exc
         raise CheckpointError(f"PostgreSQL error during {action} ({state}): {exc}") from exc
