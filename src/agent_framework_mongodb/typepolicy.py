@@ -92,7 +92,7 @@ def _hook_owner(cls: type, name: str) -> type | None:
 
 
 def custom_hooks(cls: type) -> list[str]:
-    """The pickle hooks ``cls`` defines beyond ``object``'s and ``Enum``'s defaults."""
+    """The pickle and construction hooks ``cls`` defines beyond ``object``'s and ``Enum``'s."""
     found = []
     for name in _PICKLE_HOOKS:
         owner = _hook_owner(cls, name)
@@ -106,6 +106,13 @@ def custom_hooks(cls: type) -> list[str]:
             if name in ("__getnewargs__", "__getnewargs_ex__") and owner in NATIVE_TYPES:
                 continue
         found.append(name)
+    if issubclass(cls, enum.Enum):
+        # Loading calls the enum class with the stored value, which reaches
+        # _missing_ for unknown values: an override is a load-time hook.
+        if _hook_owner(cls, "_missing_") not in (enum.Enum, enum.Flag):
+            found.append("_missing_")
+    elif _hook_owner(cls, "__new__") is not object:
+        found.append("__new__")
     return found
 
 
