@@ -49,6 +49,7 @@ _FORMAT = 1
 _MARKER = "."
 _NAMESPACES = ".ns"
 _LOCKS = ".locks"
+_TEMP_SUFFIX = ".tmp"
 _PAYLOAD_KEY = b',"payload":'
 #: The header is a few hundred bytes; anything longer is not a file we wrote.
 _HEADER_MAX = 4096
@@ -306,7 +307,8 @@ class FileCheckpointer:
 
     def _replace(self, directory: str, enc: codec.EncodedCheckpoint, revision: int) -> None:
         """Write a temp file, fsync it, rename it over the step, fsync the directory."""
-        temp = os.path.join(directory, f"{_MARKER}{enc.step}.{secrets.token_hex(6)}.tmp")
+        name = f"{_MARKER}{enc.step}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
+        temp = os.path.join(directory, name)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._file_mode)
         try:
             with open(fd, "wb") as f:
@@ -353,8 +355,8 @@ class FileCheckpointer:
         removed = 0
         with self._locked(thread):
             for name in _listdir(directory):
-                if name.startswith(_MARKER):  # a dead write: none is in flight under the lock
-                    os.unlink(os.path.join(directory, name))
+                if name.startswith(_MARKER) and name.endswith(_TEMP_SUFFIX):
+                    os.unlink(os.path.join(directory, name))  # dead: no write runs under our lock
             for step in _steps(directory):
                 path = os.path.join(directory, _step_name(step))
                 if before_step is not None and step >= before_step:
