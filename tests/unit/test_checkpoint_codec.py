@@ -1,0 +1,288 @@
+"""Save-side serialization: what is refused, and what is proven before storing.
+
+Seed sentences proven here (quoted in each test): public serialization,
+restricted round-trip equivalence, custom-reducer and copyreg-extension
+rejection, mapping/enum precedence, stateful-mapping rejection, cycles and
+non-finite floats, and "each refused before a sequence is allocated or
+MongoDB is touched" (a recording proxy over the real collection must see no
+call at all).
+"""
+
+from __future__ import annotations
+
+import collections
+import copyreg
+import datetime
+import decimal
+import enum
+import math
+import os
+import types
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from agent_framework import WorkflowCheckpoint
+
+from agent_framework_mongodb import (
+    MongoDBCheckpointStorage,
+    MongoDBMappingError,
+    MongoDBSerializationError,
+)
+from agent_framework_mongodb.canonical import canonical_hash
+from agent_framework_mongodb.codec import dumps, encode_validated, loads
+from agent_framework_mongodb.documents import encode_checkpoint
+from agent_framework_mongodb.typepolicy import TypePolicy
+from tests.unit.conftest import make_checkpoint, scope_options
+from tests.unit.faults import CollectionProxy
+
+MODULE = __name__
+
+
+@dataclass
+class Slotted:
+    __slots__ = ("value",)
+    value: Any
+
+
+@dataclass
+class Holder:
+    value: Any
+    tags: set[str] = field(default_factory=set)
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+class Bag:
+    """A plain class whose state is its instance dictionary."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+
+class OtherTZ(datetime.tzinfo):
+    def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
+        return datetime.timedelta(0)
+
+
+class CustomReducer:
+    def __reduce__(self) -> Any:
+        return (os.getcwd, ())
+
+
+class DictEnum(dict[str, int], enum.Enum):  # a mapping and an enum at once
+    ONLY = {"a": 1}  # noqa: RUF012
+
+
+class MappingSubclass(collections.UserDict[str, Any]):
+    pass
+
+
+LISTED = tuple(
+    f"{MODULE}:{cls.__qualname__}"
+    for cls in (Slotted, Holder, Bag, Color, Level, CustomReducer, DictEnum, MappingSubclass)
+)
+POLICY = TypePolicy(LISTED)
+
+
+def rich_state() -> dict[str, Any]:
+    """Every supported value kind, nested."""
+    return {
+        "scalars": [None, True, False, 0, -(2**70), 1.5, -0.0, "text", "ünï", b"\x00b"],
+        "bytearray": bytearray(b"ba"),
+        "tuple": (1, (2, 3)),
+        "set": {"a", "b", "c"},
+        "frozenset": frozenset({1, 2}),
+        "times": [
+            datetime.date(2026, 1, 2),
+            datetime.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=datetime.UTC),
+            datetime.datetime(2026, 1, 2, 3, 4, 5),
+            datetime.time(1, 2, 3),
+            datetime.timedelta(days=1, microseconds=5),
+            datetime.timezone(datetime.timedelta(hours=2), "X"),
+        ],
+        "decimal": decimal.Decimal("1.10"),
+        "uuid": uuid.UUID(int=42),
+        "enum": [Color.RED, Level.LOW],
+        "objects": [Holder(Slotted(Color.BLUE), {"x"}), Slotted([1, {"k": "v"}])],
+        "classes": [str, Holder],
+        1: {2: "non-string keys"},
+    }
+
+
+@pytest.fixture
+def recording(collection: Any) -> CollectionProxy:
+    return CollectionProxy(collection)
+
+
+def storage_on(target: Any) -> MongoDBCheckpointStorage:
+    return MongoDBCheckpointStorage(
+        scope_options(allowed_checkpoint_types=LISTED), collection=target
+    )
+
+
+async def test_public_serialization_round_trips_losslessly(recording: CollectionProxy) -> None:
+    """Seed: "The public dictionary is encoded as BSON binary with Python pickle so ...
+    application executor state remain lossless" and calls only to_dict/from_dict."""
+    storage = storage_on(recording)
+    checkpoint = make_checkpoint(state=rich_state())
+    await storage.save(checkpoint)
+    loaded = await storage.load(checkpoint.checkpoint_id)
+    assert loaded.to_dict() == checkpoint.to_dict()
+    assert loaded.state["objects"][0].value.value is Color.BLUE
+    assert type(loaded.state["bytearray"]) is bytearray
+    assert loaded.state["classes"] == [str, Holder]
+
+
+def test_restricted_round_trip_is_checked_on_the_exact_bytes() -> None:
+    """Seed: "save creates the exact payload bytes, decodes them through the same restricted
+    load path, recursively canonicalizes the decoded graph, and compares it"."""
+    public = make_checkpoint(state=rich_state()).to_dict()
+    encoded = encode_validated(public, POLICY)
+    assert encoded.payload == dumps(public, POLICY)
+    assert canonical_hash(loads(encoded.payload, POLICY), POLICY) == encoded.payload_hash
+
+
+def test_shared_references_survive_and_hash_like_copies() -> None:
+    shared = [1, 2]
+    value = {"a": shared, "b": shared}
+    loaded = loads(dumps(value, POLICY), POLICY)
+    assert loaded["a"] is loaded["b"]
+    assert canonical_hash(value, POLICY) == canonical_hash({"a": [1, 2], "b": [1, 2]}, POLICY)
+
+
+def test_copyreg_dispatch_table_cannot_change_bytes_or_hash() -> None:
+    """Seed: "unit coverage installs a divergent reducer and proves the stored pickle bytes
+    and canonical hash remain unchanged"."""
+    public = {"holder": Holder("v", {"t"})}
+    before = (dumps(public, POLICY), canonical_hash(public, POLICY))
+    copyreg.pickle(Holder, lambda _obj: (os.getcwd, ()))
+    try:
+        assert (dumps(public, POLICY), canonical_hash(public, POLICY)) == before
+    finally:
+        del copyreg.dispatch_table[Holder]
+
+
+@pytest.fixture(params=["object", "enum", "class-reference"])
+def registered_extension(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
+    cls, value = {
+        "object": (Slotted, Slotted(1)),
+        "enum": (Color, Color.RED),
+        "class-reference": (Holder, Holder),
+    }[request.param]
+    copyreg.add_extension(MODULE, cls.__qualname__, 0x7A01)
+    try:
+        yield request.param, value
+    finally:
+        copyreg.remove_extension(MODULE, cls.__qualname__, 0x7A01)
+
+
+@pytest.mark.parametrize(
+    "place",
+    ["top", "dataclass-field", "slots", "instance-dict", "enum-value", "framework-message"],
+)
+async def test_copyreg_extension_registry_is_refused_before_io(
+    recording: CollectionProxy, registered_extension: tuple[str, Any], place: str
+) -> None:
+    """Seed: "If any value's exact (module, qualname) ... is present in that registry, save
+    raises MongoDBSerializationError ... before pickle, sequence allocation, or MongoDB I/O",
+    walking "nested framework objects, dataclass fields, enum values, instance dictionaries,
+    and slots"."""
+    _, value = registered_extension
+    nested = _nest(value, place)
+    with pytest.raises(MongoDBSerializationError):
+        await storage_on(recording).save(make_checkpoint(state={"v": nested}))
+    assert recording.calls == []
+
+
+def _nest(value: Any, place: str) -> Any:
+    if place == "dataclass-field":
+        return Holder(value)
+    if place == "slots":
+        return Slotted(value)
+    if place == "instance-dict":
+        return Bag(inner=value)
+    if place == "enum-value":
+        return {"enum": Color.RED, "value": [value]}
+    if place == "framework-message":
+        return make_checkpoint(state={"deep": value})  # a framework dataclass with slots
+    return value
+
+
+REFUSED: dict[str, tuple[Any, type[Exception]]] = {
+    "custom __reduce__": (CustomReducer(), MongoDBSerializationError),
+    "OrderedDict": (collections.OrderedDict(a=1), MongoDBSerializationError),
+    "defaultdict": (collections.defaultdict(list), MongoDBSerializationError),
+    "Counter": (collections.Counter("aa"), MongoDBSerializationError),
+    "MappingProxyType": (types.MappingProxyType({}), MongoDBSerializationError),
+    "listed mapping subclass": (MappingSubclass(a=1), MongoDBSerializationError),
+    "listed mapping+enum": (DictEnum.ONLY, MongoDBSerializationError),
+    "unlisted dataclass": (types.SimpleNamespace(a=1), MongoDBMappingError),
+    "function": (len, MongoDBMappingError),
+    "lambda": (lambda: 1, MongoDBMappingError),
+    "NaN": (math.nan, MongoDBMappingError),
+    "inf": (math.inf, MongoDBMappingError),
+    "-inf": ([-math.inf], MongoDBMappingError),
+    "custom tzinfo": (datetime.datetime(2026, 1, 1, tzinfo=OtherTZ()), MongoDBMappingError),
+}
+
+
+def cyclic_values() -> dict[str, Any]:
+    looping_list: list[Any] = []
+    looping_list.append(looping_list)
+    looping_dict: dict[str, Any] = {}
+    looping_dict["self"] = looping_dict
+    looping_object = Holder(None)
+    looping_object.value = [looping_object]
+    return {"list": looping_list, "dict": looping_dict, "object": looping_object}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+async def test_unsupported_values_are_refused_before_io(
+    recording: CollectionProxy, name: str
+) -> None:
+    """Seed: "OrderedDict, mapping/enum multiple inheritance, and every mapping subclass are
+    rejected before sequence allocation with MongoDBSerializationError, even when
+    allowlisted" and "non-finite floats, and unsupported objects fail before sequence
+    allocation with a stable MongoDBMappingError"."""
+    value, expected = REFUSED[name]
+    with pytest.raises(expected) as caught:
+        await storage_on(recording).save(make_checkpoint(state={"nested": [{"v": value}]}))
+    if expected is MongoDBMappingError:
+        assert type(caught.value) is MongoDBMappingError
+    assert recording.calls == []
+
+
+@pytest.mark.parametrize("name", ["list", "dict", "object"])
+async def test_cycles_are_mapping_errors_before_io(recording: CollectionProxy, name: str) -> None:
+    """Seed: "Cycles ... fail before sequence allocation with a stable MongoDBMappingError"."""
+    with pytest.raises(MongoDBMappingError) as caught:
+        await storage_on(recording).save(make_checkpoint(state={"v": cyclic_values()[name]}))
+    assert caught.value.category == "mapping"
+    assert recording.calls == []
+
+
+def test_mapping_guard_runs_before_enum_and_allowlist() -> None:
+    """Seed: "The mapping guard runs before scalar, enum, dataclass, to_dict, and every other
+    type handler": a listed enum that is also a dict is refused as a mapping."""
+    with pytest.raises(MongoDBSerializationError, match="mapping"):
+        encode_validated({"v": DictEnum.ONLY}, POLICY)
+
+
+def test_save_refuses_non_checkpoint_and_foreign_versions() -> None:
+    checkpoint = WorkflowCheckpoint(workflow_name="approval-workflow", graph_signature_hash="g")
+    checkpoint.version = "2.0"
+
+    with pytest.raises(MongoDBMappingError):
+        encode_checkpoint(checkpoint, scope_options(), POLICY)
+    with pytest.raises(MongoDBMappingError):
+        encode_checkpoint({"not": "a checkpoint"}, scope_options(), POLICY)  # type: ignore[arg-type]
