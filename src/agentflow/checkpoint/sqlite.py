@@ -116,11 +116,13 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any
 _Outcome = tuple["asyncio.Future[Any]", Any]
 
 
-def _caller_error(exc: BaseException) -> BaseException:
-    """A fresh typed error for one caller, keeping the driver error as ``__cause__``.
+def _typed(exc: BaseException, *, shared: bool = False) -> BaseException:
+    """The error a caller sees: a driver error becomes a typed one (the driver's as
+    ``__cause__``); anything else passes through.
 
-    Each waiting caller gets its own instance, so the tracebacks of callers that
-    failed together do not pile onto one shared object.
+    ``shared`` errors (a failed open or group, reported to every caller in it)
+    are copied, so the tracebacks of callers that failed together do not pile
+    onto one object.
     """
     if isinstance(exc, sqlite3.Error | OSError):
         code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
@@ -131,9 +133,11 @@ def _caller_error(exc: BaseException) -> BaseException:
             kind = StoreUnavailable
         error: BaseException = kind(f"sqlite: {exc}")
         error.__cause__ = exc
-    else:
-        error = copy.copy(exc)
-        error.__cause__ = exc.__cause__
+        return error
+    if not shared:
+        return exc
+    error = copy.copy(exc)
+    error.__cause__ = exc.__cause__
     return error
 
 
@@ -218,7 +222,7 @@ class _Worker:
             try:
                 conn = conn or self._connect()
             except Exception as exc:
-                _deliver(work, [_caller_error(exc) for _ in work])
+                _deliver(work, [_typed(exc, shared=True) for _ in work])
             else:
                 _deliver(work, self._run_group(conn, [job[2] for job in work]))  # type: ignore[misc]
         if conn is not None:
@@ -238,7 +242,7 @@ def _read_each(conn: sqlite3.Connection, reads: list[Callable[..., Any]]) -> lis
         try:
             outcomes.append(read(conn))
         except Exception as exc:
-            outcomes.append(_caller_error(exc))
+            outcomes.append(_typed(exc))
     return outcomes
 
 
@@ -269,7 +273,7 @@ def _write_group(conn: sqlite3.Connection, writes: list[Callable[..., Any]]) -> 
                     outcomes[index] = exc
     except Exception as exc:
         for index, _ in ready:
-            outcomes[index] = _caller_error(exc)
+            outcomes[index] = _typed(exc, shared=True)
     return outcomes
 
 
