@@ -1,0 +1,247 @@
+"""The protocol seam, scope binding, ordering, listing, paging, idempotency and sequences.
+
+Each test's docstring quotes the seed sentence it proves. Lifecycle (TTL,
+counters, cleanup, indexes, compatibility gates) is in
+``test_checkpoint_lifecycle.py``; failures, cancellation, ownership and logs
+in ``test_checkpoint_failures.py``; serialization in ``test_checkpoint_codec.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import CheckpointStorage, WorkflowCheckpointException
+
+import agent_framework_mongodb
+from agent_framework_mongodb import (
+    MongoDBAuthorizationError,
+    MongoDBCheckpointNotFoundError,
+    MongoDBCheckpointStorage,
+    MongoDBConcurrencyError,
+    MongoDBConfigurationError,
+    MongoDBInvalidCursorError,
+)
+from agent_framework_mongodb.indexes import CHECKPOINT_KIND
+from agent_framework_mongodb.paging import encode_cursor
+from tests.unit.af_workflows import WORKFLOW_NAME
+from tests.unit.conftest import StorageFactory, make_checkpoint
+from tests.unit.faults import CollectionProxy
+
+PACKAGE = Path(agent_framework_mongodb.__file__).parent
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_derives_from_public_protocol_without_private_imports() -> None:
+    """Seed: "explicitly derives from the public Agent Framework Core 1.13 CheckpointStorage
+    protocol" and "It does not import or reflect over framework internals"."""
+    assert CheckpointStorage in MongoDBCheckpointStorage.__mro__
+    for source in PACKAGE.glob("*.py"):
+        text = source.read_text()
+        assert "agent_framework._" not in text, source.name
+        assert "from agent_framework." not in text.replace("from agent_framework.exceptions", "")
+
+
+async def test_save_load_returns_caller_owned_copies(make_storage: StorageFactory) -> None:
+    """Framework contract: save stores a copy, load returns a fresh copy each time."""
+    storage = make_storage()
+    checkpoint = make_checkpoint(state={"items": [1, 2]})
+    assert await storage.save(checkpoint) == checkpoint.checkpoint_id
+    checkpoint.state["items"].append(3)  # the caller mutates after save
+    first = await storage.load(checkpoint.checkpoint_id)
+    first.state["items"].append(4)
+    second = await storage.load(checkpoint.checkpoint_id)
+    assert first is not second
+    assert second.state == {"items": [1, 2]}
+
+
+async def test_save_snapshots_before_its_first_await(
+    make_storage: StorageFactory, collection: Any
+) -> None:
+    """Framework contract: a save in flight is unaffected by later mutation of the checkpoint."""
+    proxy = CollectionProxy(collection)
+    release, entered = asyncio.Event(), asyncio.Event()
+
+    async def held(real: Any, *args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await real(*args, **kwargs)
+
+    proxy.intercept("insert_one", held)
+    storage = make_storage(target=proxy)
+    checkpoint = make_checkpoint(state={"v": "original"})
+    task = asyncio.create_task(storage.save(checkpoint))
+    await entered.wait()
+    checkpoint.state["v"] = "mutated while saving"
+    release.set()
+    await task
+    assert (await storage.load(checkpoint.checkpoint_id)).state == {"v": "original"}
+
+
+async def test_missing_id_is_not_found_and_framework_exception(
+    make_storage: StorageFactory,
+) -> None:
+    """Seed: "Missing authorized records raise MongoDBCheckpointNotFoundError, which is both
+    an integration retrieval error and the framework's WorkflowCheckpointException"."""
+    with pytest.raises(WorkflowCheckpointException) as caught:
+        await make_storage().load("does-not-exist")
+    assert isinstance(caught.value, MongoDBCheckpointNotFoundError)
+    assert caught.value.category == "not_found"
+
+
+async def test_foreign_workflow_names_are_refused(
+    make_storage: StorageFactory, collection: Any
+) -> None:
+    """Seed: "workflow_name arguments and checkpoint payloads must equal the bound value"
+    (deliberately stricter than the framework's multi-workflow conformance tests)."""
+    storage = make_storage()
+    with pytest.raises(MongoDBAuthorizationError):
+        await storage.save(make_checkpoint(workflow_name="other-workflow"))
+    for call in (storage.get_latest, storage.list_checkpoints, storage.list_checkpoint_ids):
+        with pytest.raises(MongoDBAuthorizationError):
+            await call(workflow_name="other-workflow")
+    with pytest.raises(MongoDBAuthorizationError):
+        await storage.list_checkpoint_page(workflow_name="other-workflow")
+    assert await collection.count_documents({}) == 0
+
+
+async def test_delete_is_scoped_and_reports_existence(make_storage: StorageFactory) -> None:
+    storage = make_storage()
+    checkpoint = make_checkpoint()
+    await storage.save(checkpoint)
+    assert await storage.delete(checkpoint.checkpoint_id) is True
+    assert await storage.delete(checkpoint.checkpoint_id) is False
+    assert await storage.get_latest(workflow_name=WORKFLOW_NAME) is None
+
+
+async def test_order_is_sequence_not_timestamp_or_iteration(make_storage: StorageFactory) -> None:
+    """Seed: "Ordering is (sequence, checkpoint_id), not timestamp or iteration_count" and
+    "get_latest() sorts by descending sequence and checkpoint ID"."""
+    storage = make_storage()
+    saved = []
+    for i in range(5):
+        checkpoint = make_checkpoint(checkpoint_id=f"z-{9 - i}", iteration=5 - i)
+        checkpoint.timestamp = f"2020-01-0{9 - i}T00:00:00+00:00"  # newest first on the clock
+        await storage.save(checkpoint)
+        saved.append(checkpoint.checkpoint_id)
+    assert await storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME) == saved
+    listed = await storage.list_checkpoints(workflow_name=WORKFLOW_NAME)
+    assert [c.checkpoint_id for c in listed] == saved
+    latest = await storage.get_latest(workflow_name=WORKFLOW_NAME)
+    assert latest is not None and latest.checkpoint_id == saved[-1]
+
+
+async def test_inherited_lists_fetch_bounded_pages(
+    make_storage: StorageFactory, collection: Any
+) -> None:
+    """Seed: "The inherited list methods enumerate the complete authorized run in
+    deterministic order by repeatedly fetching configured bounded pages"."""
+    writer = make_storage()
+    ids = [make_checkpoint(checkpoint_id=f"cp-{i:02}") for i in range(11)]
+    for checkpoint in ids:
+        await writer.save(checkpoint)
+    proxy = CollectionProxy(collection)
+    reader = make_storage(target=proxy, page_size=3, max_page_size=3)
+    listed = await reader.list_checkpoints(workflow_name=WORKFLOW_NAME)
+    assert [c.checkpoint_id for c in listed] == [c.checkpoint_id for c in ids]
+    assert proxy.methods().count("find") >= 4
+    assert await reader.list_checkpoint_ids(workflow_name=WORKFLOW_NAME) == [
+        c.checkpoint_id for c in ids
+    ]
+
+
+async def test_checkpoint_pages_and_cursor_rules(make_storage: StorageFactory) -> None:
+    """Seed: "list_checkpoint_page(..., cursor=None, limit=None) ... The default page size is
+    100, the configurable hard maximum defaults to 1000, and invalid or unknown-version
+    cursors fail closed"."""
+    storage = make_storage()
+    assert (storage.options.page_size, storage.options.max_page_size) == (100, 1000)
+    for i in range(7):
+        await storage.save(make_checkpoint(checkpoint_id=f"p-{i}"))
+    seen, cursor, sizes = [], None, []
+    while True:
+        page = await storage.list_checkpoint_page(
+            workflow_name=WORKFLOW_NAME, cursor=cursor, limit=3
+        )
+        sizes.append(len(page.checkpoints))
+        seen += [c.checkpoint_id for c in page.checkpoints]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == [f"p-{i}" for i in range(7)] and sizes == [3, 3, 1]
+    whole = await storage.list_checkpoint_page(workflow_name=WORKFLOW_NAME)
+    assert len(whole.checkpoints) == 7 and whole.next_cursor is None
+    for limit in (0, 1001, -1, 2.5):
+        with pytest.raises(MongoDBConfigurationError):
+            await storage.list_checkpoint_page(workflow_name=WORKFLOW_NAME, limit=limit)  # type: ignore[arg-type]
+    other_scope = make_storage(session_id="run-2").options.scope_discriminator
+    bad = ["", "!!!", "bm90IGpzb24", encode_cursor(other_scope, 1, "p-0"), cursor[:-2] + "xx"]
+    bad.append(cursor.replace(cursor[:4], "WzIs"))  # version 2
+    for value in bad:
+        with pytest.raises(MongoDBInvalidCursorError):
+            await storage.list_checkpoint_page(workflow_name=WORKFLOW_NAME, cursor=value)
+
+
+async def test_identical_retry_returns_same_id_and_conflict_is_refused(
+    make_storage: StorageFactory, collection: Any
+) -> None:
+    """Seed: "An identical retry returns the same ID. Reusing the ID with different public
+    state raises MongoDBConcurrencyError."""
+    storage = make_storage()
+    checkpoint = make_checkpoint(checkpoint_id="same", state={"a": {"x", "y"}, "b": 1})
+    assert await storage.save(checkpoint) == "same"
+    retry = make_checkpoint(checkpoint_id="same", state={"b": 1, "a": {"y", "x"}})
+    retry.timestamp = checkpoint.timestamp
+    assert await storage.save(retry) == "same"  # dict/set order do not matter
+    retry.state["b"] = 2
+    with pytest.raises(MongoDBConcurrencyError):
+        await storage.save(retry)
+    assert await collection.count_documents({"_kind": CHECKPOINT_KIND}) == 1
+    assert (await storage.load("same")).state == {"a": {"x", "y"}, "b": 1}
+
+
+HASH_SCRIPT = """
+import json, sys
+from tests.unit.test_checkpoint_codec import POLICY, rich_state
+from tests.unit.conftest import make_checkpoint
+from agent_framework_mongodb.canonical import canonical_hash
+checkpoint = make_checkpoint(checkpoint_id="fixed", state=rich_state())
+checkpoint.timestamp = "2026-01-01T00:00:00+00:00"
+print(canonical_hash(checkpoint.to_dict(), POLICY))
+"""
+
+
+async def test_canonical_hash_is_equal_across_processes_and_hash_seeds() -> None:
+    """Seed: "The same logical checkpoint therefore hashes identically across processes and
+    PYTHONHASHSEED values" (sets of strings iterate differently under each seed)."""
+
+    def run(seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", HASH_SCRIPT], cwd=REPO, env=env, capture_output=True,
+            text=True, check=True, timeout=120,
+        )  # fmt: skip
+        return out.stdout.strip()
+
+    hashes = await asyncio.gather(*(asyncio.to_thread(run, s) for s in ("0", "1", "4242")))
+    assert len(set(hashes)) == 1 and len(hashes[0]) == 64
+
+
+async def test_concurrent_saves_get_unique_positive_monotonic_sequences(
+    make_storage: StorageFactory, collection: Any
+) -> None:
+    """Seed: "Concurrent saves therefore receive unique, positive, monotonic sequences"."""
+    storages = [make_storage() for _ in range(4)]
+    checkpoints = [make_checkpoint(checkpoint_id=f"c-{i:02}") for i in range(40)]
+    await asyncio.gather(*(storages[i % 4].save(c) for i, c in enumerate(checkpoints)))
+    sequences = [d["sequence"] async for d in collection.find({"_kind": CHECKPOINT_KIND})]
+    assert len(sequences) == 40 and len(set(sequences)) == 40 and min(sequences) >= 1
+    after = make_checkpoint(checkpoint_id="after")
+    await storages[0].save(after)
+    document = await collection.find_one({"checkpoint_id": "after"})
+    assert document is not None and document["sequence"] > max(sequences)
