@@ -1,12 +1,10 @@
 """A durable checkpointer on plain Redis 7 or Valkey (no modules).
 
-Every mutation is one Lua script, so it is atomic and costs one round trip;
-the key layout and the reasons behind it are in ``docs/redis.md``. In short,
-for prefix ``P``, namespace ``N`` and thread ``T`` (``b64`` is unpadded
-base64url of the UTF-8 bytes)::
+Every mutation is one Lua script, so it is atomic and costs one round trip.
+For prefix ``P``, namespace ``N`` and thread ``T`` (``b64`` is unpadded
+base64url of the UTF-8 bytes; ``docs/redis.md`` gives the reasons)::
 
     P:{t.b64(N).b64(T)}:s   ZSET  step index, score 0, member = 20-digit step
-    P:{t.b64(N).b64(T)}:t   ZSET  time index, member = 18-digit instant + step
     P:{t.b64(N).b64(T)}:c   HASH  step -> payload bytes
     P:{t.b64(N).b64(T)}:m   HASH  step -> "revision:write-id:instant:summary"
     P:{t.b64(N).b64(T)}:h   STR   summary of the latest step (JSON)
@@ -85,46 +83,41 @@ local function sweep(idx, exp, now, count)
 end
 """
 
-# KEYS s t c m h idx exp; ARGV step, payload, write id, instant, summary,
-# expected revision or '', ttl ms or '', thread. Returns {1, rev} or {0, actual}.
+# KEYS s c m h idx exp; ARGV step, payload, metadata tail ("write-id:instant:
+# summary", fixed widths before the summary), expected revision or '', ttl ms
+# or '', thread. Returns {1, revision} or {0, actual revision}.
 _LUA_PUT = (
     "#!lua\n"
     + _LUA_SWEEP
     + """
-local old = redis.call('HGET', KEYS[4], ARGV[1])
-local rev, wid, instant = 0, false, false
+local old = redis.call('HGET', KEYS[3], ARGV[1])
+local rev = 0
 if old then
-  local r
-  r, wid, instant = string.match(old, '^(%d+):(%x+):(%d+):')
+  local r, wid = string.match(old, '^(%d+):(%x+):')
   if not r then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
   rev = tonumber(r)
-  if wid == ARGV[3] then return {1, rev} end
+  if wid == string.sub(ARGV[3], 1, 32) then return {1, rev} end
 end
-if ARGV[6] ~= '' and tonumber(ARGV[6]) ~= rev then return {0, rev} end
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= rev then return {0, rev} end
 rev = rev + 1
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[4], ARGV[1],
-  string.format('%d', rev) .. ':' .. ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
-if instant ~= ARGV[4] then
-  if instant then redis.call('ZREM', KEYS[2], instant .. ARGV[1]) end
-  redis.call('ZADD', KEYS[2], 0, ARGV[4] .. ARGV[1])
-end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[3], ARGV[1], string.format('%d:', rev) .. ARGV[3])
 if not old then
   redis.call('ZADD', KEYS[1], 0, ARGV[1])
-  redis.call('ZADD', KEYS[6], 0, ARGV[8])
+  redis.call('ZADD', KEYS[5], 0, ARGV[6])
 end
 if redis.call('ZRANGE', KEYS[1], -1, -1)[1] == ARGV[1] then
-  redis.call('SET', KEYS[5], ARGV[5])
+  redis.call('SET', KEYS[4], string.sub(ARGV[3], 53))
 end
-if ARGV[7] ~= '' then
+if ARGV[5] ~= '' then
   local now = now_ms()
-  local deadline = string.format('%d', now + tonumber(ARGV[7]))
-  for i = 1, 5 do redis.call('PEXPIREAT', KEYS[i], deadline) end
-  redis.call('ZADD', KEYS[7], deadline, ARGV[8])
-  sweep(KEYS[6], KEYS[7], now, 16)
+  local deadline = string.format('%d', now + tonumber(ARGV[5]))
+  for i = 1, 4 do redis.call('PEXPIREAT', KEYS[i], deadline) end
+  redis.call('ZADD', KEYS[6], deadline, ARGV[6])
+  sweep(KEYS[5], KEYS[6], now, 16)
 elseif redis.call('PTTL', KEYS[1]) >= 0 then
-  for i = 1, 5 do redis.call('PERSIST', KEYS[i]) end
-  redis.call('ZREM', KEYS[7], ARGV[8])
+  for i = 1, 4 do redis.call('PERSIST', KEYS[i]) end
+  redis.call('ZREM', KEYS[6], ARGV[6])
 end
 return {1, rev}
 """
@@ -141,55 +134,44 @@ return {steps, redis.call('HMGET', KEYS[2], unpack(steps)),
   redis.call('HMGET', KEYS[3], unpack(steps))}
 """
 
-# KEYS s t c m h idx exp; ARGV thread.
+# KEYS s c m h idx exp; ARGV thread.
 _LUA_DELETE = """#!lua
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[1])
-redis.call('ZREM', KEYS[7], ARGV[1])
 """
 
-# KEYS s t c m h idx exp; ARGV before-step or '', cutoff instant or '', thread,
-# batch, scan start. Returns {removed, next scan start or ''}.
+# KEYS s c m h idx exp; ARGV exclusive upper step bound or '+', cutoff instant
+# or '', thread, batch, scan start. Scans one batch of the step index and
+# removes the steps older than the cutoff. Returns {removed, next start or ''}.
 _LUA_PRUNE = """#!lua
 local batch = tonumber(ARGV[4])
-local steps, entries, resume = {}, {}, ''
-if ARGV[2] ~= '' then
-  local scanned = redis.call('ZRANGE', KEYS[2], ARGV[5], '(' .. ARGV[2],
-    'BYLEX', 'LIMIT', 0, batch)
-  for _, e in ipairs(scanned) do
-    local step = string.sub(e, 19)
-    if ARGV[1] == '' or step < ARGV[1] then
-      steps[#steps + 1] = step
-      entries[#entries + 1] = e
-    end
-  end
-  if #scanned == batch then resume = '(' .. scanned[#scanned] end
-else
-  steps = redis.call('ZRANGE', KEYS[1], '-', '(' .. ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
-  if #steps == batch then resume = '-' end
-  if #steps > 0 then
-    for i, meta in ipairs(redis.call('HMGET', KEYS[4], unpack(steps))) do
-      local instant = meta and string.match(meta, '^%d+:%x+:(%d+):')
-      if not instant then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
-      entries[i] = instant .. steps[i]
-    end
+local scanned = redis.call('ZRANGE', KEYS[1], ARGV[5], ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
+local resume = ''
+if #scanned == batch then resume = '(' .. scanned[#scanned] end
+local steps = scanned
+if ARGV[2] ~= '' and #scanned > 0 then
+  steps = {}
+  for i, meta in ipairs(redis.call('HMGET', KEYS[3], unpack(scanned))) do
+    local instant = meta and string.match(meta, '^%d+:%x+:(%d+):')
+    if not instant then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
+    if instant < ARGV[2] then steps[#steps + 1] = scanned[i] end
   end
 end
 if #steps == 0 then return {0, resume} end
 redis.call('ZREM', KEYS[1], unpack(steps))
-redis.call('ZREM', KEYS[2], unpack(entries))
+redis.call('HDEL', KEYS[2], unpack(steps))
 redis.call('HDEL', KEYS[3], unpack(steps))
-redis.call('HDEL', KEYS[4], unpack(steps))
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('ZREM', KEYS[5], ARGV[3])
   redis.call('ZREM', KEYS[6], ARGV[3])
-  redis.call('ZREM', KEYS[7], ARGV[3])
   return {#steps, ''}
 end
 local latest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
-local summary = string.match(redis.call('HGET', KEYS[4], latest) or '', '^%d+:%x+:%d+:(.*)$')
+local summary = string.match(redis.call('HGET', KEYS[3], latest) or '', '^%d+:%x+:%d+:(.*)$')
 if not summary then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
-redis.call('SET', KEYS[5], summary, 'KEEPTTL')
+redis.call('SET', KEYS[4], summary, 'KEEPTTL')
 return {#steps, resume}
 """
 
@@ -218,10 +200,10 @@ def _b64(text: str) -> bytes:
 
 
 def thread_keys(prefix: str, namespace: str, thread: str) -> list[bytes]:
-    """The five keys of one thread (step index, time index, payloads, metadata,
-    summary), all under one hash tag so a script over them touches one slot."""
+    """The four keys of one thread (step index, payloads, metadata, summary),
+    all under one hash tag so a script over them touches one slot."""
     base = b"%s:{t.%s.%s}:" % (prefix.encode(), _b64(namespace), _b64(thread))
-    return [base + kind for kind in (b"s", b"t", b"c", b"m", b"h")]
+    return [base + kind for kind in (b"s", b"c", b"m", b"h")]
 
 
 def namespace_keys(prefix: str, namespace: str) -> list[bytes]:
@@ -356,13 +338,13 @@ class RedisCheckpointer:
                 "wake_at": enc.wake_at,
             }
         )
+        tail = b"%s:%s:%s" % (os.urandom(16).hex().encode(), _instant(enc.ts_us), summary)
+        expected = b"" if if_revision is None else b"%d" % if_revision
         args = (
             _step_member(enc.step),
             enc.payload,
-            os.urandom(16).hex(),
-            _instant(enc.ts_us),
-            summary,
-            b"" if if_revision is None else b"%d" % if_revision,
+            tail,
+            expected,
             self._ttl_ms,
             _utf8(enc.thread),
         )
@@ -398,14 +380,13 @@ class RedisCheckpointer:
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         thread = validate_thread(thread)
         args = ("latest",) if step is None else ("at", _step_member(validate_step(step)))
-        keys = self._thread_keys(thread)
-        rows = await self._call(self._read_script, keys[0:1] + keys[2:4], args, "get")
+        keys = self._thread_keys(thread)[:3]
+        rows = await self._call(self._read_script, keys, args, "get")
         return next(self._decode_rows(thread, rows), None)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         thread = validate_thread(thread)
-        keys = self._thread_keys(thread)
-        keys = keys[0:1] + keys[2:4]
+        keys = self._thread_keys(thread)[:3]
         start = b"-"
         while True:
             rows = await self._call(self._read_script, keys, ("after", start, _BATCH), "history")
@@ -420,7 +401,7 @@ class RedisCheckpointer:
         expired or was deleted since the index was read."""
         async with self._client.pipeline(transaction=False) as pipe:
             for name in names:
-                pipe.get(self._thread_keys(name.decode())[4])
+                pipe.get(self._thread_keys(name.decode())[3])
             with _driver_errors("list"):
                 raws = await pipe.execute()
         infos: list[ThreadInfo | None] = []
@@ -483,7 +464,7 @@ class RedisCheckpointer:
         )
         thread = validate_thread(thread)
         keys = [*self._thread_keys(thread), *self._ns_keys]
-        before = b"" if before_step is None else _step_member(before_step)
+        before = b"+" if before_step is None else b"(" + _step_member(before_step)
         removed, resume = 0, b"-"
         while resume:
             args = (before, cutoff, _utf8(thread), _PRUNE_BATCH, resume)
