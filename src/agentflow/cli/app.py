@@ -21,7 +21,7 @@ from agentflow.cli.commands import COMMANDS, Session
 from agentflow.cli.registry import graph_specs_from_env
 from agentflow.cli.render import dump_json
 from agentflow.cli.stores import DEFAULT_STORE, open_store, safe_url
-from agentflow.errors import AgentflowError
+from agentflow.errors import AgentflowError, CheckpointConflict
 from agentflow.runtime import NotDue
 
 __all__ = ["build_parser", "main"]
@@ -147,6 +147,11 @@ def _fail(args: argparse.Namespace, exc: BaseException, code: str) -> int:
     message = str(exc) or type(exc).__name__
     if isinstance(exc, NotDue):
         message += f"; to wait for it: agentflow resume {shlex.quote(exc.thread)} --wait"
+    elif isinstance(exc, CheckpointConflict):
+        message += (
+            "; another resume took this step first (a crashed one's claim lapses "
+            f"after a minute): agentflow show {shlex.quote(exc.thread)}"
+        )
     if getattr(args, "json", False):
         print(dump_json({"error": code, "message": message}).replace("\n", ""), file=sys.stderr)
     else:

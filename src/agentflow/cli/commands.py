@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import shlex
 import signal
 import sys
 from dataclasses import dataclass
@@ -178,7 +179,8 @@ def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | Non
     if result.status == "waiting":
         s.console.print(f"[cyan]waiting[/] in {result.interrupt_node} until {result.wake_at}")
     else:
-        s.console.print(f"[yellow]paused[/] at {result.interrupt_node}: {result.pending}")
+        question = render.question_of(result.pending)
+        s.console.print(f"[yellow]paused[/] at {result.interrupt_node}: {question}")
     s.console.print("continue with:")
     for line in continue_commands(result, s.prefix):
         s.console.print(f"  {line}", highlight=False, markup=False)
@@ -216,7 +218,14 @@ async def fork(s: Session) -> int:
         s.emit(render.checkpoint_json(cp))
     else:
         s.console.print(f"forked {s.args.thread}@{cp.step} -> {new_thread} ({status_of(cp)})")
-        s.console.print(f"continue with: {s.prefix} resume {new_thread}", markup=False)
+        s.console.print("continue with:")
+        commands = (
+            continue_commands(RunResult(cp), s.prefix)
+            if cp.interrupted
+            else [f"{s.prefix} resume {shlex.quote(new_thread)}"]
+        )
+        for line in commands:
+            s.console.print(f"  {line}", markup=False, highlight=False)
     return 0
 
 

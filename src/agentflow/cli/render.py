@@ -32,9 +32,11 @@ __all__ = [
     "print_diff",
     "print_threads",
     "print_timeline",
+    "question_of",
 ]
 
-#: ``(path, kind, old, new)``; kind is added, removed or changed.
+#: ``(path, kind, old, new)``; kind is added, removed, changed or appended (a list
+#: that only grew: ``new`` holds just the items added).
 Change = tuple[str, str, Any, Any]
 _MISSING = object()
 _STATUS_STYLE = {"done": "green", "interrupted": "yellow", "waiting": "cyan", "running": "red"}
@@ -95,19 +97,28 @@ def diff_states(old: Any, new: Any, path: str = "") -> list[Change]:
             else:
                 changes.extend(diff_states(old[key], new[key], sub))
         return changes
-    return [] if old == new else [(path or "(state)", "changed", old, new)]
+    if old == new:
+        return []
+    where = path or "(state)"
+    if isinstance(old, list) and isinstance(new, list) and new[: len(old)] == old:
+        return [(where, "appended", _MISSING, new[len(old) :])]
+    return [(where, "changed", old, new)]
+
+
+def question_of(payload: Any) -> str:
+    """A human interrupt's payload as one line: its ``question`` if it has one."""
+    if isinstance(payload, dict) and isinstance(payload.get("question"), str):
+        return str(payload["question"])
+    return _short(payload, 48)
 
 
 def event_of(previous: Checkpoint | None, cp: Checkpoint) -> str:
     """One line saying what produced ``cp``."""
     if cp.interrupted:
-        payload = cp.interrupt_payload
         if cp.wake_at is not None:
             text = f"{cp.interrupt_node} waits until {cp.wake_at[11:23]}"
-        elif isinstance(payload, dict) and isinstance(payload.get("question"), str):
-            text = f"{cp.interrupt_node} asks: {payload['question']}"
         else:
-            text = f"{cp.interrupt_node} asks: {_short(payload, 48)}"
+            text = f"{cp.interrupt_node} asks: {question_of(cp.interrupt_payload)}"
     elif previous is None:
         origin = cp.parent.rpartition(":")[0] if cp.parent else None
         text = f"forked from {cp.parent}" if origin and origin != cp.thread else "input"
