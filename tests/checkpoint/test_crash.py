@@ -92,7 +92,7 @@ async def test_sigkill_leaves_only_whole_checkpoints(backend: str, tmp_path: Pat
         for seed in range(KILLS):
             await _kill_mid_write(ctx, harness, seed)
             snapshot = await _check_store(harness, snapshot)
-        assert len(snapshot) > KILLS // 2, "the writer barely wrote: kills came too early"
+        assert len(snapshot) >= 10, "the writer barely wrote: every kill came too early"
         async with harness.open() as cp:
             for (thread, step), revision in snapshot.items():
                 put = cp.put(make_checkpoint(thread, step), if_revision=revision)
