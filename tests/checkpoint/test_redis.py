@@ -254,6 +254,22 @@ async def test_prune_in_several_batches(
         await assert_consistent(admin, prefix, "", ["t"])
 
 
+async def test_prune_of_the_latest_step_rewrites_the_summary(
+    admin: aioredis.Redis, prefix: str
+) -> None:
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
+        await cp.put(make_checkpoint("t", 0, ts="2026-01-01T00:00:00Z"))
+        await cp.put(make_checkpoint("t", 1, ts="2026-01-02T00:00:00Z", interrupted=True))
+        await cp.put(make_checkpoint("t", 2, ts="2020-01-01T00:00:00Z", next=("n",)))
+        assert await cp.prune("t", older_than="2021-01-01T00:00:00Z") == 1
+        (info,) = await cp.list_threads()
+        assert (info.latest_step, info.interrupted, info.ts) == (1, True, "2026-01-02T00:00:00Z")
+        await assert_consistent(admin, prefix, "", ["t"])
+        assert await cp.prune("t", before_step=5) == 2
+        await assert_consistent(admin, prefix, "", ["t"])
+        assert await admin.zcard(namespace_keys(prefix, "")[0]) == 0
+
+
 # -- ttl -----------------------------------------------------------------------
 
 
