@@ -80,6 +80,9 @@ _THREAD_EXPIRY_INDEX = "agentflow_thread_expiry"
 #: every write of a thread within one bucket finds its older documents already
 #: refreshed and the refresh touches nothing.
 _TTL_BUCKET_S = 60.0
+#: Threads whose expiry this checkpointer pushed back in the current bucket; the
+#: memo is dropped when it grows past this, costing one no-op refresh per thread.
+_REFRESH_MEMO = 10_000
 _RESYNC_ATTEMPTS = 8
 _DUPLICATE_KEY = 11000
 _PAYLOAD = {"_id": 1, "rev": 1, "payload": 1}
@@ -131,11 +134,12 @@ class MongoCheckpointer:
         self._setup_lock = asyncio.Lock()
         self._set_up = False
         self._closed = False
+        self._refreshed: dict[str, datetime] = {}
 
     # -- lifecycle ---------------------------------------------------------
 
     async def setup(self) -> None:
-        """Create the indexes; idempotent, and run once before the first write.
+        """Create the indexes; idempotent, and run once before the first write or listing.
 
         Always: the partial unique index over thread summaries that listing
         walks. With ``ttl``: a TTL index on ``expires_at`` (MongoDB's TTL
@@ -291,13 +295,20 @@ class MongoCheckpointer:
         """Push back the expiry of every document of ``thread`` to ``expires``.
 
         Runs before the checkpoint write, so a failure here stores nothing but a
-        longer life. Within one expiry bucket it matches no document.
+        longer life. Skipped when this checkpointer already refreshed the thread
+        in the same bucket: every document it wrote since carries the bucket, and
+        other writers of the thread refresh to the same bucket themselves.
         """
+        if self._refreshed.get(thread) == expires:
+            return
         with _driver_errors("put"):
             await self._coll.update_many(
                 {"_id.n": self._ns, "_id.t": thread, "expires_at": {"$not": {"$gte": expires}}},
                 {"$set": {"expires_at": expires}},
             )
+        if len(self._refreshed) >= _REFRESH_MEMO:
+            self._refreshed.clear()
+        self._refreshed[thread] = expires
 
     async def delete_thread(self, thread: str) -> None:
         thread = validate_thread(thread)
