@@ -218,6 +218,18 @@ async def test_a_corrupted_header_blocks_writes_and_listing_instead_of_resetting
         assert _names(root / "t") == ["000000.json"]
 
 
+async def test_listing_reads_headers_only_of_the_threads_it_returns(root: Path) -> None:
+    async with FileCheckpointer(root) as cp:
+        for name in "abcd":
+            await cp.put(make_checkpoint(name, 0, state={"big": "x" * 100_000}))
+        for name in "ad":
+            (root / name / "000000.json").write_bytes(b"garbage")
+        middle = await cp.list_threads(limit=2, offset=1)
+        assert [i.thread for i in middle] == ["b", "c"]
+        with pytest.raises(CheckpointCorrupted):
+            await cp.list_threads_page(limit=2)
+
+
 async def test_history_reads_lazily_in_bounded_batches(root: Path) -> None:
     async with FileCheckpointer(root) as cp:
         for step in range(200):

@@ -450,21 +450,21 @@ class FileCheckpointer:
         """Up to ``limit`` summaries after ``after``, and whether more threads follow.
 
         Costs one listing of the namespace directory (names only) and, per
-        thread returned, one listing of its directory and one header read.
-        A directory left empty by a crash is skipped, not reported.
+        thread returned, one listing of its directory and one header read;
+        threads skipped by ``offset`` and the one-thread lookahead are only
+        listed. A directory left empty by a crash is skipped, not reported.
         """
         names = sorted(n for n in _listdir(self._base) if not n.startswith(_MARKER))
         infos: list[ThreadInfo] = []
         start = 0 if after is None else bisect.bisect_right(names, after)
         for name in names[start:]:
-            info = self._summary(name)
-            if info is None:
-                continue
-            if offset:
+            if offset or len(infos) == limit:  # only whether it has a step matters
+                if not _steps(os.path.join(self._base, name)):
+                    continue
+                if not offset:
+                    return infos, True
                 offset -= 1
-            elif len(infos) == limit:
-                return infos, True
-            else:
+            elif info := self._summary(name):
                 infos.append(info)
         return infos, False
 
