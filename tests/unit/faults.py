@@ -7,10 +7,10 @@ hold the call open so that it can be cancelled mid-flight.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
-Interceptor = Callable[..., Awaitable[Any]]
+Interceptor = Callable[..., Any]
 
 
 class CollectionProxy:
