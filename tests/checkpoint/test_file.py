@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,6 +162,21 @@ async def test_delete_is_one_rename_and_leaves_no_trash(root: Path) -> None:
         assert await cp.get("t") is None
         assert _names(root) == [".locks"]
         assert await cp.prune("t", before_step=9) == 0
+
+
+async def test_deletes_and_prunes_racing_puts_never_fail_or_tear(root: Path) -> None:
+    async with FileCheckpointer(root) as cp, FileCheckpointer(root) as other:
+        calls = [cp.put(make_checkpoint("t", i % 5, state={"i": i})) for i in range(60)]
+        calls += [other.delete_thread("t") for _ in range(10)]
+        calls += [other.prune("t", before_step=3) for _ in range(10)]
+        random.Random(7).shuffle(calls)
+        await asyncio.gather(*calls)
+        survivors = [c async for c in cp.history("t")]
+        assert len({c.step for c in survivors}) == len(survivors) <= 5
+        assert all(c.revision >= 1 and set(c.state) == {"i"} for c in survivors)
+        assert [n for n in _names(root) if n.startswith(".")] == [".locks"]
+        leftovers = _names(root / "t") if survivors else []
+        assert not [n for n in leftovers if n.startswith(".")]
 
 
 @pytest.mark.parametrize(

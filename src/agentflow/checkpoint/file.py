@@ -371,8 +371,8 @@ class FileCheckpointer:
             try:
                 os.rmdir(directory)  # succeeds only when nothing is left
                 _fsync_dir(self._base)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            except OSError as exc:  # steps remain, or a delete won the lock first
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
                     raise
                 if removed:
                     _fsync_dir(directory)
