@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import re
 import socket
@@ -225,7 +226,7 @@ def test_options_and_constructor_are_validated() -> None:
     bad: list[dict[str, Any]] = [
         {"tenant_id": ""}, {"workflow_name": "a\x00b"}, {"session_id": 5}, {"application_id": ""},
         {"page_size": 0}, {"max_page_size": 10, "page_size": 11}, {"page_size": True},
-        {"ttl": __import__("datetime").timedelta(0)}, {"allowed_checkpoint_types": ("nocolon",)},
+        {"ttl": datetime.timedelta(0)}, {"allowed_checkpoint_types": ("nocolon",)},
         {"allowed_checkpoint_types": "mod:Type"},
     ]  # fmt: skip
     for overrides in bad:
