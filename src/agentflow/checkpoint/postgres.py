@@ -19,7 +19,6 @@ import hashlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -263,12 +262,7 @@ class PostgresCheckpointer:
     async def __aenter__(self) -> PostgresCheckpointer:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:
