@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.errors import InvalidArgument
-from agentflow.runtime import Graph, Worker
+from agentflow.runtime import START, Graph, NodeContext, NodeFailed, Worker
 from tests.runtime.graphs import approval_graph, timer_graph
 
 
@@ -82,3 +84,27 @@ def test_worker_arguments_are_checked() -> None:
 
 async def _noop(state: object, ctx: object) -> None:
     return None
+
+
+async def test_a_failing_woken_node_is_reported_and_stays_due() -> None:
+    attempts: list[int] = []
+
+    async def flaky_wait(state: Mapping[str, Any], ctx: NodeContext) -> None:
+        ctx.wait(timedelta(0))
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ConnectionError("mail server down")
+
+    clock = Clock()
+    store = MemoryCheckpointer()
+    graph = (
+        Graph("flaky").add_node("n", flaky_wait).add_edge(START, "n").compile(store, clock=clock)
+    )
+    await graph.run({}, thread="f")
+    worker = Worker([graph])
+    first = await worker.run_once()
+    assert [t for t, _ in first.failed] == ["f"] and first.resumed == []
+    assert isinstance(first.failed[0][1], NodeFailed)
+    assert [i.thread for i in await worker.due()] == ["f"]
+    second = await worker.run_once()
+    assert [r.status for r in second.resumed] == ["done"]

@@ -18,10 +18,15 @@ from dataclasses import dataclass, field
 
 from agentflow.checkpoint.base import ThreadInfo
 from agentflow.checkpoint.codec import parse_instant
-from agentflow.errors import CheckpointConflict, InvalidArgument, StoreUnavailable
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointConflict,
+    InvalidArgument,
+    StoreUnavailable,
+)
 from agentflow.runtime.claims import instant_us, runtime_of
 from agentflow.runtime.engine import CompiledGraph
-from agentflow.runtime.errors import NotDue, NothingToResume, RunError
+from agentflow.runtime.errors import NotDue, NothingToResume
 from agentflow.runtime.result import RunResult
 
 __all__ = ["Worker", "WorkerPass"]
@@ -37,8 +42,10 @@ class WorkerPass:
     resumed: list[RunResult] = field(default_factory=list)
     #: Due runs another worker (or resume) took first.
     taken: list[str] = field(default_factory=list)
-    #: ``(thread, error)`` for runs whose resumed node failed; they stay due.
-    failed: list[tuple[str, RunError]] = field(default_factory=list)
+    #: ``(thread, error)`` for runs that could not be resumed (a node failed, the
+    #: store failed, the checkpoint is corrupted); a run whose first resumed
+    #: step failed keeps its suspend and stays due.
+    failed: list[tuple[str, AgentflowError]] = field(default_factory=list)
     #: Due runs of graphs this worker does not know; left for another worker.
     unknown: list[str] = field(default_factory=list)
 
@@ -112,7 +119,11 @@ class Worker:
 
     async def _wake(self, info: ThreadInfo, outcome: WorkerPass) -> None:
         async with self._slots:
-            cp = await self.checkpointer.get(info.thread, info.latest_step)
+            try:
+                cp = await self.checkpointer.get(info.thread, info.latest_step)
+            except AgentflowError as exc:
+                outcome.failed.append((info.thread, exc))
+                return
             graph = self._graphs.get(str(runtime_of(cp).get("graph"))) if cp else None
             if cp is None or graph is None:
                 if cp is not None:
@@ -122,5 +133,5 @@ class Worker:
                 outcome.resumed.append(await graph.resume(info.thread, step=info.latest_step))
             except (CheckpointConflict, NothingToResume, NotDue):
                 outcome.taken.append(info.thread)
-            except RunError as exc:
+            except AgentflowError as exc:  # one bad run must not stop the others
                 outcome.failed.append((info.thread, exc))
