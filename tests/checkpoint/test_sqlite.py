@@ -197,6 +197,22 @@ async def test_close_stops_threads_and_connections(db: Path) -> None:
         await cp.get("t")
 
 
+async def test_checkpointers_on_one_file_share_their_threads(db: Path) -> None:
+    before = set(threading.enumerate())
+    async with SqliteCheckpointer(db, namespace="a") as a, SqliteCheckpointer(db) as b:
+        writes = [cp.put(make_checkpoint("t", i)) for i in range(20) for cp in (a, b)]
+        await asyncio.gather(*writes)
+        assert len(set(threading.enumerate()) - before) == 2
+        async with SqliteCheckpointer(db, synchronous="NORMAL") as c:
+            assert await c.get("t") is not None  # other settings, threads of its own
+            assert len(set(threading.enumerate()) - before) == 4
+        await a.close()
+        latest = await b.get("t")
+        assert latest is not None and latest.step == 19 and latest.revision == 1
+        assert len(set(threading.enumerate()) - before) == 2
+    assert set(threading.enumerate()) - before == set()
+
+
 async def test_close_finishes_queued_writes(db: Path) -> None:
     cp = SqliteCheckpointer(db)
     writes = [asyncio.create_task(cp.put(make_checkpoint("t", i))) for i in range(20)]

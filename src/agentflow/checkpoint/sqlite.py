@@ -236,6 +236,34 @@ class _Worker:
         _deliver(stop, [None] * len(stop))
 
 
+class _Pair:
+    """The writer and reader of one file, shared by every checkpointer on it here.
+
+    Checkpointers of several tenants on one file then join one group commit
+    instead of contending for SQLite's write lock, whose busy handler backs
+    off by sleeping whole milliseconds.
+    """
+
+    def __init__(self, path: Path, synchronous: str, busy_timeout: float) -> None:
+        self.writer = _Worker(
+            "agentflow-sqlite-writer",
+            lambda: _open(path, synchronous, busy_timeout, read_only=False),
+            _write_group,
+        )
+        self.reader = _Worker(
+            "agentflow-sqlite-reader",
+            lambda: _open(path, synchronous, busy_timeout, read_only=True),
+            _read_each,
+        )
+        self.users = 0
+
+
+#: Open pairs by (absolute path, synchronous, busy_timeout), for this process only.
+_PAIRS: dict[tuple[str, str, float], _Pair] = {}
+_PAIRS_LOCK = threading.Lock()
+os.register_at_fork(after_in_child=_PAIRS.clear)  # a child has none of our threads
+
+
 def _read_each(conn: sqlite3.Connection, reads: list[Callable[..., Any]]) -> list[Any]:
     outcomes: list[Any] = []
     for read in reads:
@@ -330,6 +358,25 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
+def _open(
+    path: Path, synchronous: str, busy_timeout: float, *, read_only: bool
+) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    try:
+        (journal,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+        if str(journal).lower() != "wal":
+            raise CheckpointError(f"{path} cannot use WAL (journal_mode={journal})")
+        conn.execute(f"PRAGMA synchronous={synchronous}")  # one of SYNCHRONOUS_MODES
+        _ensure_schema(conn, path)
+        if read_only:
+            conn.execute("PRAGMA query_only=ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def _put_rows(
     conn: sqlite3.Connection, namespace: str, cp: EncodedCheckpoint, if_revision: int | None
 ) -> str:
@@ -365,8 +412,10 @@ class SqliteCheckpointer:
     another process holding the file's write lock before raising
     :class:`~agentflow.errors.StoreUnavailable`.
 
-    The two worker threads and their connections start on first use and stop
-    in :meth:`close` (or ``async with``), which first finishes queued writes.
+    The two worker threads and their connections start on first use, are
+    shared by every checkpointer open on the same file in this process, and
+    stop when the last of them is closed (``close`` or ``async with``), after
+    the queued writes.
     ``put`` encodes the checkpoint on the writer thread: do not mutate its
     state until ``put`` returns.
     """
@@ -394,7 +443,8 @@ class SqliteCheckpointer:
         self._busy_timeout = float(busy_timeout)
         self._redact = redact or redact_none
         self._namespace = _sql_text(validate_namespace(namespace), InvalidArgument, "namespace")
-        self._workers: tuple[_Worker, _Worker] | None = None
+        self._key = (os.path.abspath(self.path), mode, self._busy_timeout)
+        self._pair: _Pair | None = None
         self._closed = False
 
     async def __aenter__(self) -> SqliteCheckpointer:
@@ -409,48 +459,43 @@ class SqliteCheckpointer:
         await self.close()
 
     async def close(self) -> None:
-        """Finish queued writes, then close both connections and stop both threads."""
+        """Finish queued writes, then close both connections and stop both threads
+        (unless another open checkpointer on the same file still uses them)."""
         if self._closed:
             return
         self._closed = True
-        if self._workers is None:
+        pair, self._pair = self._pair, None
+        if pair is None:
             return
-        for stopped in [worker.submit(None) for worker in self._workers]:
+        with _PAIRS_LOCK:
+            pair.users -= 1
+            if pair.users:
+                return
+            del _PAIRS[self._key]
+        workers = (pair.writer, pair.reader)
+        for stopped in [worker.submit(None) for worker in workers]:
             await stopped
-        for worker in self._workers:
+        for worker in workers:
             worker.thread.join()
 
-    def _started(self) -> tuple[_Worker, _Worker]:
-        if self._closed:
-            raise CheckpointError("the SqliteCheckpointer is closed")
-        if self._workers is None:
-            self._workers = (
-                _Worker("agentflow-sqlite-writer", self._open, _write_group),
-                _Worker("agentflow-sqlite-reader", lambda: self._open(read_only=True), _read_each),
-            )
-        return self._workers
-
-    def _open(self, *, read_only: bool = False) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
-        try:
-            (journal,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            if str(journal).lower() != "wal":
-                raise CheckpointError(f"{self.path} cannot use WAL (journal_mode={journal})")
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")  # one of SYNCHRONOUS_MODES
-            _ensure_schema(conn, self.path)
-            if read_only:
-                conn.execute("PRAGMA query_only=ON")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    def _started(self) -> _Pair:
+        pair = self._pair
+        if pair is None:
+            if self._closed:
+                raise CheckpointError("the SqliteCheckpointer is closed")
+            with _PAIRS_LOCK:
+                pair = _PAIRS.get(self._key)
+                if pair is None:
+                    pair = _PAIRS[self._key] = _Pair(Path(self._key[0]), *self._key[1:])
+                pair.users += 1
+            self._pair = pair
+        return pair
 
     async def _write(self, prepare: Callable[[], Callable[[sqlite3.Connection], Any]]) -> Any:
-        return await self._started()[0].submit(prepare)
+        return await self._started().writer.submit(prepare)
 
     async def _read(self, read: Callable[[sqlite3.Connection], Any]) -> Any:
-        return await self._started()[1].submit(read)
+        return await self._started().reader.submit(read)
 
     # -- writes ------------------------------------------------------------
 
@@ -540,7 +585,7 @@ class SqliteCheckpointer:
 
             return read
 
-        reader = self._started()[1]
+        reader = self._started().reader
         pending: asyncio.Future[list[Any]] | None = reader.submit(batch_after(-1))
         try:
             while pending is not None:
