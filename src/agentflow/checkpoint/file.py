@@ -168,7 +168,7 @@ def _parse_header(data: bytes, path: str) -> tuple[dict[str, Any], int]:
 
 
 def _read_header(path: str) -> dict[str, Any] | None:
-    """The header of ``path`` from one small read, or None when there is no file."""
+    """The header only: revisions, summaries and ages never pay for reading a state."""
     try:
         with open(path, "rb") as f:
             return _parse_header(f.read(_HEADER_MAX), path)[0]
@@ -177,7 +177,8 @@ def _read_header(path: str) -> dict[str, Any] | None:
 
 
 def _load(path: str, thread: str, step: int) -> tuple[Checkpoint, int] | None:
-    """The checkpoint in ``path`` and its file size, or None when there is no file."""
+    """The checkpoint and file size, or None if gone; a file that is not exactly what
+    :meth:`FileCheckpointer._replace` writes for this place is corrupted, never missing."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -306,7 +307,8 @@ class FileCheckpointer:
         return f"{enc.thread}:{enc.step}"
 
     def _replace(self, directory: str, enc: codec.EncodedCheckpoint, revision: int) -> None:
-        """Write a temp file, fsync it, rename it over the step, fsync the directory."""
+        """Readers see the old file or the new one, never a mix; on return both the
+        bytes and the rename survive a power loss."""
         name = f"{_MARKER}{enc.step}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
         temp = os.path.join(directory, name)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._file_mode)
@@ -408,7 +410,7 @@ class FileCheckpointer:
     def _read_batch(
         directory: str, thread: str, steps: list[int], start: int
     ) -> tuple[list[Checkpoint], int]:
-        """Decode files from ``steps[start]`` until a file or byte budget is spent."""
+        """One worker call's worth of history: the budget keeps memory bounded."""
         batch: list[Checkpoint] = []
         size = 0
         index = start
