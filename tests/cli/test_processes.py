@@ -80,3 +80,39 @@ def test_a_killed_demo_continues_with_resume(tmp_path: Path) -> None:
         if af(tmp_path, "show", thread, check=False).returncode != 0:
             continue  # killed before its first checkpoint: nothing to continue
         assert _continue(tmp_path, thread)["state"] == expected
+
+
+@pytest.mark.slow
+def test_a_running_worker_finishes_a_demo_killed_during_its_hold(tmp_path: Path) -> None:
+    worker = subprocess.Popen(
+        command("worker", "--interval", "0.1", "--json"),
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        demo = subprocess.Popen(
+            command("demo", "--approve", "--hold", "3", "--thread", "w"),
+            cwd=tmp_path,
+            env=env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert demo.stdout is not None and "refund agent" in demo.stdout.readline()
+        deadline = time.monotonic() + 20
+        while af(tmp_path, "show", "w", check=False).returncode != 0 or (
+            af_json(tmp_path, "show", "w")["status"] != "waiting"
+        ):
+            assert time.monotonic() < deadline
+        demo.send_signal(signal.SIGKILL)
+        demo.wait(timeout=10)
+        while af_json(tmp_path, "show", "w")["status"] != "done":
+            assert time.monotonic() < deadline, "the worker did not finish the run"
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=20)
+    assert worker.returncode == 0
+    passes = [json.loads(line) for line in out.splitlines()]
+    assert [r["thread"] for p in passes for r in p["resumed"]] == ["w"]

@@ -56,8 +56,9 @@ class Session:
     def registry(self) -> GraphRegistry:
         return GraphRegistry(self.store, self.graph_specs)
 
-    def emit(self, value: Any) -> None:
-        print(render.dump_json(value))
+    def emit(self, value: Any, *, line: bool = False) -> None:
+        """Print ``value`` as JSON: indented, or as one line for a stream."""
+        print(orjson.dumps(value).decode() if line else render.dump_json(value), flush=line)
 
 
 def _parse_json(text: str | None, flag: str) -> Any:
@@ -251,7 +252,14 @@ async def delete(s: Session) -> int:
     return 0
 
 
-def _print_pass(s: Session, outcome: WorkerPass) -> None:
+def _print_pass(s: Session, outcome: WorkerPass, quiet: set[str] | None = None) -> None:
+    """Print a scan's outcome. In a long-running worker (``quiet`` given) idle
+    scans print nothing and each run of an unknown graph is reported once."""
+    if quiet is not None:
+        outcome.unknown = [t for t in outcome.unknown if t not in quiet]
+        quiet.update(outcome.unknown)
+        if not (outcome.resumed or outcome.failed or outcome.unknown):
+            return
     if s.json:
         s.emit(
             {
@@ -262,7 +270,8 @@ def _print_pass(s: Session, outcome: WorkerPass) -> None:
                 "taken": outcome.taken,
                 "failed": [{"thread": t, "error": str(e)} for t, e in outcome.failed],
                 "unknown": outcome.unknown,
-            }
+            },
+            line=quiet is not None,
         )
         return
     for result in outcome.resumed:
@@ -284,7 +293,10 @@ async def worker(s: Session) -> int:
         loop.add_signal_handler(signum, stop.set)
     try:
         s.console.print(f"worker polling every {s.args.interval}s (Ctrl-C to stop)")
-        await runner.run(interval=s.args.interval, stop=stop, on_pass=lambda p: _print_pass(s, p))
+        reported: set[str] = set()
+        await runner.run(
+            interval=s.args.interval, stop=stop, on_pass=lambda p: _print_pass(s, p, reported)
+        )
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(RuntimeError):

@@ -18,6 +18,7 @@ import orjson
 from rich.console import Console
 
 from agentflow.checkpoint.codec import parse_instant
+from agentflow.errors import CheckpointConflict
 from agentflow.runtime import CompiledGraph, RunResult
 from agentflow.runtime.claims import instant_us
 
@@ -63,7 +64,11 @@ async def drive(
             if _seconds_until(result.wake_at, graph.clock()) > max_wait:
                 return result
             await wait_until_due(graph, result.wake_at, console, f"{result.interrupt_node}")
-            result = await graph.resume(result.thread, step=result.step)
+            try:
+                result = await graph.resume(result.thread, step=result.step)
+            except CheckpointConflict:
+                console.print(f"a worker resumed {result.thread} first; it continues there")
+                return RunResult(await graph.get_state(result.thread))
         elif result.status == "interrupted":
             answered, value = decide(result)
             if not answered:
