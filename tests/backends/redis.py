@@ -56,8 +56,8 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     prefix = unique_prefix()
 
     async def corrupt(namespace: str | None, thread: str, step: int) -> None:
-        payloads = thread_keys(prefix, namespace or "", thread)[1]
-        await admin.hset(payloads, b"%020d" % step, b"\xff{")
+        data = thread_keys(prefix, namespace or "", thread)[1]
+        await admin.hset(data, b"%020d" % step, b"\xff{")
 
     try:
         yield BackendHarness(

@@ -5,8 +5,8 @@ For prefix ``P``, namespace ``N`` and thread ``T`` (``b64`` is unpadded
 base64url of the UTF-8 bytes; ``docs/redis.md`` gives the reasons)::
 
     P:{t.b64(N).b64(T)}:s   ZSET  step index, score 0, member = 20-digit step
-    P:{t.b64(N).b64(T)}:c   HASH  step -> payload bytes
-    P:{t.b64(N).b64(T)}:m   HASH  step -> "revision:write-id:instant:summary"
+    P:{t.b64(N).b64(T)}:d   HASH  step -> payload bytes,
+                                  step + "m" -> "revision:write-id:instant:summary"
     P:{t.b64(N).b64(T)}:h   STR   summary of the latest step (JSON)
     P:{n.b64(N)}:idx        ZSET  thread ids of N, score 0 (listing by BYLEX)
     P:{n.b64(N)}:exp        ZSET  thread id -> expiry deadline (ms), with ttl
@@ -83,14 +83,28 @@ local function sweep(idx, exp, now, count)
 end
 """
 
-# KEYS s c m h idx exp; ARGV step, payload, metadata tail ("write-id:instant:
+# Fields of the data hash: "<step>" holds the payload, "<step>m" the metadata
+# "revision:write-id:instant:summary", so one HMGET reads both atomically.
+_LUA_FIELDS = """
+local function fields(steps, with_payload)
+  local out = {}
+  for _, step in ipairs(steps) do
+    if with_payload then out[#out + 1] = step end
+    out[#out + 1] = step .. 'm'
+  end
+  return out
+end
+"""
+
+# KEYS s d h idx exp; ARGV step, payload, metadata tail ("write-id:instant:
 # summary", fixed widths before the summary), expected revision or '', ttl ms
 # or '', thread. Returns {1, revision} or {0, actual revision}.
 _LUA_PUT = (
     "#!lua\n"
     + _LUA_SWEEP
     + """
-local old = redis.call('HGET', KEYS[3], ARGV[1])
+local meta = ARGV[1] .. 'm'
+local old = redis.call('HGET', KEYS[2], meta)
 local rev = 0
 if old then
   local r, wid = string.match(old, '^(%d+):(%x+):')
@@ -100,51 +114,61 @@ if old then
 end
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= rev then return {0, rev} end
 rev = rev + 1
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[3], ARGV[1], string.format('%d:', rev) .. ARGV[3])
-if not old then
-  redis.call('ZADD', KEYS[1], 0, ARGV[1])
-  redis.call('ZADD', KEYS[5], 0, ARGV[6])
-end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2], meta, string.format('%d:', rev) .. ARGV[3])
+if not old then redis.call('ZADD', KEYS[1], 0, ARGV[1]) end
 if redis.call('ZRANGE', KEYS[1], -1, -1)[1] == ARGV[1] then
-  redis.call('SET', KEYS[4], string.sub(ARGV[3], 53))
+  if not redis.call('SET', KEYS[3], string.sub(ARGV[3], 53), 'GET') then
+    redis.call('ZADD', KEYS[4], 0, ARGV[6])
+  end
 end
 if ARGV[5] ~= '' then
   local now = now_ms()
   local deadline = string.format('%d', now + tonumber(ARGV[5]))
-  for i = 1, 4 do redis.call('PEXPIREAT', KEYS[i], deadline) end
-  redis.call('ZADD', KEYS[6], deadline, ARGV[6])
-  sweep(KEYS[5], KEYS[6], now, 16)
+  for i = 1, 3 do redis.call('PEXPIREAT', KEYS[i], deadline) end
+  redis.call('ZADD', KEYS[5], deadline, ARGV[6])
+  sweep(KEYS[4], KEYS[5], now, 16)
 elseif redis.call('PTTL', KEYS[1]) >= 0 then
-  for i = 1, 4 do redis.call('PERSIST', KEYS[i]) end
-  redis.call('ZREM', KEYS[6], ARGV[6])
+  for i = 1, 3 do redis.call('PERSIST', KEYS[i]) end
+  redis.call('ZREM', KEYS[5], ARGV[6])
 end
 return {1, rev}
 """
 )
 
-# KEYS s c m; ARGV 'latest' | 'at' step | 'after' lex-bound count.
-_LUA_READ = """#!lua flags=no-writes
+# KEYS s d; ARGV 'latest' | 'at' step | 'after' lex-bound count.
+# Returns {steps, {payload1, meta1, payload2, meta2, ...}}.
+_LUA_READ = (
+    "#!lua flags=no-writes\n"
+    + _LUA_FIELDS
+    + """
 local steps
 if ARGV[1] == 'latest' then steps = redis.call('ZRANGE', KEYS[1], -1, -1)
 elseif ARGV[1] == 'at' then steps = {ARGV[2]}
 else steps = redis.call('ZRANGE', KEYS[1], ARGV[2], '+', 'BYLEX', 'LIMIT', 0, ARGV[3]) end
 if #steps == 0 then return {} end
-return {steps, redis.call('HMGET', KEYS[2], unpack(steps)),
-  redis.call('HMGET', KEYS[3], unpack(steps))}
+return {steps, redis.call('HMGET', KEYS[2], unpack(fields(steps, true)))}
 """
+)
 
-# KEYS s c m h idx exp; ARGV thread.
+# KEYS s d h idx exp; ARGV thread.
 _LUA_DELETE = """#!lua
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
+redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
-redis.call('ZREM', KEYS[6], ARGV[1])
 """
 
-# KEYS s c m h idx exp; ARGV exclusive upper step bound or '+', cutoff instant
+# KEYS s d h idx exp; ARGV exclusive upper step bound or '+', cutoff instant
 # or '', thread, batch, scan start. Scans one batch of the step index and
 # removes the steps older than the cutoff. Returns {removed, next start or ''}.
-_LUA_PRUNE = """#!lua
+_LUA_PRUNE = (
+    "#!lua\n"
+    + _LUA_FIELDS
+    + """
+local function instant(meta)
+  local found = meta and string.match(meta, '^%d+:%x+:(%d+):')
+  if not found then error({err = 'AGENTFLOW_CORRUPT step metadata'}) end
+  return found
+end
 local batch = tonumber(ARGV[4])
 local scanned = redis.call('ZRANGE', KEYS[1], ARGV[5], ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
 local resume = ''
@@ -152,28 +176,25 @@ if #scanned == batch then resume = '(' .. scanned[#scanned] end
 local steps = scanned
 if ARGV[2] ~= '' and #scanned > 0 then
   steps = {}
-  for i, meta in ipairs(redis.call('HMGET', KEYS[3], unpack(scanned))) do
-    local instant = meta and string.match(meta, '^%d+:%x+:(%d+):')
-    if not instant then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
-    if instant < ARGV[2] then steps[#steps + 1] = scanned[i] end
+  for i, meta in ipairs(redis.call('HMGET', KEYS[2], unpack(fields(scanned, false)))) do
+    if instant(meta) < ARGV[2] then steps[#steps + 1] = scanned[i] end
   end
 end
 if #steps == 0 then return {0, resume} end
 redis.call('ZREM', KEYS[1], unpack(steps))
-redis.call('HDEL', KEYS[2], unpack(steps))
-redis.call('HDEL', KEYS[3], unpack(steps))
+redis.call('HDEL', KEYS[2], unpack(fields(steps, true)))
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
   redis.call('ZREM', KEYS[5], ARGV[3])
-  redis.call('ZREM', KEYS[6], ARGV[3])
   return {#steps, ''}
 end
-local latest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
-local summary = string.match(redis.call('HGET', KEYS[3], latest) or '', '^%d+:%x+:%d+:(.*)$')
-if not summary then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
-redis.call('SET', KEYS[4], summary, 'KEEPTTL')
+local latest = redis.call('HGET', KEYS[2], redis.call('ZRANGE', KEYS[1], -1, -1)[1] .. 'm')
+instant(latest)
+redis.call('SET', KEYS[3], string.match(latest, '^%d+:%x+:%d+:(.*)$'), 'KEEPTTL')
 return {#steps, resume}
 """
+)
 
 # KEYS idx exp; ARGV lex start, offset, count. Sweeps, then lists thread ids.
 _LUA_LIST = (
@@ -200,10 +221,10 @@ def _b64(text: str) -> bytes:
 
 
 def thread_keys(prefix: str, namespace: str, thread: str) -> list[bytes]:
-    """The four keys of one thread (step index, payloads, metadata, summary),
-    all under one hash tag so a script over them touches one slot."""
+    """The three keys of one thread (step index, data, summary), all under
+    one hash tag so a script over them touches one slot."""
     base = b"%s:{t.%s.%s}:" % (prefix.encode(), _b64(namespace), _b64(thread))
-    return [base + kind for kind in (b"s", b"c", b"m", b"h")]
+    return [base + kind for kind in (b"s", b"d", b"h")]
 
 
 def namespace_keys(prefix: str, namespace: str) -> list[bytes]:
@@ -359,7 +380,8 @@ class RedisCheckpointer:
         at most one decoded state alive (and the garbage collector idle)."""
         if not rows:
             return
-        for member, payload, meta in zip(*rows, strict=True):
+        steps, values = rows
+        for member, payload, meta in zip(steps, values[::2], values[1::2], strict=True):
             if payload is None and meta is None:
                 continue
             try:
@@ -380,13 +402,13 @@ class RedisCheckpointer:
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         thread = validate_thread(thread)
         args = ("latest",) if step is None else ("at", _step_member(validate_step(step)))
-        keys = self._thread_keys(thread)[:3]
+        keys = self._thread_keys(thread)[:2]
         rows = await self._call(self._read_script, keys, args, "get")
         return next(self._decode_rows(thread, rows), None)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         thread = validate_thread(thread)
-        keys = self._thread_keys(thread)[:3]
+        keys = self._thread_keys(thread)[:2]
         start = b"-"
         while True:
             rows = await self._call(self._read_script, keys, ("after", start, _BATCH), "history")
@@ -401,7 +423,7 @@ class RedisCheckpointer:
         expired or was deleted since the index was read."""
         async with self._client.pipeline(transaction=False) as pipe:
             for name in names:
-                pipe.get(self._thread_keys(name.decode())[3])
+                pipe.get(self._thread_keys(name.decode())[2])
             with _driver_errors("list"):
                 raws = await pipe.execute()
         infos: list[ThreadInfo | None] = []
