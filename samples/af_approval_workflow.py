@@ -13,7 +13,8 @@ can also be run by hand, hours apart:
 Nothing is shared between the processes except MongoDB.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Agent Framework 1.13 reads
+# response-handler annotations unevaluated and rejects string annotations.
 
 import asyncio
 import os

@@ -8,7 +8,8 @@ output that can only be right if every kind of state survived the restore.
 ``tests.unit.af_resume`` resumes a paused run of it in a fresh process.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: Agent Framework 1.13 reads
+# response-handler annotations unevaluated and rejects string annotations.
 
 from dataclasses import dataclass, field
 from typing import Any
