@@ -96,7 +96,7 @@ async def test_injected_client_stays_open_and_owned_one_is_closed(
 async def test_bad_arguments_are_refused_and_store_nothing(
     admin: aioredis.Redis, prefix: str
 ) -> None:
-    for bad_prefix in ("", "a{b", "}", 7):
+    for bad_prefix in ("", "a{b", "}", 7, "\ud800"):
         with pytest.raises(InvalidArgument):
             RedisCheckpointer(prefix=bad_prefix)  # type: ignore[arg-type]
     for ttl in (0, -1, True, "10", 10 * 366 * 86_400):

@@ -258,8 +258,10 @@ def _driver_errors(action: str) -> Iterator[None]:
 
 
 def _check_prefix(prefix: object) -> str:
+    """A brace would let the prefix open the hash tag that must be ours."""
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         raise InvalidArgument(f"prefix must be a non-empty string without braces, got {prefix!r}")
+    _utf8(prefix)
     return prefix
 
 
