@@ -14,10 +14,12 @@ from agentflow.errors import CheckpointConflict, InvalidArgument
 from agentflow.runtime import (
     START,
     Graph,
+    GraphInvalid,
     NodeContext,
     NodeFailed,
     NotDue,
     NothingToResume,
+    UnknownGraph,
     append,
 )
 from agentflow.runtime.claims import claim_of
@@ -179,3 +181,19 @@ async def test_nothing_to_resume_on_a_finished_run() -> None:
         await compiled.resume("f")
     with pytest.raises(NothingToResume):
         await compiled.resume("f", step=1)
+
+
+async def test_resume_refuses_a_thread_of_another_graph() -> None:
+    store = MemoryCheckpointer()
+    await approval_graph().compile(store).run({"log": []}, thread="a")
+    with pytest.raises(UnknownGraph, match="written by graph 'approval', not 'timer'"):
+        await timer_graph().compile(store).resume("a", "yes")
+    renamed = Graph("approval").add_node("other", _noop).add_edge(START, "other")
+    with pytest.raises(GraphInvalid, match=r"\['ask'\]"):
+        await renamed.compile(store).resume("a", "yes")
+    latest = await store.get("a")
+    assert latest is not None and claim_of(latest) is None
+
+
+async def _noop(state: Mapping[str, Any], ctx: NodeContext) -> None:
+    return None

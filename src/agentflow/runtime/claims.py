@@ -15,14 +15,25 @@ get keys of their own:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.codec import parse_instant
+from agentflow.errors import CheckpointConflict
 
-__all__ = ["RUNTIME_KEY", "claim_of", "runtime_of", "with_claim", "instant_us"]
+__all__ = [
+    "RUNTIME_KEY",
+    "claim_of",
+    "instant_us",
+    "refuse_if_claimed",
+    "release_claim",
+    "runtime_of",
+    "take_claim",
+    "with_claim",
+]
 
 RUNTIME_KEY = "runtime"
 
@@ -50,3 +61,40 @@ def with_claim(cp: Checkpoint, claim: dict[str, Any] | None) -> Checkpoint:
     if claim is not None:
         section["claim"] = claim
     return replace(cp, extra={**cp.extra, RUNTIME_KEY: section}, revision=cp.revision + 1)
+
+
+async def refuse_if_claimed(
+    checkpointer: Checkpointer, cp: Checkpoint, now: datetime, *, superseded_check: bool
+) -> None:
+    """Raise :class:`CheckpointConflict` if another resume holds ``cp``.
+
+    A claim holds until it lapses. With ``superseded_check`` (the caller named
+    the step it answers) a lapsed claim still refuses when the run has moved
+    past ``cp``: that suspend was answered, by someone else.
+    """
+    claim = claim_of(cp)
+    if claim is None:
+        return
+    taken = parse_instant(str(claim.get("until"))) > instant_us(now)
+    if not taken and superseded_check:
+        latest = await checkpointer.get(cp.thread)
+        taken = latest is None or latest.step != cp.step
+    if taken:
+        raise CheckpointConflict(cp.thread, cp.step, int(claim["revision"]), cp.revision)
+
+
+async def take_claim(
+    checkpointer: Checkpointer, cp: Checkpoint, owner: str, until: datetime
+) -> Checkpoint:
+    """Claim ``cp`` by rewriting it conditionally on the revision read."""
+    claim = {"by": owner, "until": until.astimezone(UTC).isoformat(), "revision": cp.revision}
+    claimed = with_claim(cp, claim)
+    await checkpointer.put(claimed, if_revision=cp.revision)
+    return claimed
+
+
+async def release_claim(checkpointer: Checkpointer, claimed: Checkpoint) -> None:
+    """Give a suspend back after its resume failed, so it can be retried now."""
+    # A conflict means the claim had lapsed and another resume took the suspend.
+    with contextlib.suppress(CheckpointConflict):
+        await checkpointer.put(with_claim(claimed, None), if_revision=claimed.revision)

@@ -16,7 +16,6 @@ of that step, so of two racing resumes exactly one runs the node.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import os
 import secrets
@@ -28,11 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.codec import parse_instant, utc_now_iso, validate_thread
-from agentflow.errors import CheckpointConflict, InvalidArgument
-from agentflow.runtime.claims import RUNTIME_KEY, claim_of, instant_us, runtime_of, with_claim
+from agentflow.errors import InvalidArgument
+from agentflow.runtime.claims import (
+    RUNTIME_KEY,
+    instant_us,
+    refuse_if_claimed,
+    release_claim,
+    runtime_of,
+    take_claim,
+)
 from agentflow.runtime.context import NodeContext, Suspend
 from agentflow.runtime.errors import (
     ConflictingUpdate,
+    GraphInvalid,
     InvalidRoute,
     InvalidUpdate,
     NodeFailed,
@@ -42,6 +49,7 @@ from agentflow.runtime.errors import (
     StepNotFound,
     ThreadExists,
     ThreadNotFound,
+    UnknownGraph,
 )
 from agentflow.runtime.graph import END, START
 from agentflow.runtime.result import RunResult
@@ -49,7 +57,7 @@ from agentflow.runtime.result import RunResult
 if TYPE_CHECKING:
     from agentflow.runtime.graph import Graph
 
-__all__ = ["CompiledGraph"]
+__all__ = ["CompiledGraph", "read_checkpoint"]
 
 #: Node updates of one step, in frontier order.
 _Updates = list[tuple[str, Mapping[str, Any]]]
@@ -57,6 +65,18 @@ _Updates = list[tuple[str, Mapping[str, Any]]]
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+async def read_checkpoint(
+    checkpointer: Checkpointer, thread: str, step: int | None = None
+) -> Checkpoint:
+    """The checkpoint at ``step`` (latest when None), or ThreadNotFound / StepNotFound."""
+    cp = await checkpointer.get(thread, step)
+    if cp is not None:
+        return cp
+    if step is None or await checkpointer.get(thread) is None:
+        raise ThreadNotFound(f"thread {thread!r} not found")
+    raise StepNotFound(f"thread {thread!r} has no step {step}")
 
 
 class CompiledGraph:
@@ -83,7 +103,6 @@ class CompiledGraph:
         self.clock = clock or _utc_now
         #: Written into claims so an operator can see who holds a suspend.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._plain_extra = {RUNTIME_KEY: {"graph": graph.name}}
 
     # -- public API ----------------------------------------------------------
 
@@ -105,7 +124,7 @@ class CompiledGraph:
             state=state,
             next=await self._successors([START], state, thread, 0),
             ts=utc_now_iso(),
-            extra=self._plain_extra,
+            extra={RUNTIME_KEY: {"graph": self.name}},
             revision=1,
         )
         await self.checkpointer.put(first, if_revision=0)
@@ -124,6 +143,7 @@ class CompiledGraph:
         with the revision read and the one stored.
         """
         cp = await self.get_state(thread, step)
+        self._check_runnable(cp)
         if not cp.interrupted:
             if step is not None or cp.done:
                 raise NothingToResume(
@@ -146,7 +166,7 @@ class CompiledGraph:
             advanced = True
         finally:
             if not advanced:
-                await self._release(claimed)
+                await release_claim(self.checkpointer, claimed)
         return await self._drive(first)
 
     async def get_state(self, thread: str, step: int | None = None) -> Checkpoint:
@@ -155,12 +175,7 @@ class CompiledGraph:
         Raises :class:`ThreadNotFound` or :class:`StepNotFound` instead of
         returning None, so a caller never mistakes "absent" for "empty".
         """
-        cp = await self.checkpointer.get(thread, step)
-        if cp is not None:
-            return cp
-        if step is None or await self.checkpointer.get(thread) is None:
-            raise ThreadNotFound(f"thread {thread!r} not found")
-        raise StepNotFound(f"thread {thread!r} has no step {step}")
+        return await read_checkpoint(self.checkpointer, thread, step)
 
     def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         """Every checkpoint of ``thread``, oldest first (streamed)."""
@@ -208,35 +223,34 @@ class CompiledGraph:
         await self.checkpointer.put(forked, if_revision=0)
         return forked
 
+    def _check_runnable(self, cp: Checkpoint) -> None:
+        """Refuse to continue a thread another graph wrote, or whose stored
+        frontier names nodes this graph no longer has."""
+        written_by = runtime_of(cp).get("graph", self.name)
+        if written_by != self.name:
+            raise UnknownGraph(
+                f"thread {cp.thread!r} was written by graph {written_by!r}, not {self.name!r}"
+            )
+        missing = [node for node in cp.next if node not in self.graph.nodes]
+        if missing:
+            raise GraphInvalid(
+                f"thread {cp.thread!r} is to run {missing} next, which graph "
+                f"{self.name!r} does not define"
+            )
+
     # -- claims --------------------------------------------------------------
 
     async def _claim(self, cp: Checkpoint, value: Any, *, explicit_step: bool) -> Checkpoint:
         """Take the suspend ``cp`` for this resume, or raise why not."""
         now = self.clock()
-        claim = claim_of(cp)
-        if claim is not None:
-            taken = parse_instant(str(claim.get("until"))) > instant_us(now)
-            if not taken and explicit_step:
-                latest = await self.checkpointer.get(cp.thread)
-                taken = latest is None or latest.step != cp.step
-            if taken:
-                raise CheckpointConflict(cp.thread, cp.step, int(claim["revision"]), cp.revision)
+        await refuse_if_claimed(self.checkpointer, cp, now, superseded_check=explicit_step)
         if cp.wake_at is not None:
             if value is not None:
                 raise InvalidArgument(f"thread {cp.thread!r} waits on a timer; it takes no value")
             left_us = parse_instant(cp.wake_at) - instant_us(now)
             if left_us > 0:
                 raise NotDue(cp.thread, cp.step, cp.wake_at, left_us / 1e6)
-        until = (now + self.claim_ttl).astimezone(UTC).isoformat()
-        claimed = with_claim(cp, {"by": self.owner, "until": until, "revision": cp.revision})
-        await self.checkpointer.put(claimed, if_revision=cp.revision)
-        return claimed
-
-    async def _release(self, claimed: Checkpoint) -> None:
-        """Give a suspend back after its resume failed, so it can be retried now."""
-        # A conflict means the claim had lapsed and another resume took the suspend.
-        with contextlib.suppress(CheckpointConflict):
-            await self.checkpointer.put(with_claim(claimed, None), if_revision=claimed.revision)
+        return await take_claim(self.checkpointer, cp, self.owner, now + self.claim_ttl)
 
     # -- steps ---------------------------------------------------------------
 
@@ -292,7 +306,7 @@ class CompiledGraph:
                 next=await self._successors(cp.next, state, cp.thread, cp.step),
                 parent=parent,
                 ts=utc_now_iso(),
-                extra=self._plain_extra,
+                extra={RUNTIME_KEY: {"graph": self.name}},
                 revision=1,
             )
         await self.checkpointer.put(new, if_revision=0)
