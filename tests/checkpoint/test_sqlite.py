@@ -313,6 +313,27 @@ async def _create(db: Path) -> None:
         await cp.put(make_checkpoint("t", 0))
 
 
+def _put_in_child(path: str) -> None:
+    async def put() -> None:
+        async with SqliteCheckpointer(path) as cp:
+            await cp.put(make_checkpoint("child", 0))
+
+    asyncio.run(put())
+
+
+async def test_a_forked_child_opens_its_own_threads(db: Path) -> None:
+    async with SqliteCheckpointer(db) as cp:
+        await cp.put(make_checkpoint("parent", 0))
+        # The parent's threads stay alive and registered while the child starts.
+        child = multiprocessing.get_context("fork").Process(target=_put_in_child, args=(str(db),))
+        child.start()
+        await asyncio.to_thread(child.join, 60)
+        if child.exitcode is None:
+            child.kill()
+        assert child.exitcode == 0
+        assert await cp.get("child") is not None
+
+
 PROCESSES = 4
 PUTS_PER_PROCESS = 250
 

@@ -261,7 +261,16 @@ class _Pair:
 #: Open pairs by (absolute path, synchronous, busy_timeout), for this process only.
 _PAIRS: dict[tuple[str, str, float], _Pair] = {}
 _PAIRS_LOCK = threading.Lock()
-os.register_at_fork(after_in_child=_PAIRS.clear)  # a child has none of our threads
+
+
+def _forget_pairs_after_fork() -> None:
+    """A forked child has none of the parent's threads, and maybe a held lock."""
+    global _PAIRS_LOCK  # noqa: PLW0603
+    _PAIRS_LOCK = threading.Lock()
+    _PAIRS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pairs_after_fork)
 
 
 def _read_each(conn: sqlite3.Connection, reads: list[Callable[..., Any]]) -> list[Any]:
