@@ -148,6 +148,23 @@ async def test_oversized_put_fails_alone_in_its_group(
         assert await cp.get("big") is None
 
 
+async def test_history_mixes_large_and_small_steps_across_batches(db: Path) -> None:
+    big = {"blob": "b" * (backend._DECODE_ON_LOOP_MAX + 1)}
+    # Step 255 ends the first batch and is decoded on the reader thread: the
+    # next batch must still start after it.
+    big_steps = {0, 255, 299}
+    async with SqliteCheckpointer(db) as cp:
+        await asyncio.gather(
+            *(
+                cp.put(make_checkpoint("t", s, state=big if s in big_steps else {"s": s}))
+                for s in range(300)
+            )
+        )
+        got = [c async for c in cp.history("t")]
+    assert [c.step for c in got] == list(range(300))
+    assert all((c.state == big) == (c.step in big_steps) for c in got)
+
+
 async def test_reads_do_not_wait_behind_the_writer(db: Path) -> None:
     async with SqliteCheckpointer(db) as cp:
         await cp.put(make_checkpoint("t", 0))
