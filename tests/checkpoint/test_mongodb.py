@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import ConnectionFailure, PyMongoError
+from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
 
 from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.testing.harness import make_checkpoint
@@ -449,3 +451,83 @@ async def test_a_mongod_crash_raises_store_unavailable_and_loses_no_journaled_pu
             assert infos["lane-0"] == 10_001 and 10_000 not in infos.values()
     finally:
         server.cleanup()
+
+
+@pytest.fixture
+def replica_set() -> Iterator[MongodProcess]:
+    """A private one-member replica set with test commands (for fail points).
+
+    MongodProcess starts the binary it is given; a two-line wrapper adds the
+    replica-set flags, so the start, wait and cleanup logic stays in one place.
+    """
+    try:
+        server = MongodProcess()
+    except (ImportError, RuntimeError, OSError) as exc:
+        server_missing("mongod binary", exc)
+    try:
+        server.stop()
+        wrapper = Path(server.dbpath, "mongod-replset")
+        wrapper.write_text(
+            f'#!/bin/sh\nexec "{server.binary}" --replSet rs0 '
+            '--setParameter enableTestCommands=1 "$@"\n'
+        )
+        os.chmod(wrapper, 0o700)
+        server.binary = str(wrapper)
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+async def _initiate(uri: str, port: int) -> None:
+    async with AsyncMongoClient[Doc](uri) as client:
+        member = {"_id": 0, "host": f"127.0.0.1:{port}"}
+        await client.admin.command("replSetInitiate", {"_id": "rs0", "members": [member]})
+        for _ in range(600):  # an election takes well under the 30 s this allows
+            if (await client.admin.command("hello")).get("isWritablePrimary"):
+                return
+            await asyncio.sleep(0.05)
+    pytest.fail("the one-member replica set elected no primary")
+
+
+async def _fail_next_update_after_writing(client: AsyncMongoClient[Doc]) -> None:
+    """The next update command is applied, then answered with a retryable error."""
+    await client.admin.command(
+        {
+            "configureFailPoint": "failCommand",
+            "mode": {"times": 1},
+            "data": {
+                "failCommands": ["update"],
+                "writeConcernError": {"code": 91, "errmsg": "ShutdownInProgress"},
+            },
+        }
+    )
+
+
+async def test_replica_set_retries_a_landed_put_exactly_once(replica_set: MongodProcess) -> None:
+    """A put whose answer is lost after it landed is retried by PyMongo, and the
+    server recognizes the retry: the revision counts one write, not two. Without
+    retryable writes (as on a standalone) the same fault surfaces as
+    StoreUnavailable although the write landed."""
+    await _initiate(replica_set.uri, replica_set.port)
+    async with (
+        AsyncMongoClient[Doc](replica_set.uri) as client,
+        MongoCheckpointer(client=client, database="retry") as cp,
+    ):
+        for step, if_revision in ((0, None), (1, 0), (1, 1)):
+            await _fail_next_update_after_writing(client)
+            await cp.put(make_checkpoint("t", step), if_revision=if_revision)
+        first, second = await cp.get("t", 0), await cp.get("t", 1)
+        assert first is not None and first.revision == 1
+        assert second is not None and second.revision == 2
+
+    async with (
+        AsyncMongoClient[Doc](replica_set.uri + "&retryWrites=false") as client,
+        MongoCheckpointer(client=client, database="retry") as cp,
+    ):
+        await _fail_next_update_after_writing(client)
+        with pytest.raises(StoreUnavailable) as info:
+            await cp.put(make_checkpoint("t", 2))
+        assert isinstance(info.value.__cause__, BulkWriteError)
+        landed = await cp.get("t", 2)
+        assert landed is not None and landed.revision == 1
