@@ -13,6 +13,7 @@ import pytest
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.errors import InvalidArgument
 from agentflow.runtime import START, Graph, NodeContext, NodeFailed, Worker
+from agentflow.runtime.claims import take_claim
 from tests.runtime.graphs import approval_graph, timer_graph
 
 
@@ -108,3 +109,18 @@ async def test_a_failing_woken_node_is_reported_and_stays_due() -> None:
     assert [i.thread for i in await worker.due()] == ["f"]
     second = await worker.run_once()
     assert [r.status for r in second.resumed] == ["done"]
+
+
+async def test_a_crashed_workers_claim_is_taken_over_once_it_lapses(tmp_path: Path) -> None:
+    clock = Clock()
+    store = MemoryCheckpointer()
+    compiled = timer_graph().compile(store, clock=clock, claim_ttl=timedelta(seconds=30))
+    await compiled.run({"seconds": 0, "logfile": str(tmp_path / "log")}, thread="c")
+    suspended = await store.get("c")
+    assert suspended is not None
+    await take_claim(store, suspended, "dead-worker", clock.now + timedelta(seconds=30))
+    worker = Worker([compiled])
+    assert (await worker.run_once()).taken == ["c"]
+    clock.now += timedelta(seconds=31)
+    assert [r.status for r in (await worker.run_once()).resumed] == ["done"]
+    assert (tmp_path / "log").read_text().count("c ") == 1
