@@ -1,11 +1,16 @@
 """RedisCheckpointer against LangGraph's AsyncRedisSaver and the raw SET floor.
 
-All rows use one local Redis at the same persistence settings (whatever the
-server runs with; the table states them). The raw floor writes the very
-payload bytes agentflow stores with one plain ``SET`` per checkpoint: one
-round trip, no index, no revision, so no checkpointer on this server can be
-faster. LangGraph's saver needs the RedisJSON and RediSearch modules; on a
-plain Redis it fails at setup and its row says why.
+All rows use one local Redis at the same persistence settings (the table
+states them). The raw floor writes the very payload bytes agentflow stores
+with one plain ``SET`` per checkpoint: one round trip, no index, no revision,
+so no checkpointer on this server can be faster. LangGraph's saver needs the
+RedisJSON and RediSearch modules; on a plain Redis it fails at setup and its
+row says why.
+
+The machine is shared, so load swings within seconds. The rows are therefore
+measured in lockstep: each sequential put and each get is taken from every
+checkpointer in turn, and the history and concurrent phases alternate, so a
+swing hits every row alike and the ratios stay meaningful.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -23,16 +30,7 @@ from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import encode
 from agentflow.checkpoint.redaction import redact_none
 from agentflow.checkpoint.redis import RedisCheckpointer
-from benchmarks.common import (
-    Table,
-    median,
-    ms,
-    nested_state,
-    percentile,
-    rate,
-    ratio,
-    time_calls,
-)
+from benchmarks.common import Table, ms, nested_state, percentile, rate, ratio
 
 URL = "redis://127.0.0.1:6379/0"
 _HEADERS = [
@@ -52,41 +50,21 @@ class _Sizes:
         self.gets = 100 if quick else 500
         self.writers = 8
         self.per_writer = 25 if quick else 250
-        #: agentflow and the floor alternate, so load on a shared machine hits both.
-        self.rounds = 1 if quick else 3
+
+
+@dataclass
+class _Saver:
+    put: Callable[[str, int], Awaitable[Any]]
+    get_latest: Callable[[str], Awaitable[Any]]
+    history: Callable[[str], Awaitable[int]]
 
 
 def _checkpoint(thread: str, step: int, states: list[dict[str, Any]]) -> Checkpoint:
     return Checkpoint(thread=thread, step=step, state=states[step], next=("n",))
 
 
-async def _measure(
-    put: Callable[[str, int], Awaitable[Any]],
-    get_latest: Callable[[str], Awaitable[Any]],
-    history: Callable[[str], Awaitable[int]],
-    sizes: _Sizes,
-) -> list[float]:
-    """[seq puts/s, get p50 s, get p95 s, history s, concurrent puts/s]."""
-    start = time.perf_counter()
-    for step in range(sizes.puts):
-        await put("seq", step)
-    seq = sizes.puts / (time.perf_counter() - start)
-    gets = await time_calls(lambda: get_latest("seq"), sizes.gets)
-    start = time.perf_counter()
-    assert await history("seq") == sizes.puts
-    full = time.perf_counter() - start
-
-    async def writer(w: int) -> None:
-        for step in range(sizes.per_writer):
-            await put(f"w{w}", step)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(writer(w) for w in range(sizes.writers)))
-    concurrent = sizes.writers * sizes.per_writer / (time.perf_counter() - start)
-    return [seq, percentile(gets, 50), percentile(gets, 95), full, concurrent]
-
-
-async def _agentflow(prefix: str, sizes: _Sizes, states: list[dict[str, Any]]) -> list[float]:
+@asynccontextmanager
+async def _agentflow(prefix: str, states: list[dict[str, Any]]) -> AsyncIterator[_Saver]:
     async with RedisCheckpointer(URL, prefix=prefix) as cp:
 
         async def put(thread: str, step: int) -> None:
@@ -95,32 +73,39 @@ async def _agentflow(prefix: str, sizes: _Sizes, states: list[dict[str, Any]]) -
         async def history(thread: str) -> int:
             return sum([1 async for _ in cp.history(thread)])
 
-        return await _measure(put, cp.get, history, sizes)
+        yield _Saver(put, cp.get, history)
 
 
-async def _raw_floor(
-    client: aioredis.Redis, prefix: str, sizes: _Sizes, blobs: list[bytes]
-) -> list[float]:
+@asynccontextmanager
+async def _raw_floor(prefix: str, blobs: list[bytes]) -> AsyncIterator[_Saver]:
+    client = aioredis.Redis.from_url(URL)
+    latest: dict[str, int] = {}
+
     def key(thread: str, step: int) -> str:
         return f"{prefix}:{thread}:{step}"
 
     async def put(thread: str, step: int) -> None:
         await client.set(key(thread, step), blobs[step])
+        latest[thread] = step
 
     async def get_latest(thread: str) -> Any:
-        return orjson.loads(await client.get(key(thread, sizes.puts - 1)))
+        return orjson.loads(await client.get(key(thread, latest[thread])))
 
     async def history(thread: str) -> int:
         count = 0
-        for first in range(0, sizes.puts, _BATCH):
-            keys = [key(thread, s) for s in range(first, min(first + _BATCH, sizes.puts))]
+        for first in range(0, latest[thread] + 1, _BATCH):
+            keys = [key(thread, s) for s in range(first, min(first + _BATCH, latest[thread] + 1))]
             count += sum(1 for blob in await client.mget(keys) if orjson.loads(blob))
         return count
 
-    return await _measure(put, get_latest, history, sizes)
+    try:
+        yield _Saver(put, get_latest, history)
+    finally:
+        await client.aclose()
 
 
-async def _langgraph(prefix: str, sizes: _Sizes, states: list[dict[str, Any]]) -> list[float]:
+@asynccontextmanager
+async def _langgraph(prefix: str, states: list[dict[str, Any]]) -> AsyncIterator[_Saver]:
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.redis.aio import AsyncRedisSaver
 
@@ -146,18 +131,73 @@ async def _langgraph(prefix: str, sizes: _Sizes, states: list[dict[str, Any]]) -
             config = {"configurable": {"thread_id": thread}}
             return sum([1 async for _ in saver.alist(config)])  # type: ignore[arg-type]
 
-        return await _measure(put, get_latest, history, sizes)
+        yield _Saver(put, get_latest, history)
+
+
+async def _lockstep(savers: dict[str, _Saver], sizes: _Sizes) -> dict[str, list[float]]:
+    """Per saver: [seq puts/s, get p50 s, get p95 s, history s, concurrent puts/s]."""
+    clock = time.perf_counter
+    put_time = dict.fromkeys(savers, 0.0)
+    for step in range(sizes.puts):
+        for name, saver in savers.items():
+            start = clock()
+            await saver.put("seq", step)
+            put_time[name] += clock() - start
+    gets: dict[str, list[float]] = {name: [] for name in savers}
+    for _ in range(sizes.gets):
+        for name, saver in savers.items():
+            start = clock()
+            await saver.get_latest("seq")
+            gets[name].append(clock() - start)
+    results = {}
+    for name, saver in savers.items():
+        start = clock()
+        assert await saver.history("seq") == sizes.puts, name
+        full = clock() - start
+
+        async def writer(w: int, saver: _Saver = saver) -> None:
+            for step in range(sizes.per_writer):
+                await saver.put(f"w{w}", step)
+
+        start = clock()
+        await asyncio.gather(*(writer(w) for w in range(sizes.writers)))
+        concurrent = sizes.writers * sizes.per_writer / (clock() - start)
+        samples = gets[name]
+        results[name] = [
+            sizes.puts / put_time[name],
+            percentile(samples, 50),
+            percentile(samples, 95),
+            full,
+            concurrent,
+        ]
+    return results
 
 
 def _row(name: str, m: list[float]) -> list[str]:
     return [name, rate(int(m[0]), 1.0), ms(m[1]), ms(m[2]), f"{m[3]:.3f}", rate(int(m[4]), 1.0)]
 
 
-async def _persistence(client: aioredis.Redis) -> str:
-    save = (await client.config_get("save")).get("save", "")
-    aof = (await client.config_get("appendonly")).get("appendonly", "")
-    fsync = (await client.config_get("appendfsync")).get("appendfsync", "")
-    return f'save "{save}", appendonly {aof}, appendfsync {fsync}'
+def _versus(name: str, ours: list[float], other: list[float]) -> list[str]:
+    return [
+        name,
+        f"{ours[0] / other[0]:.0%}",
+        ratio(other[1], ours[1]),
+        ratio(other[2], ours[2]),
+        ratio(other[3], ours[3]),
+        f"{ours[4] / other[4]:.0%}",
+    ]
+
+
+async def _persistence() -> str:
+    client = aioredis.Redis.from_url(URL, decode_responses=True)
+    try:
+        config = await client.config_get("*")
+    finally:
+        await client.aclose()
+    return (
+        f'save "{config.get("save", "")}", appendonly {config.get("appendonly")}, '
+        f"appendfsync {config.get('appendfsync')}"
+    )
 
 
 async def run(quick: bool) -> list[Table]:
@@ -166,62 +206,43 @@ async def run(quick: bool) -> list[Table]:
     states = [nested_state(step) for step in range(count)]
     blobs = [encode(_checkpoint("seq", s, states), redact_none).payload for s in range(count)]
     prefix = f"bench-redis-{uuid.uuid4().hex}"
-    client = aioredis.Redis.from_url(URL, decode_responses=True)
-    raw = aioredis.Redis.from_url(URL)
-    rounds: dict[str, list[list[float]]] = {"ours": [], "floor": []}
+    names = {"ours": "agentflow RedisCheckpointer", "floor": "raw redis-py SET floor"}
+    langgraph_error = ""
     try:
-        persistence = await _persistence(client)
-        for r in range(sizes.rounds):
-            rounds["ours"].append(await _agentflow(f"{prefix}:af{r}", sizes, states))
-            rounds["floor"].append(await _raw_floor(raw, f"{prefix}:raw{r}", sizes, blobs))
-        try:
-            theirs: list[float] | str = await _langgraph(f"{prefix}:lg", sizes, states)
-        except Exception as exc:  # the row reports why it cannot run
-            reason = str(exc).split(": ", 1)[-1].split(", with args")[0]
-            theirs = f"cannot run on plain Redis ({type(exc).__name__}: {reason})"
+        async with AsyncExitStack() as stack:
+            savers = {
+                "ours": await stack.enter_async_context(_agentflow(f"{prefix}:af", states)),
+                "floor": await stack.enter_async_context(_raw_floor(f"{prefix}:raw", blobs)),
+            }
+            try:
+                savers["langgraph"] = await stack.enter_async_context(
+                    _langgraph(f"{prefix}:lg", states)
+                )
+            except Exception as exc:  # the row reports why it cannot run
+                reason = str(exc).split(": ", 1)[-1].split(", with args")[0]
+                langgraph_error = f"cannot run on plain Redis ({type(exc).__name__}: {reason})"
+            results = await _lockstep(savers, sizes)
     finally:
-        async for key in client.scan_iter(match=f"{prefix}:*", count=1_000):
-            await client.unlink(key)
-        await client.aclose()
-        await raw.aclose()
-    ours, floor = (
-        [median([m[i] for m in rounds[name]]) for i in range(len(_HEADERS) - 1)]
-        for name in ("ours", "floor")
-    )
+        admin = aioredis.Redis.from_url(URL)
+        async for key in admin.scan_iter(match=f"{prefix}:*", count=1_000):
+            await admin.unlink(key)
+        await admin.aclose()
+    ours = results["ours"]
     table = Table(
         title=f"Redis, ~{len(blobs[0]) // 1000} KB state" + (" (quick)" if quick else ""),
         headers=_HEADERS,
-        rows=[_row("agentflow RedisCheckpointer", ours), _row("raw redis-py SET floor", floor)],
+        rows=[_row(names[name], m) for name, m in results.items() if name in names],
     )
-    if isinstance(theirs, str):
-        table.rows.append(["LangGraph AsyncRedisSaver", theirs, "", "", "", ""])
+    if "langgraph" in results:
+        table.rows.append(_row("LangGraph AsyncRedisSaver", results["langgraph"]))
+        table.rows.append(_versus("agentflow vs LangGraph", ours, results["langgraph"]))
     else:
-        table.rows.append(_row("LangGraph AsyncRedisSaver", theirs))
-        table.rows.append(
-            [
-                "agentflow vs LangGraph",
-                ratio(ours[0], theirs[0]),
-                ratio(theirs[1], ours[1]),
-                ratio(theirs[2], ours[2]),
-                ratio(theirs[3], ours[3]),
-                ratio(ours[4], theirs[4]),
-            ]
-        )
-    table.rows.append(
-        [
-            "agentflow vs raw floor",
-            f"{ours[0] / floor[0]:.0%}",
-            ratio(floor[1], ours[1]),
-            ratio(floor[2], ours[2]),
-            ratio(floor[3], ours[3]),
-            f"{ours[4] / floor[4]:.0%}",
-        ]
-    )
+        table.rows.append(["LangGraph AsyncRedisSaver", langgraph_error, "", "", "", ""])
+    table.rows.append(_versus("agentflow vs raw floor", ours, results["floor"]))
     table.notes += [
-        f"Server persistence for every row: {persistence}.",
-        f"Medians of {sizes.rounds} alternating rounds of agentflow and the floor.",
-        f"{sizes.puts:,} sequential puts on one thread; get latest over {sizes.gets} calls; "
-        f"history = all {sizes.puts:,} checkpoints; concurrent = "
+        f"Server persistence for every row: {await _persistence()}.",
+        f"{sizes.puts:,} sequential puts on one thread and get latest over {sizes.gets} calls, "
+        f"in lockstep across rows; history = all {sizes.puts:,} checkpoints; concurrent = "
         f"{sizes.writers} writers x {sizes.per_writer} puts.",
         "Targets: seq puts >= 3x LangGraph (its 764/s anchor; >= 2,500/s where it cannot run) "
         "and >= 60% of the raw SET floor.",
