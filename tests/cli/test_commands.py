@@ -74,6 +74,16 @@ def test_threads_are_paginated_and_filtered(tmp_path: Path) -> None:
     assert [t["thread"] for t in waiting["threads"]] == ["a", "c"]
 
 
+@pytest.fixture(scope="module")
+def waiting_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store whose thread ``t`` waits an hour on its timer; the failing
+    commands below change nothing, so one store serves them all."""
+    cwd = tmp_path_factory.mktemp("errors")
+    af(cwd, "demo", "--thread", "t", "--hold", "3600")
+    af(cwd, "resume", "t", "--value", '"approve"')
+    return cwd
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -90,12 +100,9 @@ def test_threads_are_paginated_and_filtered(tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_line_and_exit_one(
-    tmp_path: Path, args: list[str], needle: str
+    waiting_store: Path, args: list[str], needle: str
 ) -> None:
-    af(tmp_path, "demo", "--approve", "--thread", "seed", "--hold", "0")
-    af(tmp_path, "demo", "--thread", "t", "--hold", "3600")
-    af(tmp_path, "resume", "t", "--value", '"approve"')
-    done = af(tmp_path, *args, check=False)
+    done = af(waiting_store, *args, check=False)
     assert done.returncode == 1
     assert needle in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
