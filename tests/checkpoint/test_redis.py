@@ -404,6 +404,9 @@ async def test_damaged_metadata_summary_and_types_raise_corrupted(
         await admin.set(h, b"{not json")
         with pytest.raises(CheckpointCorrupted):
             await cp.list_threads()
+        await admin.zadd(namespace_keys(prefix, "")[0], {b"\xff": 0})
+        with pytest.raises(CheckpointCorrupted):
+            await cp.list_threads_page()
         await admin.unlink(s)
         await admin.set(s, b"a string, not a sorted set")
         with pytest.raises(CheckpointCorrupted):

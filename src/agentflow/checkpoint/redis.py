@@ -423,19 +423,21 @@ class RedisCheckpointer:
     async def _summaries(self, names: list[bytes]) -> list[ThreadInfo | None]:
         """Summaries of ``names`` in one round trip; None where the thread
         expired or was deleted since the index was read."""
+        try:
+            threads = [name.decode() for name in names]
+        except UnicodeDecodeError as exc:
+            raise CheckpointCorrupted("the thread index holds an id that is not UTF-8") from exc
         async with self._client.pipeline(transaction=False) as pipe:
-            for name in names:
-                pipe.get(self._thread_keys(name.decode())[2])
+            for thread in threads:
+                pipe.get(self._thread_keys(thread)[2])
             with _driver_errors("list"):
                 raws = await pipe.execute()
         infos: list[ThreadInfo | None] = []
-        for name, raw in zip(names, raws, strict=True):
+        for thread, raw in zip(threads, raws, strict=True):
             try:
-                infos.append(
-                    None if raw is None else ThreadInfo(name.decode(), **orjson.loads(raw))
-                )
+                infos.append(None if raw is None else ThreadInfo(thread, **orjson.loads(raw)))
             except (TypeError, ValueError) as exc:
-                raise CheckpointCorrupted(f"summary of thread {name!r} is damaged") from exc
+                raise CheckpointCorrupted(f"summary of thread {thread!r} is damaged") from exc
         return infos
 
     async def _collect(
