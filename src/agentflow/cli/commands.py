@@ -177,6 +177,13 @@ def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | Non
         if summary:
             s.console.print(summary, markup=False)
         return
+    if result.status == "running":
+        s.console.print(
+            f"{result.thread} is being run by another process (at step {result.step}); "
+            f"follow it with: {s.prefix} history {shlex.quote(result.thread)}",
+            markup=False,
+        )
+        return
     if result.status == "waiting":
         s.console.print(f"[cyan]waiting[/] in {result.interrupt_node} until {result.wake_at}")
     else:
