@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
+from pymongo.errors import BulkWriteError, ConnectionFailure
 
 from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.testing.harness import make_checkpoint
@@ -24,8 +21,8 @@ from agentflow.errors import (
     InvalidArgument,
     StoreUnavailable,
 )
-from tests.backends import server_missing
-from tests.support.mongod import MongodProcess, mongodb_uri
+from tests.backends.mongodb import private_mongod, scratch_database
+from tests.support.mongod import MongodProcess
 
 Doc = dict[str, Any]
 
@@ -34,9 +31,7 @@ class Store:
     """A fresh database on the session's mongod and a client of the test's own."""
 
     def __init__(self, uri: str, client: AsyncMongoClient[Doc], database: str) -> None:
-        self.uri = uri
-        self.client = client
-        self.database = database
+        self.uri, self.client, self.database = uri, client, database
         self.raw: AsyncCollection[Doc] = client[database]["checkpoints"]
 
     def open(self, **kwargs: Any) -> MongoCheckpointer:
@@ -46,22 +41,8 @@ class Store:
 
 @pytest.fixture
 async def store() -> AsyncIterator[Store]:
-    try:
-        uri = mongodb_uri()
-    except (ImportError, RuntimeError, OSError) as exc:
-        server_missing("mongod", exc)
-    client: AsyncMongoClient[Doc] = AsyncMongoClient(uri, serverSelectionTimeoutMS=5_000)
-    try:
-        await client.admin.command("ping")
-    except PyMongoError as exc:
-        await client.close()
-        server_missing("mongod", exc)
-    database = f"agentflow_test_{uuid.uuid4().hex[:16]}"
-    try:
+    async with scratch_database() as (uri, client, database):
         yield Store(uri, client, database)
-    finally:
-        await client.drop_database(database)
-        await client.close()
 
 
 def _key(thread: str, step: int | None = None, namespace: str = "") -> Doc:
@@ -400,10 +381,7 @@ async def test_a_mongod_crash_raises_store_unavailable_and_loses_no_journaled_pu
     With ``journal=True`` every acknowledged put survives the crash; a put that
     raised is either absent or whole.
     """
-    try:
-        server = MongodProcess()
-    except (ImportError, RuntimeError, OSError) as exc:
-        server_missing("mongod binary", exc)
+    server = private_mongod()
     uri = server.uri + "&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000"
     try:
         async with MongoCheckpointer(uri, database="faults", journal=True) as cp:
@@ -455,25 +433,9 @@ async def test_a_mongod_crash_raises_store_unavailable_and_loses_no_journaled_pu
 
 @pytest.fixture
 def replica_set() -> Iterator[MongodProcess]:
-    """A private one-member replica set with test commands (for fail points).
-
-    MongodProcess starts the binary it is given; a two-line wrapper adds the
-    replica-set flags, so the start, wait and cleanup logic stays in one place.
-    """
+    """A private one-member replica set with test commands (for fail points)."""
+    server = private_mongod("--replSet", "rs0", "--setParameter", "enableTestCommands=1")
     try:
-        server = MongodProcess()
-    except (ImportError, RuntimeError, OSError) as exc:
-        server_missing("mongod binary", exc)
-    try:
-        server.stop()
-        wrapper = Path(server.dbpath, "mongod-replset")
-        wrapper.write_text(
-            f'#!/bin/sh\nexec "{server.binary}" --replSet rs0 '
-            '--setParameter enableTestCommands=1 "$@"\n'
-        )
-        os.chmod(wrapper, 0o700)
-        server.binary = str(wrapper)
-        server.start()
         yield server
     finally:
         server.cleanup()

@@ -1,22 +1,12 @@
 """A MongoDB checkpointer on PyMongo's native asyncio client.
 
-Layout (one collection; see docs/mongodb.md):
-
-* a checkpoint is ``{_id: {n: namespace, t: thread, s: step}, rev, payload, ts, ts_us,
-  interrupted, done, wake_at[, expires_at]}``. The compound ``_id`` *is* the unique
-  index on (namespace, thread, step), so a put maintains one index, an exact read is
-  the server's ``_id`` fast path and "latest" is one backward index step.
-* a thread summary is ``{_id: {n, t}, ns, th, latest[, expires_at]}``: only the
-  highest step, raised with ``$max``. Listing walks a partial unique index on
-  (ns, th) and reads each thread's status from its latest checkpoint, so the
-  listing can never disagree with the checkpoints about status.
-
-Summaries live beside the checkpoints so a put is one ordered bulk write
-(summary first, then checkpoint): one round trip instead of two. The summary is
-written first, so it is never behind the checkpoints; when it is ahead (the
-checkpoint write lost a compare-and-set or the server died in between) the
-listing falls back to the thread's real latest step, and prune/delete
-recompute it.
+One collection holds checkpoints, keyed ``_id: {n: namespace, t: thread, s: step}``
+(the unique index on (namespace, thread, step) is the ``_id`` index itself), and one
+summary per thread, ``_id: {n, t}``, holding only the highest step. A put is one
+ordered bulk write, summary first: one round trip, and the summary is never behind
+the checkpoints. When it is ahead (a lost compare-and-set, or a server that died
+between the two writes) the listing reads the real latest step instead, and
+prune/delete recompute it. docs/mongodb.md has the layout, indexes and guarantees.
 """
 
 from __future__ import annotations
@@ -33,13 +23,7 @@ from typing import Any
 from bson import MaxKey, MinKey
 from pymongo import AsyncMongoClient, IndexModel, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import (
-    BulkWriteError,
-    ConnectionFailure,
-    DocumentTooLarge,
-    InvalidName,
-    PyMongoError,
-)
+from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidName, PyMongoError
 from pymongo.write_concern import WriteConcern
 
 from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
@@ -87,6 +71,7 @@ _RESYNC_ATTEMPTS = 8
 _DUPLICATE_KEY = 11000
 _PAYLOAD = {"_id": 1, "rev": 1, "payload": 1}
 _STATUS = {"_id": 1, "interrupted": 1, "done": 1, "ts": 1, "wake_at": 1}
+_EXPIRY = {"_id": 1, "expires_at": 1}
 
 
 class MongoCheckpointer:
@@ -114,10 +99,10 @@ class MongoCheckpointer:
     ) -> None:
         self._ns = validate_namespace(namespace)
         self._redact = redact or redact_none
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)):
-            raise InvalidArgument(f"ttl must be a number of seconds or None, got {ttl!r}")
-        if ttl is not None and not (math.isfinite(ttl) and ttl > 0):
-            raise InvalidArgument(f"ttl must be a positive number of seconds, got {ttl!r}")
+        if ttl is not None and not (
+            isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl < math.inf
+        ):
+            raise InvalidArgument(f"ttl must be None or a positive number of seconds, got {ttl!r}")
         self._ttl = ttl
         self._owned = client is None
         self._client: AsyncMongoClient[Document] = client or AsyncMongoClient(uri)
@@ -141,13 +126,9 @@ class MongoCheckpointer:
     async def setup(self) -> None:
         """Create the indexes; idempotent, and run once before the first write or listing.
 
-        Always: the partial unique index over thread summaries that listing
-        walks. With ``ttl``: a TTL index on ``expires_at`` (MongoDB's TTL
-        monitor deletes expired documents once a minute, so expiry is
-        approximate) and (namespace, thread, expires_at) so a write finds the
-        thread's documents whose expiry it must push back without a scan.
-        A collection with a default collation is refused: thread ids must
-        compare as plain code points.
+        Call it at deploy time when the runtime user may not create indexes. A
+        collection with a default collation is refused: ``_id`` ranges and the
+        listing need thread ids compared as plain code points.
         """
         with _driver_errors("setup"):
             listing = await self._coll.database.list_collections(filter={"name": self._coll.name})
@@ -312,12 +293,8 @@ class MongoCheckpointer:
 
     async def delete_thread(self, thread: str) -> None:
         thread = validate_thread(thread)
-        await self._ready()
-        with _driver_errors("delete_thread"):
-            everything = {"$gte": self._key(thread), "$lte": self._key(thread, MaxKey())}
-            result = await self._coll.delete_many({"_id": everything})
-        if result.deleted_count:
-            await self._resync(thread)
+        everything = {"$gte": self._key(thread), "$lte": self._key(thread, MaxKey())}
+        await self._delete(thread, {"_id": everything})
 
     async def prune(
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
@@ -327,38 +304,34 @@ class MongoCheckpointer:
         query: Document = {"_id": self._steps(thread, before_step)}
         if older_than is not None:
             query["ts_us"] = {"$lt": parse_instant(older_than, what="older_than")}
-        await self._ready()
-        with _driver_errors("prune"):
-            result = await self._coll.delete_many(query)
-        if result.deleted_count:
-            await self._resync(thread)
-        return result.deleted_count
+        return await self._delete(thread, query)
 
-    async def _resync(self, thread: str) -> None:
-        """Set the summary to the thread's real latest step after deletions.
+    async def _delete(self, thread: str, query: Document) -> int:
+        """Delete with one ``delete_many``, then set the summary to the real latest step.
 
-        A put racing with us may raise the summary between our read and our
-        write, and our write would lower it again; re-reading the latest step
+        A put racing with us may raise the summary between our read of the
+        latest step and our write of it, which would lower it again; re-reading
         after writing catches exactly that case, and we go round once more.
         """
-        with _driver_errors("resync"):
-            latest = await self._latest(thread, {"_id": 1, "expires_at": 1})
-            for _ in range(_RESYNC_ATTEMPTS):
+        await self._ready()
+        with _driver_errors("delete"):
+            deleted = (await self._coll.delete_many(query)).deleted_count
+            latest = await self._latest(thread, _EXPIRY) if deleted else None
+            for _ in range(_RESYNC_ATTEMPTS if deleted else 0):
                 if latest is None:
                     await self._coll.delete_one({"_id": self._key(thread)})
                 else:
-                    fields: Document = {"latest": latest["_id"]["s"]}
-                    if "expires_at" in latest:
-                        fields["expires_at"] = latest["expires_at"]
+                    fields = {"latest": latest["_id"]["s"], "expires_at": latest.get("expires_at")}
                     await self._coll.update_one(
                         {"_id": self._key(thread)},
                         {"$set": fields, "$setOnInsert": {"ns": self._ns, "th": thread}},
                         upsert=True,
                     )
-                again = await self._latest(thread, {"_id": 1, "expires_at": 1})
+                again = await self._latest(thread, _EXPIRY)
                 if _step_of(again) == _step_of(latest):
-                    return
+                    break
                 latest = again
+        return deleted
 
     # -- reads -------------------------------------------------------------
 
@@ -456,21 +429,13 @@ def _check_size(enc: EncodedCheckpoint, namespace: str) -> None:
 
 
 def _decode(doc: Document, thread: str) -> Checkpoint:
+    """Decode a stored checkpoint, refusing one whose payload belongs to another key."""
     payload, rev = doc.get("payload"), doc.get("rev")
-    if (
-        not isinstance(payload, bytes)
-        or isinstance(rev, bool)
-        or not isinstance(rev, int)
-        or rev < 1
-    ):
-        raise CheckpointCorrupted(
-            f"stored checkpoint {doc.get('_id')!r} has no valid payload or revision"
-        )
+    if not isinstance(payload, bytes) or type(rev) is not int or rev < 1:
+        raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} has no valid payload or revision")
     cp = decode(payload, rev)
     if cp.thread != thread or cp.step != doc["_id"]["s"]:
-        raise CheckpointCorrupted(
-            f"stored checkpoint {doc['_id']!r} holds another checkpoint's payload"
-        )
+        raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} holds another key's payload")
     return cp
 
 
@@ -486,11 +451,7 @@ def _info(doc: Document) -> ThreadInfo:
         )
     except KeyError as exc:
         raise CheckpointCorrupted(f"stored checkpoint {doc.get('_id')!r} lacks {exc}") from exc
-    if not (
-        isinstance(info.interrupted, bool)
-        and isinstance(info.done, bool)
-        and isinstance(info.ts, str)
-    ):
+    if {type(info.interrupted), type(info.done)} != {bool} or not isinstance(info.ts, str):
         raise CheckpointCorrupted(f"stored checkpoint {doc['_id']!r} has a malformed status")
     return info
 
@@ -502,12 +463,11 @@ def _duplicate_at(exc: BulkWriteError, index: int) -> bool:
 
 def _unavailable(exc: PyMongoError) -> bool:
     """A dropped connection, a failover, or a timeout: the same call may succeed later."""
-    if isinstance(exc, ConnectionFailure) or exc.timeout:
-        return True
-    if isinstance(exc, BulkWriteError) and exc.details.get("writeConcernErrors"):
-        return True
-    return exc.has_error_label("RetryableWriteError") or exc.has_error_label(
-        "TransientTransactionError"
+    return (
+        isinstance(exc, ConnectionFailure)
+        or exc.timeout
+        or exc.has_error_label("RetryableWriteError")
+        or (isinstance(exc, BulkWriteError) and bool(exc.details.get("writeConcernErrors")))
     )
 
 
@@ -520,10 +480,6 @@ def _driver_errors(operation: str) -> Iterator[None]:
     """
     try:
         yield
-    except DocumentTooLarge as exc:
-        raise InvalidArgument(
-            f"MongoDB refused a document as too large during {operation}"
-        ) from exc
     except PyMongoError as exc:
         code = getattr(exc, "code", None)
         detail = f"{type(exc).__name__}" + (f" (code {code})" if code is not None else "")
