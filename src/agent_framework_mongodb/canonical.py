@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent_framework_mongodb.errors import MongoDBMappingError, MongoDBSerializationError
-from agent_framework_mongodb.typepolicy import NATIVE_TYPES, TypePolicy, type_key
+from agent_framework_mongodb.typepolicy import TypePolicy, type_key
 
 __all__ = ["CANONICAL_HASH_VERSION", "canonical_bytes", "canonical_hash"]
 
@@ -50,33 +50,47 @@ def canonical_hash(value: Any, policy: TypePolicy) -> str:
 
 def canonical_bytes(value: Any, policy: TypePolicy) -> bytes:
     """The canonical encoding of ``value``, or a mapping/serialization error."""
-    out: list[bytes] = [_DOMAIN]
     try:
-        _Walker(policy, out).walk(value)
+        return _DOMAIN + _Walker(policy).encode(value)
     except RecursionError as exc:
         raise MongoDBMappingError("checkpoint state is nested too deeply to encode") from exc
-    return b"".join(out)
 
 
 def _sized(tag: bytes, data: bytes) -> bytes:
-    return tag + str(len(data)).encode() + b":" + data
+    return b"%s%d:%s" % (tag, len(data), data)
+
+
+def _text(value: str) -> bytes:
+    data = value.encode("utf-8", "surrogatepass")
+    return b"s%d:%s" % (len(data), data)
+
+
+def _float(value: float) -> bytes:
+    if not math.isfinite(value):
+        raise MongoDBMappingError("checkpoint state contains a non-finite float (NaN or inf)")
+    return b"f" + _FLOAT.pack(value)
+
+
+#: Exact built-in types that are never mappings, so the mapping guard is
+#: decided for them by this table; every other type meets ``isinstance``.
+_NATIVE_SCALARS: dict[type, Callable[[Any], bytes]] = {
+    str: _text,
+    int: lambda v: b"i%d;" % v,
+    bool: lambda v: b"T" if v else b"F",
+    type(None): lambda _v: b"N",
+    float: _float,
+    bytes: lambda v: _sized(b"b", v),
+    bytearray: lambda v: _sized(b"y", bytes(v)),
+}
 
 
 class _Walker:
     """One depth-first walk; ``_path`` holds the ids of the containers being visited."""
 
-    def __init__(self, policy: TypePolicy, out: list[bytes]) -> None:
+    def __init__(self, policy: TypePolicy) -> None:
         self._policy = policy
-        self._out = out
         self._path: set[int] = set()
-        self._scalars: dict[type, Callable[[Any], bytes]] = {
-            type(None): lambda _v: b"N",
-            bool: lambda v: b"T" if v else b"F",
-            int: lambda v: b"i" + str(v).encode() + b";",
-            float: _float,
-            str: lambda v: _sized(b"s", v.encode("utf-8", "surrogatepass")),
-            bytes: lambda v: _sized(b"b", v),
-            bytearray: lambda v: _sized(b"y", bytes(v)),
+        self._standard: dict[type, Callable[[Any], bytes]] = {
             datetime.datetime: _datetime,
             datetime.date: lambda v: _sized(b"D", v.isoformat().encode()),
             datetime.time: _time,
@@ -86,79 +100,68 @@ class _Walker:
             uuid.UUID: lambda v: _sized(b"u", v.hex.encode()),
         }
 
-    def walk(self, value: Any) -> None:
+    def encode(self, value: Any) -> bytes:
         cls = type(value)
-        # The mapping guard comes first: exact dict is accepted, every other
-        # mapping is refused before any scalar, enum or object handler runs.
+        # The mapping guard comes first: exact dict is accepted; exact native
+        # scalars are known non-mappings; every other mapping is refused before
+        # any standard, enum, class or object handler runs.
         if cls is dict:
-            self._container(value, b"d", self._dict_items)
-            return
+            return self._container(value, b"d", self._dict_items)
+        native = _NATIVE_SCALARS.get(cls)
+        if native is not None:
+            return native(value)
+        if cls is list or cls is tuple:
+            return self._container(value, b"l" if cls is list else b"t", self._sequence_items)
         if isinstance(value, Mapping | dict):
             raise MongoDBSerializationError(
                 f"{type_key(cls)} is a mapping subclass; only exact dict is supported, "
                 "migrate it to plain dict/list structures"
             )
-        scalar = self._scalars.get(cls)
-        if scalar is not None:
-            if cls not in NATIVE_TYPES:
-                self._policy.check_value_type(cls)
-            self._out.append(scalar(value))
-        elif cls is list or cls is tuple:
-            self._container(value, b"l" if cls is list else b"t", self._sequence_items)
-        elif cls is set or cls is frozenset:
-            self._container(value, b"S" if cls is set else b"z", self._set_items)
-        elif isinstance(value, enum.Enum):
+        standard = self._standard.get(cls)
+        if standard is not None:
             self._policy.check_value_type(cls)
-            self._out.append(_sized(b"e", type_key(cls).encode()))
-            self.walk(value._value_)
-        elif isinstance(value, type):
-            self._class_reference(value)
-        else:
-            self._object(value, cls)
+            return standard(value)
+        if cls is set or cls is frozenset:
+            return self._container(value, b"S" if cls is set else b"z", self._set_items)
+        if isinstance(value, enum.Enum):
+            self._policy.check_value_type(cls)
+            return _sized(b"e", type_key(cls).encode()) + self.encode(value._value_)
+        if isinstance(value, type):
+            return self._class_reference(value)
+        self._policy.check_value_type(cls)
+        return self._container(value, _sized(b"o", type_key(cls).encode()), self._object_state)
 
-    def _container(self, value: Any, tag: bytes, items: Callable[[Any], None]) -> None:
+    def _container(self, value: Any, tag: bytes, items: Callable[[Any], list[bytes]]) -> bytes:
         marker = id(value)
         if marker in self._path:
             raise MongoDBMappingError("checkpoint state contains a reference cycle")
         self._path.add(marker)
-        self._out.append(tag + str(len(value)).encode() + b":")
-        items(value)
+        parts = items(value)
         self._path.discard(marker)
+        return b"%s%d:%s" % (tag, len(parts), b"".join(parts))
 
-    def _sequence_items(self, value: list[Any] | tuple[Any, ...]) -> None:
-        for item in value:
-            self.walk(item)
+    def _sequence_items(self, value: list[Any] | tuple[Any, ...]) -> list[bytes]:
+        encode = self.encode
+        return [encode(item) for item in value]
 
-    def _dict_items(self, value: dict[Any, Any]) -> None:
-        self._out.extend(sorted(self._encode(k) + self._encode(v) for k, v in value.items()))
+    def _dict_items(self, value: dict[Any, Any]) -> list[bytes]:
+        encode = self.encode
+        return sorted([encode(k) + encode(v) for k, v in value.items()])
 
-    def _set_items(self, value: set[Any] | frozenset[Any]) -> None:
-        self._out.extend(sorted(self._encode(item) for item in value))
+    def _set_items(self, value: set[Any] | frozenset[Any]) -> list[bytes]:
+        encode = self.encode
+        return sorted([encode(item) for item in value])
 
-    def _encode(self, value: Any) -> bytes:
-        start = len(self._out)
-        self.walk(value)
-        chunk = b"".join(self._out[start:])
-        del self._out[start:]
-        return chunk
+    def _object_state(self, value: Any) -> list[bytes]:
+        return [self.encode(object_state(value))]
 
-    def _class_reference(self, cls: type) -> None:
+    def _class_reference(self, cls: type) -> bytes:
         if cls is type(None):
             raise MongoDBMappingError(
                 f"class reference {type_key(cls)} cannot be checkpointed; store plain data"
             )
         self._policy.check_value_type(cls)
-        self._out.append(_sized(b"c", type_key(cls).encode()))
-
-    def _object(self, value: Any, cls: type) -> None:
-        self._policy.check_value_type(cls)
-        marker = id(value)
-        if marker in self._path:
-            raise MongoDBMappingError("checkpoint state contains a reference cycle")
-        self._path.add(marker)
-        self._out.append(_sized(b"o", type_key(cls).encode()))
-        self.walk(object_state(value))
-        self._path.discard(marker)
+        return _sized(b"c", type_key(cls).encode())
 
 
 def object_state(value: Any) -> Any:
@@ -169,12 +172,6 @@ def object_state(value: Any) -> Any:
     runtime-only fields through their own ``__getstate__``.
     """
     return value.__getstate__()
-
-
-def _float(value: float) -> bytes:
-    if not math.isfinite(value):
-        raise MongoDBMappingError("checkpoint state contains a non-finite float (NaN or inf)")
-    return b"f" + _FLOAT.pack(value)
 
 
 def _tz(value: datetime.tzinfo | None) -> bytes:
