@@ -197,3 +197,16 @@ async def test_resume_refuses_a_thread_of_another_graph() -> None:
 
 async def _noop(state: Mapping[str, Any], ctx: NodeContext) -> None:
     return None
+
+
+async def test_a_broad_except_in_a_node_does_not_swallow_the_suspend() -> None:
+    async def careless(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        try:
+            answer = ctx.interrupt("?")
+        except Exception:
+            answer = "swallowed"
+        return {"answer": answer}
+
+    compiled = Graph("c").add_node("n", careless).add_edge(START, "n").compile(MemoryCheckpointer())
+    assert (await compiled.run({}, thread="c")).status == "interrupted"
+    assert (await compiled.resume("c", "real")).state == {"answer": "real"}
