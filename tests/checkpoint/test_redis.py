@@ -270,6 +270,32 @@ async def test_prune_of_the_latest_step_rewrites_the_summary(
         assert await admin.zcard(namespace_keys(prefix, "")[0]) == 0
 
 
+async def test_history_keeps_its_place_while_the_thread_changes(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_module, "_BATCH", 3)
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
+        for step in range(10):
+            await cp.put(make_checkpoint("t", step))
+        seen = []
+        async for got in cp.history("t"):
+            seen.append(got.step)
+            if got.step == 2:
+                assert await cp.prune("t", before_step=5) == 5
+                await cp.put(make_checkpoint("t", 20))
+        assert seen == [0, 1, 2, 5, 6, 7, 8, 9, 20]
+
+
+async def test_scripts_reload_after_the_server_forgets_them(prefix: str) -> None:
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
+        await cp.put(make_checkpoint("t", 0))
+        await cp._client.script_flush()
+        await cp.put(make_checkpoint("t", 1))
+        assert [c.step async for c in cp.history("t")] == [0, 1]
+        assert [i.thread for i in await cp.list_threads()] == ["t"]
+        assert await cp.prune("t", before_step=1) == 1
+
+
 # -- ttl -----------------------------------------------------------------------
 
 
