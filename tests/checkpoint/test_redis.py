@@ -12,6 +12,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agentflow.checkpoint import redis as redis_module
+from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.redis import RedisCheckpointer, namespace_keys, thread_keys
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
@@ -38,6 +39,10 @@ async def prefix(admin: aioredis.Redis) -> AsyncIterator[str]:
     name = unique_prefix()
     yield name
     await drop_prefix(admin, name)
+
+
+async def _all(items: AsyncIterator[Checkpoint]) -> list[Checkpoint]:
+    return [item async for item in items]
 
 
 def _url(name: str) -> str:
@@ -423,6 +428,11 @@ async def test_damaged_metadata_summary_and_types_raise_corrupted(
         await admin.hdel(d, b"%020dm" % 1)
         with pytest.raises(CheckpointCorrupted):
             await cp.get("t", 1)
+        await admin.hdel(d, b"%020d" % 1)
+        for read in (cp.get("t"), _all(cp.history("t"))):
+            with pytest.raises(CheckpointCorrupted):
+                await read
+        assert await cp.get("t", 1) is None
         other = await admin.hget(thread_keys(prefix, "", "u")[1], b"%020d" % 0)
         await admin.hset(d, b"%020d" % 0, other)
         with pytest.raises(CheckpointCorrupted):

@@ -377,14 +377,17 @@ class RedisCheckpointer:
             raise CheckpointConflict(enc.thread, enc.step, if_revision or 0, int(revision))
         return f"{enc.thread}:{enc.step}"
 
-    def _decode_rows(self, thread: str, rows: list[Any]) -> Iterator[Checkpoint]:
+    def _decode_rows(self, thread: str, rows: list[Any], indexed: bool) -> Iterator[Checkpoint]:
         """Decode one at a time, so a caller that drops each checkpoint keeps
-        at most one decoded state alive (and the garbage collector idle)."""
+        at most one decoded state alive (and the garbage collector idle).
+
+        ``indexed`` steps came from the step index in the same snapshot, so
+        data missing for them is damage, not absence."""
         if not rows:
             return
         steps, values = rows
         for member, payload, meta in zip(steps, values[::2], values[1::2], strict=True):
-            if payload is None and meta is None:
+            if payload is None and meta is None and not indexed:
                 continue
             try:
                 revision = int(meta.split(b":", 1)[0])
@@ -406,7 +409,7 @@ class RedisCheckpointer:
         args = ("latest",) if step is None else ("at", _step_member(validate_step(step)))
         keys = self._thread_keys(thread)[:2]
         rows = await self._call(self._read_script, keys, args, "get")
-        return next(self._decode_rows(thread, rows), None)
+        return next(self._decode_rows(thread, rows, indexed=step is None), None)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         thread = validate_thread(thread)
@@ -414,7 +417,7 @@ class RedisCheckpointer:
         start = b"-"
         while True:
             rows = await self._call(self._read_script, keys, ("after", start, _BATCH), "history")
-            for cp in self._decode_rows(thread, rows):
+            for cp in self._decode_rows(thread, rows, indexed=True):
                 yield cp
             if not rows or len(rows[0]) < _BATCH:
                 return
