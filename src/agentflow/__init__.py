@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from agentflow.checkpoint import Checkpoint, Checkpointer, ThreadInfo, ThreadPage
 from agentflow.errors import AgentflowError, CheckpointConflict, CheckpointError
+from agentflow.runtime import END, START, CompiledGraph, Graph, NodeContext, RunResult, Worker
 
 __all__ = [
+    "END",
+    "START",
     "AgentflowError",
     "Checkpoint",
     "CheckpointConflict",
     "CheckpointError",
     "Checkpointer",
+    "CompiledGraph",
+    "Graph",
+    "NodeContext",
+    "RunResult",
     "ThreadInfo",
     "ThreadPage",
+    "Worker",
     "__version__",
 ]
 

@@ -151,7 +151,7 @@ def encode(cp: Checkpoint, redact: Redactor) -> EncodedCheckpoint:
         "interrupt_node": cp.interrupt_node,
         "interrupt_payload": redact(cp.interrupt_payload),
         "wake_at": cp.wake_at,
-        "extra": cp.extra,
+        "extra": redact(cp.extra),
     }
     try:
         blob = orjson.dumps(payload, default=_refuse, option=_ORJSON_OPTIONS)
