@@ -140,6 +140,8 @@ async def test_readers_ignore_temp_files_strays_and_empty_thread_dirs(root: Path
         (thread_dir / ".7.deadbeef.tmp").write_bytes(b'{"format":1,"revision":9,"payl')
         (thread_dir / "1.json").write_bytes(b"not canonical, not ours")
         (thread_dir / "notes.txt").write_text("hello")
+        (thread_dir / "\u00b2\u00b2.json").write_text("superscript digits are not decimal")
+        (thread_dir / "1e3.json").write_text("not a step either")
         (root / "crashed-before-first-write").mkdir()
         (root / "a-stray-file").write_text("x")
         assert [c.step async for c in cp.history("t")] == [1]

@@ -111,7 +111,7 @@ def _steps(directory: str) -> set[int]:
     step is read through its canonical name, so a stray only costs a miss.
     Temp files start with ``.`` and never parse.
     """
-    return {int(n[:-5]) for n in _listdir(directory) if n.endswith(".json") and n[:-5].isdigit()}
+    return {int(n[:-5]) for n in _listdir(directory) if n.endswith(".json") and n[:-5].isdecimal()}
 
 
 def _latest(directory: str, read: Callable[[str, int], _T | None]) -> _T | None:
