@@ -156,12 +156,19 @@ async def _langgraph(uri: str, db: str, sizes: _Sizes, states: list[Doc]) -> Met
         client.close()
 
 
-def _median(rounds: list[Metrics]) -> Metrics:
-    return [statistics.median(column) for column in zip(*rounds, strict=True)]
-
-
-async def _rounds(sizes: _Sizes, measure: Callable[[], Awaitable[Metrics]]) -> Metrics:
-    return _median([await measure() for _ in range(sizes.rounds)])
+async def _interleaved(
+    sizes: _Sizes, rows: dict[str, Callable[[], Awaitable[Metrics]]]
+) -> dict[str, Metrics]:
+    """Medians per row over rounds that each run every row once, so a busy host
+    slows every row alike instead of whichever row ran while it was busy."""
+    samples: dict[str, list[Metrics]] = {name: [] for name in rows}
+    for _ in range(sizes.rounds):
+        for name, measure in rows.items():
+            samples[name].append(await measure())
+    return {
+        name: [statistics.median(column) for column in zip(*runs, strict=True)]
+        for name, runs in samples.items()
+    }
 
 
 async def run(quick: bool) -> list[Table]:
@@ -175,20 +182,17 @@ async def run(quick: bool) -> list[Table]:
         build = await client.admin.command("buildInfo")
         hello = await client.admin.command("hello")
         topology = f"replica set {hello['setName']}" if "setName" in hello else "standalone"
-        rows = {
-            "agentflow MongoCheckpointer": await _rounds(
-                sizes, lambda: _agentflow(uri, db, sizes, states)
-            ),
-            "agentflow, ttl=1 day": await _rounds(
-                sizes, lambda: _agentflow(uri, f"{db}_ttl", sizes, states, ttl=86_400)
-            ),
-            "raw insert_one floor": await _rounds(
-                sizes, lambda: _raw_floor(client, db, sizes, blobs)
-            ),
-            "LangGraph MongoDBSaver 0.5.1": await _rounds(
-                sizes, lambda: _langgraph(uri, f"{db}_lg", sizes, states)
-            ),
-        }
+        rows = await _interleaved(
+            sizes,
+            {
+                "agentflow MongoCheckpointer": lambda: _agentflow(uri, db, sizes, states),
+                "agentflow, ttl=1 day": lambda: _agentflow(
+                    uri, f"{db}_ttl", sizes, states, ttl=86_400
+                ),
+                "raw insert_one floor": lambda: _raw_floor(client, db, sizes, blobs),
+                "LangGraph MongoDBSaver 0.5.1": lambda: _langgraph(uri, f"{db}_lg", sizes, states),
+            },
+        )
     finally:
         for name in (db, f"{db}_ttl", f"{db}_lg"):
             await client.drop_database(name)
@@ -214,7 +218,7 @@ async def run(quick: bool) -> list[Table]:
         notes=[
             f"mongod {build['version']} on 127.0.0.1, {topology}; write concern: the client "
             "default for every row (w:1 on a standalone, majority on a replica set; j not awaited)",
-            f"medians of {sizes.rounds} rounds; get latest over {sizes.gets:,} calls; "
+            f"medians of {sizes.rounds} interleaved rounds; get latest over {sizes.gets:,} calls; "
             f"concurrent = {sizes.writers} tasks x {sizes.per_writer} puts on one client",
             "history (s): read and decode all steps of one thread, ascending",
         ],
