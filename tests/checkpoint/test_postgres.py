@@ -324,6 +324,27 @@ async def test_killed_prune_rolls_back(admin: asyncpg.Connection, table: str) ->
         assert await summary_drift(admin, table) == []
 
 
+async def test_idle_connections_killed_between_calls(admin: asyncpg.Connection, table: str) -> None:
+    app = f"af_{uuid.uuid4().hex[:12]}"
+    async with PostgresCheckpointer(f"{DSN}?application_name={app}", table=table) as cp:
+        await asyncio.gather(*(cp.put(make_checkpoint(f"t{i}", 0)) for i in range(4)))
+        killed = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = $1",
+            app,
+        )
+        assert killed >= 1
+        failures = 0
+        for _ in range(killed + 1):
+            try:
+                assert await cp.get("t0") is not None
+                break
+            except StoreUnavailable:
+                failures += 1
+        assert 1 <= failures <= killed
+        assert [i.thread for i in await cp.list_threads()] == ["t0", "t1", "t2", "t3"]
+
+
 async def test_cancellation_is_not_wrapped(admin: asyncpg.Connection, table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
         await cp.put(make_checkpoint("t", 0))

@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -178,8 +178,14 @@ def _check_revision(if_revision: object) -> None:
         raise InvalidArgument(f"if_revision must be from 0 to 2**63-1, got {if_revision}")
 
 
+#: Client-side failures that leave a connection unusable. InternalClientError is
+#: what asyncpg raises when the server closed an idle connection it has not yet
+#: noticed ("another operation is in progress").
+_CLIENT_LOSS = (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError)
+
+
 def _lost_connection(exc: Exception) -> bool:
-    if isinstance(exc, OSError | asyncpg.InterfaceError):
+    if isinstance(exc, _CLIENT_LOSS):
         return True
     state = getattr(exc, "sqlstate", None) or ""
     return state.startswith(("08", "57P")) or state == "53300"
@@ -189,7 +195,7 @@ def _lost_connection(exc: Exception) -> bool:
 def _driver_errors(action: str) -> Iterator[None]:
     """Map asyncpg and socket failures onto agentflow errors, keeping the cause.
 
-    Lost connections (socket errors, asyncpg's interface errors, SQLSTATE
+    Lost connections (socket errors, asyncpg's client-side errors, SQLSTATE
     classes 08 and 57P, too many connections) are retryable
     :class:`StoreUnavailable`; a server limit hit by the input (class 54, such
     as an index entry too large) is :class:`InvalidArgument`, the statement
@@ -198,7 +204,7 @@ def _driver_errors(action: str) -> Iterator[None]:
     """
     try:
         yield
-    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresError) as exc:
+    except (*_CLIENT_LOSS, asyncpg.PostgresError) as exc:
         # A transaction that lost its connection fails again in its rollback;
         # the loss itself is the context of that second error, and the news.
         context = exc.__context__
@@ -251,6 +257,9 @@ class PostgresCheckpointer:
         self._dsn = dsn
         self._pool: Any = pool
         self._owns_pool = pool is None
+        #: Connections of our own pool kept between calls (see _lease).
+        self._idle: list[Any] = []
+        self._waiting = 0
         self._ready = False
         self._lock = asyncio.Lock()
 
@@ -267,9 +276,11 @@ class PostgresCheckpointer:
 
     async def close(self) -> None:
         """Close the pool if this checkpointer created it; idempotent."""
-        pool = self._pool
+        pool, idle = self._pool, self._idle
         if self._owns_pool and pool is not None:
-            self._pool = None
+            self._pool, self._idle = None, []
+            for conn in idle:
+                await pool.release(conn)
             await pool.close()
 
     async def setup(self) -> None:
@@ -323,6 +334,37 @@ class PostgresCheckpointer:
                 await self._setup(pool)
         return pool
 
+    @asynccontextmanager
+    async def _lease(self, action: str) -> AsyncIterator[Any]:
+        """A connection for one call, with driver errors mapped.
+
+        A connection of a pool we own is kept between calls instead of going
+        back through ``pool.release``: asyncpg's release spawns a shielded task
+        and costs several event-loop turns, about a quarter of the client CPU
+        of a put. It goes back to the pool when a task is waiting for one,
+        when the call failed or was cancelled (asyncpg then cleans it up), and
+        on ``close()``. An injected pool gets every connection back at once.
+        """
+        with _driver_errors(action):
+            pool = await self._pool_ready()
+            if self._idle:
+                conn = self._idle.pop()
+            else:
+                self._waiting += 1
+                try:
+                    conn = await pool.acquire()
+                finally:
+                    self._waiting -= 1
+            try:
+                yield conn
+            except BaseException:
+                await pool.release(conn)
+                raise
+            if self._owns_pool and not self._waiting and self._pool is pool:
+                self._idle.append(conn)
+            else:
+                await pool.release(conn)
+
     # -- writes -----------------------------------------------------------------
 
     async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
@@ -332,19 +374,19 @@ class PostgresCheckpointer:
         enc = encode(cp, self._redact)
         ns, thread, step = self._ns, enc.thread, enc.step
         args = (ns, thread, step, enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at)
-        with _driver_errors("put"):
-            pool = await self._pool_ready()
+        async with self._lease("put") as conn:
             if if_revision is None:
-                await pool.fetchval(self._sql["put_upsert"], *args, enc.payload)
+                await conn.fetchval(self._sql["put_upsert"], *args, enc.payload)
                 return f"{thread}:{step}"
             if if_revision == 0:
-                written = await pool.fetchval(self._sql["put_create"], *args, enc.payload)
+                written = await conn.fetchval(self._sql["put_create"], *args, enc.payload)
             else:
                 sql = self._sql["put_expected"]
-                written = await pool.fetchval(sql, *args, enc.payload, if_revision)
+                written = await conn.fetchval(sql, *args, enc.payload, if_revision)
             if written is None:
-                actual = await pool.fetchval(self._sql["revision"], ns, thread, step)
-                raise CheckpointConflict(thread, step, if_revision, actual or 0)
+                actual = await conn.fetchval(self._sql["revision"], ns, thread, step)
+        if written is None:
+            raise CheckpointConflict(thread, step, if_revision, actual or 0)
         return f"{thread}:{step}"
 
     async def delete_thread(self, thread: str) -> None:
@@ -369,15 +411,13 @@ class PostgresCheckpointer:
         summary after we commit, through its own ``latest_step`` guard.
         """
         sql, ns = self._sql, self._ns
-        with _driver_errors(action):
-            pool = await self._pool_ready()
-            async with pool.acquire() as conn, conn.transaction():
-                deleted: int = await conn.fetchval(
-                    sql["delete_rows"], ns, thread, before_step, cutoff_us
-                )
-                if deleted:
-                    await conn.execute(sql["lock_summary"], ns, thread)
-                    await conn.execute(sql["rebuild_summary"], ns, thread)
+        async with self._lease(action) as conn, conn.transaction():
+            deleted: int = await conn.fetchval(
+                sql["delete_rows"], ns, thread, before_step, cutoff_us
+            )
+            if deleted:
+                await conn.execute(sql["lock_summary"], ns, thread)
+                await conn.execute(sql["rebuild_summary"], ns, thread)
         return deleted
 
     # -- reads ------------------------------------------------------------------
@@ -396,12 +436,11 @@ class PostgresCheckpointer:
         thread = _thread(thread)
         if step is not None:
             validate_step(step)
-        with _driver_errors("get"):
-            pool = await self._pool_ready()
+        async with self._lease("get") as conn:
             if step is None:
-                row = await pool.fetchrow(self._sql["get_latest"], self._ns, thread)
+                row = await conn.fetchrow(self._sql["get_latest"], self._ns, thread)
             else:
-                row = await pool.fetchrow(self._sql["get_step"], self._ns, thread, step)
+                row = await conn.fetchrow(self._sql["get_step"], self._ns, thread, step)
         return None if row is None else self._decode(row, thread)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
@@ -411,9 +450,8 @@ class PostgresCheckpointer:
         thread = _thread(thread)
         after, limit = -1, _HISTORY_FIRST_ROWS
         while True:
-            with _driver_errors("history"):
-                pool = await self._pool_ready()
-                rows = await pool.fetch(self._sql["history"], self._ns, thread, after, limit)
+            async with self._lease("history") as conn:
+                rows = await conn.fetch(self._sql["history"], self._ns, thread, after, limit)
             for row in rows:
                 yield self._decode(row, thread)
             if len(rows) < limit:
@@ -424,18 +462,16 @@ class PostgresCheckpointer:
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         check_page_args(limit, offset)
-        with _driver_errors("list_threads"):
-            pool = await self._pool_ready()
-            rows = await pool.fetch(self._sql["list_offset"], self._ns, limit, offset)
+        async with self._lease("list_threads") as conn:
+            rows = await conn.fetch(self._sql["list_offset"], self._ns, limit, offset)
         return [ThreadInfo(*row) for row in rows]
 
     async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
         check_page_args(limit)
         # Thread ids are never empty, so "" sorts before every one of them.
         after = "" if cursor is None else decode_cursor(_BACKEND, self._ns, cursor)
-        with _driver_errors("list_threads_page"):
-            pool = await self._pool_ready()
-            rows = await pool.fetch(self._sql["list_after"], self._ns, after, limit + 1)
+        async with self._lease("list_threads_page") as conn:
+            rows = await conn.fetch(self._sql["list_after"], self._ns, after, limit + 1)
         infos = [ThreadInfo(*row) for row in rows[:limit]]
         last = infos[-1].thread if len(rows) > limit else None
         return ThreadPage(infos, None if last is None else encode_cursor(_BACKEND, self._ns, last))
