@@ -13,6 +13,8 @@ import multiprocessing
 import pickle
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from threading import Barrier
 from typing import Any
 
 import pytest
@@ -23,24 +25,31 @@ from tests.checkpoint import _child
 WORKERS = 4
 
 
+@dataclass
+class Workers:
+    """Four live processes and the barrier they meet at."""
+
+    executor: ProcessPoolExecutor
+    barrier: Barrier
+
+    async def run(
+        self, task: Callable[..., Any], args: Callable[[int], tuple[Any, ...]]
+    ) -> list[Any]:
+        """``task(*args(i))`` once per worker, all four at once (each waits at the barrier)."""
+        self.barrier.reset()  # a failed earlier race must not break this one
+        loop = asyncio.get_running_loop()
+        calls = (loop.run_in_executor(self.executor, task, *args(i)) for i in range(WORKERS))
+        return await asyncio.gather(*calls)
+
+
 @pytest.fixture(scope="module")
-def pool() -> Iterator[ProcessPoolExecutor]:
+def pool() -> Iterator[Workers]:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(WORKERS)
     with ProcessPoolExecutor(
         WORKERS, mp_context=ctx, initializer=_child.init_worker, initargs=(barrier,)
     ) as executor:
-        yield executor
-
-
-async def _on_every_worker(
-    pool: ProcessPoolExecutor, task: Callable[..., Any], args: Callable[[int], tuple[Any, ...]]
-) -> list[Any]:
-    """Run ``task(*args(i))`` once per worker; each blocks at the barrier until all four run."""
-    loop = asyncio.get_running_loop()
-    return await asyncio.gather(
-        *(loop.run_in_executor(pool, task, *args(i)) for i in range(WORKERS))
-    )
+        yield Workers(executor, barrier)
 
 
 async def _shared_across_processes(harness: BackendHarness) -> bool:
@@ -62,17 +71,13 @@ async def _shared_across_processes(harness: BackendHarness) -> bool:
     return False
 
 
-async def test_cas_race_has_one_winner_per_round(
-    harness: BackendHarness, pool: ProcessPoolExecutor
-) -> None:
+async def test_cas_race_has_one_winner_per_round(harness: BackendHarness, pool: Workers) -> None:
     if not await _shared_across_processes(harness):
         return
     rounds = 10
     async with harness.open() as cp:
         await cp.put(make_checkpoint("race", 0))
-    per_worker = await _on_every_worker(
-        pool, _child.cas_race, lambda i: (harness.recipe, i, rounds)
-    )
+    per_worker = await pool.run(_child.cas_race, lambda i: (harness.recipe, i, rounds))
     for index in range(rounds):
         expected = index + 1
         outcomes = sorted(results[index] for results in per_worker)
@@ -87,12 +92,12 @@ async def test_cas_race_has_one_winner_per_round(
 
 
 async def test_unconditional_puts_never_lose_a_revision(
-    harness: BackendHarness, pool: ProcessPoolExecutor
+    harness: BackendHarness, pool: Workers
 ) -> None:
     if not await _shared_across_processes(harness):
         return
     count = 250
-    done = await _on_every_worker(pool, _child.hammer, lambda i: (harness.recipe, i, count))
+    done = await pool.run(_child.hammer, lambda i: (harness.recipe, i, count))
     assert done == [count] * WORKERS
     async with harness.open() as cp:
         final = await cp.get("hammer", 0)
@@ -101,13 +106,13 @@ async def test_unconditional_puts_never_lose_a_revision(
 
 
 async def test_namespaced_writers_never_see_each_other(
-    harness: BackendHarness, pool: ProcessPoolExecutor
+    harness: BackendHarness, pool: Workers
 ) -> None:
     if not await _shared_across_processes(harness):
         return
     steps = 5
     names = [f"tenant-{i}" for i in range(WORKERS)]
-    seen = await _on_every_worker(pool, _child.tenant, lambda i: (harness.recipe, names[i], steps))
+    seen = await pool.run(_child.tenant, lambda i: (harness.recipe, names[i], steps))
     for namespace, view in zip(names, seen, strict=True):
         assert view == {
             "threads": sorted(["shared", f"own-{namespace}"]),
