@@ -275,10 +275,12 @@ async def test_prune_of_the_latest_step_rewrites_the_summary(
         assert await admin.zcard(namespace_keys(prefix, "")[0]) == 0
 
 
+@pytest.mark.parametrize("budget", [1, 10**9])
 async def test_history_keeps_its_place_while_the_thread_changes(
-    prefix: str, monkeypatch: pytest.MonkeyPatch
+    prefix: str, monkeypatch: pytest.MonkeyPatch, budget: int
 ) -> None:
     monkeypatch.setattr(redis_module, "_BATCH", 3)
+    monkeypatch.setattr(redis_module, "_HISTORY_BYTES", budget)
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
         for step in range(10):
             await cp.put(make_checkpoint("t", step))
@@ -289,6 +291,21 @@ async def test_history_keeps_its_place_while_the_thread_changes(
                 assert await cp.prune("t", before_step=5) == 5
                 await cp.put(make_checkpoint("t", 20))
         assert seen == [0, 1, 2, 5, 6, 7, 8, 9, 20]
+
+
+async def test_history_skips_steps_pruned_between_its_reads(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_module, "_HISTORY_BYTES", 1)
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
+        for step in range(5):
+            await cp.put(make_checkpoint("t", step))
+        seen = []
+        async for got in cp.history("t"):
+            seen.append(got.step)
+            if got.step == 0:
+                assert await cp.prune("t", before_step=3) == 3
+        assert seen == [0, 3, 4]
 
 
 async def test_scripts_reload_after_the_server_forgets_them(prefix: str) -> None:

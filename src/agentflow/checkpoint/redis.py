@@ -23,7 +23,7 @@ import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
@@ -58,9 +58,11 @@ from agentflow.errors import (
 __all__ = ["RedisCheckpointer", "namespace_keys", "thread_keys"]
 
 _BACKEND = "redis"
-#: Steps per history round trip: large enough to amortise the trip, small
-#: enough that one script never blocks the server for long.
+#: Step ids per history index read, and the most payloads per data read.
 _BATCH = 128
+#: Payload bytes a history data read aims for, so memory stays bounded even
+#: when single states are megabytes.
+_HISTORY_BYTES = 4 * 1024 * 1024
 #: Steps removed per prune script, bounding how long one call holds the server.
 _PRUNE_BATCH = 1024
 #: Shifts epoch microseconds of year 1 to 0, so every instant is 18 sortable digits.
@@ -80,19 +82,6 @@ local function sweep(idx, exp, now, count)
     redis.call('ZREM', idx, unpack(gone))
     redis.call('ZREM', exp, unpack(gone))
   end
-end
-"""
-
-# Fields of the data hash: "<step>" holds the payload, "<step>m" the metadata
-# "revision:write-id:instant:summary", so one HMGET reads both atomically.
-_LUA_FIELDS = """
-local function fields(steps, with_payload)
-  local out = {}
-  for _, step in ipairs(steps) do
-    if with_payload then out[#out + 1] = step end
-    out[#out + 1] = step .. 'm'
-  end
-  return out
 end
 """
 
@@ -135,20 +124,12 @@ return {1, rev}
 """
 )
 
-# KEYS s d; ARGV 'latest' | 'at' step | 'after' lex-bound count.
-# Returns {steps, {payload1, meta1, payload2, meta2, ...}}.
-_LUA_READ = (
-    "#!lua flags=no-writes\n"
-    + _LUA_FIELDS
-    + """
-local steps
-if ARGV[1] == 'latest' then steps = redis.call('ZRANGE', KEYS[1], -1, -1)
-elseif ARGV[1] == 'at' then steps = {ARGV[2]}
-else steps = redis.call('ZRANGE', KEYS[1], ARGV[2], '+', 'BYLEX', 'LIMIT', 0, ARGV[3]) end
-if #steps == 0 then return {} end
-return {steps, redis.call('HMGET', KEYS[2], unpack(fields(steps, true)))}
+# KEYS s d. Returns {} or {{latest step}, {payload, metadata}}, one snapshot.
+_LUA_LATEST = """#!lua flags=no-writes
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1)
+if #latest == 0 then return {} end
+return {latest, redis.call('HMGET', KEYS[2], latest[1], latest[1] .. 'm')}
 """
-)
 
 # KEYS s d h idx exp; ARGV thread.
 _LUA_DELETE = """#!lua
@@ -160,10 +141,15 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 # KEYS s d h idx exp; ARGV exclusive upper step bound or '+', cutoff instant
 # or '', thread, batch, scan start. Scans one batch of the step index and
 # removes the steps older than the cutoff. Returns {removed, next start or ''}.
-_LUA_PRUNE = (
-    "#!lua\n"
-    + _LUA_FIELDS
-    + """
+_LUA_PRUNE = """#!lua
+local function fields(steps, with_payload)
+  local out = {}
+  for _, step in ipairs(steps) do
+    if with_payload then out[#out + 1] = step end
+    out[#out + 1] = step .. 'm'
+  end
+  return out
+end
 local function instant(meta)
   local found = meta and string.match(meta, '^%d+:%x+:(%d+):')
   if not found then error({err = 'AGENTFLOW_CORRUPT step metadata'}) end
@@ -194,7 +180,6 @@ instant(latest)
 redis.call('SET', KEYS[3], string.match(latest, '^%d+:%x+:%d+:(.*)$'), 'KEEPTTL')
 return {#steps, resume}
 """
-)
 
 # KEYS idx exp; ARGV lex start, offset, count. Sweeps, then lists thread ids.
 _LUA_LIST = (
@@ -314,7 +299,7 @@ class RedisCheckpointer:
         )
         self._ns_keys = namespace_keys(self._prefix, self._namespace)
         self._put_script = self._client.register_script(_LUA_PUT)
-        self._read_script = self._client.register_script(_LUA_READ)
+        self._latest_script = self._client.register_script(_LUA_LATEST)
         self._delete_script = self._client.register_script(_LUA_DELETE)
         self._prune_script = self._client.register_script(_LUA_PRUNE)
         self._list_script = self._client.register_script(_LUA_LIST)
@@ -377,15 +362,15 @@ class RedisCheckpointer:
             raise CheckpointConflict(enc.thread, enc.step, if_revision or 0, int(revision))
         return f"{enc.thread}:{enc.step}"
 
-    def _decode_rows(self, thread: str, rows: list[Any], indexed: bool) -> Iterator[Checkpoint]:
+    def _decode(
+        self, thread: str, steps: list[bytes], values: list[Any], indexed: bool
+    ) -> Iterator[Checkpoint]:
         """Decode one at a time, so a caller that drops each checkpoint keeps
         at most one decoded state alive (and the garbage collector idle).
 
-        ``indexed`` steps came from the step index in the same snapshot, so
-        data missing for them is damage, not absence."""
-        if not rows:
-            return
-        steps, values = rows
+        ``values`` alternate payload and metadata. ``indexed`` steps came from
+        the step index in the same snapshot, so data missing for them is
+        damage, not absence."""
         for member, payload, meta in zip(steps, values[::2], values[1::2], strict=True):
             if payload is None and meta is None and not indexed:
                 continue
@@ -406,22 +391,50 @@ class RedisCheckpointer:
 
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         thread = validate_thread(thread)
-        args = ("latest",) if step is None else ("at", _step_member(validate_step(step)))
-        keys = self._thread_keys(thread)[:2]
-        rows = await self._call(self._read_script, keys, args, "get")
-        return next(self._decode_rows(thread, rows, indexed=step is None), None)
+        index, data = self._thread_keys(thread)[:2]
+        if step is None:
+            rows = await self._call(self._latest_script, (index, data), (), "get")
+            steps, values = rows or ([], [])
+        else:
+            steps = [_step_member(validate_step(step))]
+            with _driver_errors("get"):
+                values = await self._client.hmget(data, [steps[0], steps[0] + b"m"])
+        return next(self._decode(thread, steps, values, indexed=step is None), None)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+        """Reads step ids in keyset batches, then their data in reads sized by
+        the payload bytes seen so far: plain commands, no payload through Lua.
+
+        Each data read is one ``HMGET`` (payload and revision from one
+        instant). A step pruned between the two reads is skipped; a step still
+        indexed but without data is damage."""
         thread = validate_thread(thread)
-        keys = self._thread_keys(thread)[:2]
-        start = b"-"
+        index, data = self._thread_keys(thread)[:2]
+        start, chunk = b"-", 1
         while True:
-            rows = await self._call(self._read_script, keys, ("after", start, _BATCH), "history")
-            for cp in self._decode_rows(thread, rows, indexed=True):
-                yield cp
-            if not rows or len(rows[0]) < _BATCH:
+            with _driver_errors("history"):
+                steps = cast(
+                    list[bytes],
+                    await self._client.zrange(index, start, b"+", bylex=True, offset=0, num=_BATCH),
+                )
+            done = 0
+            while done < len(steps):
+                part = steps[done : done + chunk]
+                done += len(part)
+                fields = [field for step in part for field in (step, step + b"m")]
+                with _driver_errors("history"):
+                    values = await self._client.hmget(data, fields)
+                    gone = [s.decode() for s, v in zip(part, values[::2], strict=True) if v is None]
+                    still = await self._client.zmscore(index, gone) if gone else []
+                    if any(score is not None for score in still):
+                        raise CheckpointCorrupted(f"thread {thread!r}: indexed steps lack data")
+                size = sum(len(v) for v in values[::2] if v is not None)
+                chunk = max(1, min(_BATCH, _HISTORY_BYTES * len(part) // max(size, 1)))
+                for cp in self._decode(thread, part, values, indexed=False):
+                    yield cp
+            if len(steps) < _BATCH:
                 return
-            start = b"(" + rows[0][-1]
+            start = b"(" + steps[-1]
 
     async def _summaries(self, names: list[bytes]) -> list[ThreadInfo | None]:
         """Summaries of ``names`` in one round trip; None where the thread
