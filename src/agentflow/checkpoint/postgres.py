@@ -1,21 +1,16 @@
 """A durable checkpointer on PostgreSQL, through asyncpg.
 
-Three tables per checkpointer: the checkpoints (primary key ``(namespace,
-thread, step)``, so "latest" is one backward index probe), a one-row-per-thread
-summary that listing pages through by keyset, and a tiny meta table recording
-the schema version for later migrations. The summary is written by the same
-statement (or transaction) as the checkpoints, so it cannot drift from them.
-
-Payloads are the codec's orjson bytes in a ``BYTEA`` column compressed with
-lz4: ``JSONB`` was slower to write and to read back and refuses ``\\u0000`` in
-strings, which agent state may legitimately hold (docs/postgres.md has the
-numbers).
+Three tables: the checkpoints (key ``(namespace, thread, step)``, so "latest" is
+one backward index probe), a one-row-per-thread summary that listing pages by
+keyset, written in the same statement or transaction as the checkpoints, and a
+meta table recording the schema version. Payloads are the codec's bytes in
+``BYTEA`` (lz4): ``JSONB`` measured slower both ways and refuses ``\\u0000`` in
+strings, which agent state may hold (docs/postgres.md has the numbers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -55,13 +50,9 @@ SCHEMA_VERSION = 1
 #: types in psql; short enough that ``<table>_threads`` fits PostgreSQL's 63 bytes.
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,54}")
 
-#: One advisory-lock key for every agentflow schema change in a database: setup
-#: is rare, and one key also serialises ``CREATE SCHEMA IF NOT EXISTS`` races.
-_SETUP_LOCK_KEY = int.from_bytes(
-    hashlib.blake2b(b"agentflow.checkpoint.postgres.setup", digest_size=8).digest(),
-    "big",
-    signed=True,
-)
+#: One advisory-lock key ("afsetup1") for every agentflow schema change in a
+#: database: setup is rare, and one key also serialises CREATE SCHEMA races.
+_SETUP_LOCK_KEY = 0x6166_7365_7475_7031
 
 #: History reads batches of about this many payload bytes, whatever the state size.
 _HISTORY_BATCH_BYTES = 8 * 1024 * 1024
@@ -193,14 +184,12 @@ def _lost_connection(exc: Exception) -> bool:
 
 @contextmanager
 def _driver_errors(action: str) -> Iterator[None]:
-    """Map asyncpg and socket failures onto agentflow errors, keeping the cause.
+    """Map driver failures onto agentflow errors, keeping the cause.
 
-    Lost connections (socket errors, asyncpg's client-side errors, SQLSTATE
-    classes 08 and 57P, too many connections) are retryable
-    :class:`StoreUnavailable`; a server limit hit by the input (class 54, such
-    as an index entry too large) is :class:`InvalidArgument`, the statement
-    having rolled back. ``asyncio.CancelledError`` is not an ``Exception`` and
-    passes through untouched.
+    Lost connections (client-side errors, SQLSTATE 08 and 57P, too many
+    connections) are retryable; a server limit hit by the input (class 54, an
+    index entry too large) is bad input, its statement rolled back.
+    ``asyncio.CancelledError`` is no ``Exception`` and passes untouched.
     """
     try:
         yield
@@ -219,9 +208,8 @@ def _driver_errors(action: str) -> Iterator[None]:
 
 
 async def _keep_session(conn: Any) -> None:
-    """Release without asyncpg's reset query: we leave no session state behind
-    (no SET, LISTEN, cursors or session locks), and the reset would cost one
-    extra round trip on every call. Open transactions are still rolled back."""
+    """Skip asyncpg's reset query, a round trip per release: we leave no session
+    state (SET, LISTEN, cursors, session locks). Transactions still roll back."""
 
 
 class PostgresCheckpointer:
@@ -286,11 +274,10 @@ class PostgresCheckpointer:
     async def setup(self) -> None:
         """Create the tables if absent and check the recorded schema version.
 
-        Idempotent and safe from many processes at once: one transaction
-        holding a transaction-scoped advisory lock, so it never leaves a lock
-        behind on a pooled connection. When the recorded version is current
-        nothing is executed, so a role without CREATE privilege may call it
-        once an owner has created the tables.
+        Idempotent and safe from many processes at once: one transaction under
+        a transaction-scoped advisory lock, which cannot outlive it on a pooled
+        connection. A current version executes no DDL, so a role without
+        CREATE privilege may run it once an owner has created the tables.
         """
         with _driver_errors("setup"):
             async with self._lock:
@@ -338,12 +325,11 @@ class PostgresCheckpointer:
     async def _lease(self, action: str) -> AsyncIterator[Any]:
         """A connection for one call, with driver errors mapped.
 
-        A connection of a pool we own is kept between calls instead of going
-        back through ``pool.release``: asyncpg's release spawns a shielded task
-        and costs several event-loop turns, about a quarter of the client CPU
-        of a put. It goes back to the pool when a task is waiting for one,
-        when the call failed or was cancelled (asyncpg then cleans it up), and
-        on ``close()``. An injected pool gets every connection back at once.
+        A connection of our own pool is kept between calls: asyncpg's release
+        spawns a shielded task and costs a quarter of a put's client CPU. It
+        goes back when a task waits for one, when the call failed or was
+        cancelled (asyncpg then cleans it up), and on ``close()``. An injected
+        pool gets every connection back at once.
         """
         with _driver_errors(action):
             pool = await self._pool_ready()
@@ -364,6 +350,11 @@ class PostgresCheckpointer:
                 self._idle.append(conn)
             else:
                 await pool.release(conn)
+
+    async def _query(self, method: str, key: str, *args: Any) -> Any:
+        """Run statement ``key`` of this namespace with ``conn.<method>``."""
+        async with self._lease(key) as conn:
+            return await getattr(conn, method)(self._sql[key], self._ns, *args)
 
     # -- writes -----------------------------------------------------------------
 
@@ -436,11 +427,9 @@ class PostgresCheckpointer:
         thread = _thread(thread)
         if step is not None:
             validate_step(step)
-        async with self._lease("get") as conn:
-            if step is None:
-                row = await conn.fetchrow(self._sql["get_latest"], self._ns, thread)
-            else:
-                row = await conn.fetchrow(self._sql["get_step"], self._ns, thread, step)
+            row = await self._query("fetchrow", "get_step", thread, step)
+        else:
+            row = await self._query("fetchrow", "get_latest", thread)
         return None if row is None else self._decode(row, thread)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
@@ -450,8 +439,7 @@ class PostgresCheckpointer:
         thread = _thread(thread)
         after, limit = -1, _HISTORY_FIRST_ROWS
         while True:
-            async with self._lease("history") as conn:
-                rows = await conn.fetch(self._sql["history"], self._ns, thread, after, limit)
+            rows = await self._query("fetch", "history", thread, after, limit)
             for row in rows:
                 yield self._decode(row, thread)
             if len(rows) < limit:
@@ -462,16 +450,14 @@ class PostgresCheckpointer:
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         check_page_args(limit, offset)
-        async with self._lease("list_threads") as conn:
-            rows = await conn.fetch(self._sql["list_offset"], self._ns, limit, offset)
+        rows = await self._query("fetch", "list_offset", limit, offset)
         return [ThreadInfo(*row) for row in rows]
 
     async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
         check_page_args(limit)
         # Thread ids are never empty, so "" sorts before every one of them.
         after = "" if cursor is None else decode_cursor(_BACKEND, self._ns, cursor)
-        async with self._lease("list_threads_page") as conn:
-            rows = await conn.fetch(self._sql["list_after"], self._ns, after, limit + 1)
+        rows = await self._query("fetch", "list_after", after, limit + 1)
         infos = [ThreadInfo(*row) for row in rows[:limit]]
         last = infos[-1].thread if len(rows) > limit else None
         return ThreadPage(infos, None if last is None else encode_cursor(_BACKEND, self._ns, last))
