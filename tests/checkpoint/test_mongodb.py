@@ -72,6 +72,10 @@ async def test_bad_configuration_is_refused(store: Store) -> None:
             store.open(ttl=ttl)
     with pytest.raises(InvalidArgument):
         store.open(database="bad.name")
+    for uri in ("http://x", "mongodb://user:s3cret@", "mongodb://user:s3cret@127.0.0.1:99999"):
+        with pytest.raises(InvalidArgument) as info:
+            MongoCheckpointer(uri)
+        assert "s3cret" not in str(info.value)
     unacknowledged: AsyncMongoClient[Doc] = AsyncMongoClient(store.uri, w=0)
     try:
         with pytest.raises(InvalidArgument):

@@ -23,7 +23,13 @@ from typing import Any
 from bson import MaxKey, MinKey
 from pymongo import AsyncMongoClient, IndexModel, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidName, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConfigurationError,
+    ConnectionFailure,
+    InvalidName,
+    PyMongoError,
+)
 from pymongo.write_concern import WriteConcern
 
 from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
@@ -105,11 +111,14 @@ class MongoCheckpointer:
             raise InvalidArgument(f"ttl must be None or a positive number of seconds, got {ttl!r}")
         self._ttl = ttl
         self._owned = client is None
-        self._client: AsyncMongoClient[Document] = client or AsyncMongoClient(uri)
         try:
+            self._client: AsyncMongoClient[Document] = client or AsyncMongoClient(uri)
             coll: AsyncCollection[Document] = self._client[database][collection]
-        except InvalidName as exc:
-            raise InvalidArgument(f"invalid MongoDB database or collection name: {exc}") from exc
+        except (ConfigurationError, InvalidName, ValueError) as exc:
+            # The driver's message may quote the URI, password included.
+            raise InvalidArgument(
+                f"invalid MongoDB URI, database or collection name ({type(exc).__name__})"
+            ) from exc
         if not coll.write_concern.acknowledged:
             raise InvalidArgument("an unacknowledged write concern (w=0) cannot detect conflicts")
         if journal:
