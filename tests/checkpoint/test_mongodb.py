@@ -194,6 +194,24 @@ async def test_reads_and_listing_walk_indexes(store: Store) -> None:
     assert plans[1:] == ["IXSCAN { ns: 1, th: 1 }", "IXSCAN { _id: 1 }"] * 2
 
 
+async def test_history_streams_in_bounded_batches(store: Store) -> None:
+    async with store.open() as cp:
+        for step in range(600):
+            await cp.put(make_checkpoint("long", step))
+        db = store.client[store.database]
+        await db.command("profile", 2)
+        try:
+            steps = [c.step async for c in cp.history("long")]
+        finally:
+            await db.command("profile", 0)
+    assert steps == list(range(600))
+    profile = db["system.profile"]
+    ops = await profile.find({"ns": f"{store.database}.checkpoints"}).to_list()
+    assert [op["op"] for op in ops] == ["query", "getmore", "getmore"]
+    assert [op["nreturned"] for op in ops] == [256, 256, 88]
+    assert ops[0]["planSummary"] == "IXSCAN { _id: 1 }"
+
+
 # -- races -----------------------------------------------------------------
 
 
