@@ -150,10 +150,10 @@ local function fields(steps, with_payload)
   end
   return out
 end
-local function instant(meta)
-  local found = meta and string.match(meta, '^%d+:%x+:(%d+):')
-  if not found then error({err = 'AGENTFLOW_CORRUPT step metadata'}) end
-  return found
+local function parse(meta)
+  local instant, summary = string.match(meta or '', '^%d+:%x+:(%d+):(.*)$')
+  if not instant then error({err = 'AGENTFLOW_CORRUPT step metadata'}) end
+  return instant, summary
 end
 local batch = tonumber(ARGV[4])
 local scanned = redis.call('ZRANGE', KEYS[1], ARGV[5], ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
@@ -163,7 +163,7 @@ local steps = scanned
 if ARGV[2] ~= '' and #scanned > 0 then
   steps = {}
   for i, meta in ipairs(redis.call('HMGET', KEYS[2], unpack(fields(scanned, false)))) do
-    if instant(meta) < ARGV[2] then steps[#steps + 1] = scanned[i] end
+    if parse(meta) < ARGV[2] then steps[#steps + 1] = scanned[i] end
   end
 end
 if #steps == 0 then return {0, resume} end
@@ -175,9 +175,9 @@ if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('ZREM', KEYS[5], ARGV[3])
   return {#steps, ''}
 end
-local latest = redis.call('HGET', KEYS[2], redis.call('ZRANGE', KEYS[1], -1, -1)[1] .. 'm')
-instant(latest)
-redis.call('SET', KEYS[3], string.match(latest, '^%d+:%x+:%d+:(.*)$'), 'KEEPTTL')
+local latest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
+local _, summary = parse(redis.call('HGET', KEYS[2], latest .. 'm'))
+redis.call('SET', KEYS[3], summary, 'KEEPTTL')
 return {#steps, resume}
 """
 
