@@ -63,9 +63,18 @@ _MAX_DOCUMENT = 16 * 1024 * 1024
 _FIELDS_HEADROOM = 4096
 #: Checkpoints per history round trip: bounds memory, amortizes the round trip.
 _HISTORY_BATCH = 256
-_THREADS_INDEX = "agentflow_threads"
-_EXPIRY_INDEX = "agentflow_expiry"
-_THREAD_EXPIRY_INDEX = "agentflow_thread_expiry"
+#: Thread summaries only, so a listing page walks one entry per thread.
+_THREADS_INDEX = IndexModel(
+    [("ns", 1), ("th", 1)],
+    name="agentflow_threads",
+    unique=True,
+    partialFilterExpression={"latest": {"$exists": True}},
+)
+#: With ttl: MongoDB's TTL monitor, and the stale documents of one thread for a refresh.
+_TTL_INDEXES = [
+    IndexModel([("expires_at", 1)], name="agentflow_expiry", expireAfterSeconds=0),
+    IndexModel([("_id.n", 1), ("_id.t", 1), ("expires_at", 1)], name="agentflow_thread_expiry"),
+]
 #: Expiry times are rounded up to this many seconds (or the ttl if shorter), so
 #: every write of a thread within one bucket finds its older documents already
 #: refreshed and the refresh touches nothing.
@@ -148,24 +157,8 @@ class MongoCheckpointer:
                     f"collection {self._coll.name!r} has a default collation; "
                     "agentflow needs the simple (binary) collation"
                 )
-            models = [
-                IndexModel(
-                    [("ns", 1), ("th", 1)],
-                    name=_THREADS_INDEX,
-                    unique=True,
-                    partialFilterExpression={"latest": {"$exists": True}},
-                )
-            ]
-            if self._ttl is not None:
-                models.append(
-                    IndexModel([("expires_at", 1)], name=_EXPIRY_INDEX, expireAfterSeconds=0)
-                )
-                models.append(
-                    IndexModel(
-                        [("_id.n", 1), ("_id.t", 1), ("expires_at", 1)], name=_THREAD_EXPIRY_INDEX
-                    )
-                )
-            await self._coll.create_indexes(models)
+            ttl_indexes = _TTL_INDEXES if self._ttl is not None else []
+            await self._coll.create_indexes([_THREADS_INDEX, *ttl_indexes])
         self._set_up = True
 
     async def _ready(self) -> None:
@@ -378,40 +371,41 @@ class MongoCheckpointer:
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         check_page_args(limit, offset)
-        return await self._infos(await self._find_summaries({}, limit=limit, skip=offset))
+        return (await self._summaries({}, limit=limit, skip=offset))[1]
 
     async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
         check_page_args(limit)
         after: Document = {}
         if cursor is not None:
             after = {"th": {"$gt": decode_cursor(_BACKEND, self._ns, cursor)}}
-        summaries = await self._find_summaries(after, limit=limit + 1, skip=0)
-        more = len(summaries) > limit
-        summaries = summaries[:limit]
-        infos = await self._infos(summaries)
-        next_cursor = encode_cursor(_BACKEND, self._ns, summaries[-1]["th"]) if more else None
-        return ThreadPage(infos, next_cursor)
+        last, infos = await self._summaries(after, limit=limit, skip=0, peek=True)
+        return ThreadPage(infos, encode_cursor(_BACKEND, self._ns, last) if last else None)
 
-    async def _find_summaries(self, extra: Document, *, limit: int, skip: int) -> list[Document]:
+    async def _summaries(
+        self, extra: Document, *, limit: int, skip: int, peek: bool = False
+    ) -> tuple[str | None, list[ThreadInfo]]:
+        """A page of threads with their status, read from each latest checkpoint.
+
+        One indexed read of summaries and one indexed ``$in`` of their
+        checkpoints; a summary that is ahead of its thread (see the module
+        docstring) costs one more read, and a thread with no checkpoint left is
+        skipped. With ``peek``, one summary more is read to tell whether another
+        page follows; the last thread of this page is returned when one does.
+        """
         await self._ready()
         query = {"ns": self._ns, "latest": {"$exists": True}, **extra}
         with _driver_errors("list_threads"):
-            return await self._coll.find(
-                query, {"_id": 0, "th": 1, "latest": 1}, sort=[("th", 1)], skip=skip, limit=limit
+            summaries = await self._coll.find(
+                query,
+                {"_id": 0, "th": 1, "latest": 1},
+                sort=[("th", 1)],
+                skip=skip,
+                limit=limit + int(peek),
             ).to_list()
-
-    async def _infos(self, summaries: list[Document]) -> list[ThreadInfo]:
-        """Status of each summarized thread, read from its latest checkpoint.
-
-        One indexed ``$in`` for the page; a summary that is ahead of its thread
-        (see the module docstring) costs one more read, and a thread with no
-        checkpoint left is skipped.
-        """
-        if not summaries:
-            return []
-        keys = [self._key(s["th"], s["latest"]) for s in summaries]
-        with _driver_errors("list_threads"):
-            found = await self._coll.find({"_id": {"$in": keys}}, _STATUS).to_list()
+            more = len(summaries) > limit
+            summaries = summaries[:limit]
+            keys = [self._key(s["th"], s["latest"]) for s in summaries]
+            found = await self._coll.find({"_id": {"$in": keys}}, _STATUS).to_list() if keys else []
             by_key = {(d["_id"]["t"], d["_id"]["s"]): d for d in found}
             infos = []
             for summary in summaries:
@@ -420,7 +414,7 @@ class MongoCheckpointer:
                     doc = await self._latest(summary["th"], _STATUS)
                 if doc is not None:
                     infos.append(_info(doc))
-        return infos
+        return (summaries[-1]["th"] if more else None), infos
 
 
 def _step_of(doc: Document | None) -> int | None:
