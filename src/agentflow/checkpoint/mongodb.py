@@ -97,7 +97,7 @@ class MongoCheckpointer:
     client's write concern (the server default when none is set: ``w:1`` on a
     standalone, ``majority`` on a replica set); ``journal=True`` also waits
     for the journal. ``ttl`` (seconds) makes a thread expire as a whole once
-    it has not been written for that long (see :meth:`setup`).
+    it has not been written for that long (give or take MongoDB's 60 s TTL pass).
     """
 
     def __init__(
