@@ -47,7 +47,9 @@ _SIZED = {
 }  # fmt: skip
 _SKIP = {0x80: 1, 0x95: 8}  # PROTO, FRAME
 _MEMO_ARG = {ord("q"): 1, ord("r"): 4, ord("h"): 1, ord("j"): 4}  # BINPUT, BINGET
-_SHORT_BINUNICODE, _MEMOIZE, _STOP, _MARK = 0x8C, 0x94, ord("."), ord("(")
+_PUTS = frozenset({ord("q"), ord("r")})
+_BINGET, _SHORT_BINUNICODE, _MEMOIZE = ord("h"), 0x8C, 0x94
+_STOP, _MARK = ord("."), ord("(")
 _EMPTIES = {ord("]"): _LIST, ord("}"): _DICT, 0x8F: _SET, ord(")"): _EMPTY_TUPLE}
 _TUPLE_N = {0x85: 1, 0x86: 2, 0x87: 3}
 _TO_MARK = {ord("e"): _LIST, ord("u"): _DICT, 0x90: _SET}  # APPENDS, SETITEMS, ADDITEMS
@@ -71,13 +73,25 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
     while True:
         op = data[i]
         i += 1
-        # The two most frequent opcodes of real checkpoints come first.
-        if op == _SHORT_BINUNICODE:
+        # The most frequent opcodes of real checkpoints come first.
+        if op == _BINGET:
+            stack.append(memo[data[i]])
+            i += 1
+        elif op == _MEMOIZE:
+            memo[len(memo)] = stack[-1]
+        elif op == _SHORT_BINUNICODE:
             start = i + 1
             i = start + data[i]
             stack.append(("s", start, i))
-        elif op == _MEMOIZE:
-            memo[len(memo)] = stack[-1]
+        elif op == _MARK:
+            marks.append(stack)
+            stack = []
+        elif op in _EMPTIES:
+            stack.append(_EMPTIES[op])
+        elif op in _TO_MARK:
+            stack = marks.pop()
+            if stack[-1] != _TO_MARK[op]:
+                raise _refuse("container opcodes must target a plain list, dict or set")
         elif op in _FIXED:
             i += _FIXED[op]
             stack.append(_VALUE)
@@ -93,15 +107,12 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
             width = _MEMO_ARG[op]
             index = int.from_bytes(data[i : i + width], "little")
             i += width
-            if op in (ord("q"), ord("r")):
+            if op in _PUTS:
                 memo[index] = stack[-1]
             else:
                 stack.append(memo[index])
         elif op in _SKIP:
             i += _SKIP[op]
-        elif op == _MARK:
-            marks.append(stack)
-            stack = []
         elif op == _STOP:
             if marks or stack != [_DICT] or i != len(data):
                 raise _refuse("the stream must hold exactly one checkpoint dictionary")
@@ -120,9 +131,7 @@ def _structural(
     op: int, data: bytes, stack: list[Kind], marks: list[list[Kind]], policy: TypePolicy
 ) -> list[Kind]:
     """Apply one container, global or object opcode (none has an argument) to the stack."""
-    if op in _EMPTIES:
-        stack.append(_EMPTIES[op])
-    elif op in _TUPLE_N:
+    if op in _TUPLE_N:
         size = _TUPLE_N[op]
         items = stack[len(stack) - size :]
         if len(items) != size:
@@ -136,9 +145,6 @@ def _structural(
     elif op in (_APPEND, _SETITEM):
         del stack[-1 if op == _APPEND else -2 :]
         _expect(stack[-1], _LIST if op == _APPEND else _DICT)
-    elif op in _TO_MARK:
-        stack = marks.pop()
-        _expect(stack[-1], _TO_MARK[op])
     elif op == _POP:
         stack.pop()
     elif op == _POP_MARK:
