@@ -55,7 +55,7 @@ class _ControlledPickler(pickle.Pickler):
         super().__init__(file, protocol=PICKLE_PROTOCOL)
         # An instance table shadows copyreg.dispatch_table, so a reducer some
         # other code registered process-wide can never change stored bytes.
-        self.dispatch_table: dict[type, Any] = {}
+        self.dispatch_table = {}
         self._policy = policy
 
     def reducer_override(self, obj: Any) -> Any:
