@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointCorrupted",
     "CheckpointError",
     "CheckpointNotSerializable",
+    "IncompatibleSchema",
     "InvalidArgument",
     "InvalidCursor",
     "InvalidThreadId",
@@ -82,6 +83,12 @@ class CheckpointCorrupted(CheckpointError):
     """Stored data could not be decoded. It is never silently read as missing."""
 
     code = "checkpoint_corrupted"
+
+
+class IncompatibleSchema(CheckpointError):
+    """The store was written by a newer agentflow; it is refused, never misread."""
+
+    code = "incompatible_schema"
 
 
 class InvalidCursor(CheckpointError, ValueError):

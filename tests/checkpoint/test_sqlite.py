@@ -23,6 +23,7 @@ from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointError,
+    IncompatibleSchema,
     InvalidArgument,
     InvalidThreadId,
     StoreUnavailable,
@@ -60,9 +61,9 @@ async def test_schema_version_recorded_and_newer_file_refused(db: Path) -> None:
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("UPDATE agentflow_meta SET value = ?", (SCHEMA_VERSION + 1,))
     async with SqliteCheckpointer(db) as cp:
-        with pytest.raises(CheckpointError, match="newer") as info:
+        with pytest.raises(IncompatibleSchema, match="newer") as info:
             await cp.put(make_checkpoint("t", 1))
-        assert not info.value.retryable
+        assert not info.value.retryable and info.value.code == "incompatible_schema"
         with pytest.raises(CheckpointError, match="upgrade agentflow"):
             await cp.get("t")
     with contextlib.closing(sqlite3.connect(db)) as conn:

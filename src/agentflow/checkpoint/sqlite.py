@@ -47,6 +47,7 @@ from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointError,
+    IncompatibleSchema,
     InvalidArgument,
     InvalidThreadId,
     StoreUnavailable,
@@ -361,7 +362,7 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
     if not isinstance(version, int) or version < 1:
         raise CheckpointCorrupted(f"{path} holds an invalid agentflow schema version {version!r}")
     if version > SCHEMA_VERSION:
-        raise CheckpointError(
+        raise IncompatibleSchema(
             f"{path} has agentflow schema version {version}, newer than version "
             f"{SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
         )
