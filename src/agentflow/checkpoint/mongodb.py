@@ -437,7 +437,7 @@ def _decode(doc: Document, thread: str) -> Checkpoint:
     if not isinstance(payload, bytes) or type(rev) is not int or rev < 1:
         raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} has no valid payload or revision")
     cp = decode(payload, rev)
-    if cp.thread != thread or cp.step != doc["_id"]["s"]:
+    if cp.thread != thread or cp.step != doc["_id"].get("s"):
         raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} holds another key's payload")
     return cp
 
