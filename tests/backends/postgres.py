@@ -98,7 +98,7 @@ async def blocked_backend(admin: asyncpg.Connection, locker: asyncpg.Connection)
 
 async def summary_drift(admin: asyncpg.Connection, table: str) -> list[asyncpg.Record]:
     """Rows where the thread summary differs from the latest checkpoint (should be none)."""
-    return await admin.fetch(
+    rows: list[asyncpg.Record] = await admin.fetch(
         f"""
         WITH latest AS (
             SELECT DISTINCT ON (namespace, thread)
@@ -111,3 +111,4 @@ async def summary_drift(admin: asyncpg.Connection, table: str) -> list[asyncpg.R
            OR l.wake_at IS DISTINCT FROM s.wake_at
         """
     )
+    return rows

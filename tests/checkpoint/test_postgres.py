@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -187,7 +187,7 @@ async def test_each_call_is_one_statement(table: str) -> None:
         cp = PostgresCheckpointer(pool=pool, table=table)
         await cp.put(make_checkpoint("t", 0))
         await _settle()
-        calls = [
+        calls: list[Callable[[], Awaitable[Any]]] = [
             lambda: cp.put(make_checkpoint("t", 0)),
             lambda: cp.put(make_checkpoint("t", 0), if_revision=2),
             lambda: cp.put(make_checkpoint("t", 1), if_revision=0),
