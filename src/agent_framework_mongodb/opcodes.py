@@ -15,36 +15,38 @@ on without constructing, importing or calling anything:
   out-of-band buffers, protocol 0/1 text opcodes) is refused.
 
 It reads opcodes itself rather than through ``pickletools.genops``: this is
-on every load's path, and one tight loop is several times faster. Argument
-sizes follow the pickle specification exactly, so the verifier and the C
-unpickler parse the same opcode sequence; trailing bytes are refused.
+on every load's path, and one tight loop is several times faster. Kinds are
+interned strings, ints (a string's opcode offset) and a few small objects, so
+the walk allocates almost nothing the garbage collector must track: listing
+a long run holds many live objects, and every tracked allocation here would
+make the collector traverse them all again. Argument sizes follow the pickle
+specification exactly, so the verifier and the C unpickler parse the same
+opcode sequence; trailing bytes are refused.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
 
 from agent_framework_mongodb.errors import MongoDBSerializationError
-from agent_framework_mongodb.typepolicy import TypePolicy
+from agent_framework_mongodb.typepolicy import Resolved, TypePolicy
 
 __all__ = ["verify"]
 
-Kind = tuple[Any, ...]
-_VALUE: Kind = ("v",)
-_LIST: Kind = ("l",)
-_DICT: Kind = ("d",)
-_SET: Kind = ("S",)
-_EMPTY_TUPLE: Kind = ("t", 0, True)
+# A kind is a str constant below, an int (the offset of a string's opcode),
+# a Resolved global, or an ("i", Resolved) instance made by NEWOBJ.
+Kind = object
+_VALUE, _LIST, _DICT, _SET = "v", "l", "d", "S"
+_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE = "t0", "t1", "tp", "tx"
+_TUPLES = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE})
+_PLAIN = frozenset({_VALUE, _EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE})
 
 # Scalars with a fixed-size argument: opcode -> argument bytes.
 _FIXED = {ord("N"): 0, 0x88: 0, 0x89: 0, ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8}
-# Length-prefixed values: opcode -> (length field bytes, is a str).
-_SIZED = {
-    0x8A: (1, False), 0x8B: (4, False),  # LONG1, LONG4
-    ord("C"): (1, False), ord("B"): (4, False), 0x8E: (8, False), 0x96: (8, False),  # bytes
-    0x8C: (1, True), ord("X"): (4, True), 0x8D: (8, True),  # str
-}  # fmt: skip
+# Length-prefixed bytes and longs: opcode -> length field bytes.
+_SIZED = {0x8A: 1, 0x8B: 4, ord("C"): 1, ord("B"): 4, 0x8E: 8, 0x96: 8}
+# Length-prefixed str (SHORT_BINUNICODE, BINUNICODE, BINUNICODE8): opcode -> length bytes.
+_TEXT = {0x8C: 1, ord("X"): 4, 0x8D: 8}
 _SKIP = {0x80: 1, 0x95: 8}  # PROTO, FRAME
 _MEMO_ARG = {ord("q"): 1, ord("r"): 4, ord("h"): 1, ord("j"): 4}  # BINPUT, BINGET
 _PUTS = frozenset({ord("q"), ord("r")})
@@ -68,41 +70,42 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
     data = payload
     i = 0
     stack: list[Kind] = []
-    marks: list[list[Kind]] = []
+    marks: list[int] = []
     memo: dict[int, Kind] = {}
+    # Locals, not module globals, in the hot loop: this is its main cost.
+    push, empties, to_mark, fixed = stack.append, _EMPTIES, _TO_MARK, _FIXED
+    binget, memoize, short_text, mark = _BINGET, _MEMOIZE, _SHORT_BINUNICODE, _MARK
     while True:
         op = data[i]
         i += 1
         # The most frequent opcodes of real checkpoints come first.
-        if op == _BINGET:
-            stack.append(memo[data[i]])
+        if op == binget:
+            push(memo[data[i]])
             i += 1
-        elif op == _MEMOIZE:
+        elif op == memoize:
             memo[len(memo)] = stack[-1]
-        elif op == _SHORT_BINUNICODE:
-            start = i + 1
-            i = start + data[i]
-            stack.append(("s", start, i))
-        elif op == _MARK:
-            marks.append(stack)
-            stack = []
-        elif op in _EMPTIES:
-            stack.append(_EMPTIES[op])
-        elif op in _TO_MARK:
-            stack = marks.pop()
-            if stack[-1] != _TO_MARK[op]:
+        elif op == short_text:
+            push(i - 1)
+            i += 1 + data[i]
+        elif op == mark:
+            marks.append(len(stack))
+        elif op in empties:
+            push(empties[op])
+        elif op in to_mark:
+            del stack[marks.pop() :]
+            if stack[-1] != to_mark[op]:
                 raise _refuse("container opcodes must target a plain list, dict or set")
-        elif op in _FIXED:
-            i += _FIXED[op]
-            stack.append(_VALUE)
-        elif op in _SIZED:
-            width, is_text = _SIZED[op]
-            length = int.from_bytes(data[i : i + width], "little")
+        elif op in fixed:
+            i += fixed[op]
+            push(_VALUE)
+        elif op in _SIZED or op in _TEXT:
+            width = _SIZED.get(op) or _TEXT[op]
             start = i + width
-            i = start + length
-            if i > len(data):
+            end = start + int.from_bytes(data[i:start], "little")
+            if end > len(data):
                 raise _refuse("a value runs past the end of the stream")
-            stack.append(("s", start, i) if is_text else _VALUE)
+            push(i - 1 if op in _TEXT else _VALUE)
+            i = end
         elif op in _MEMO_ARG:
             width = _MEMO_ARG[op]
             index = int.from_bytes(data[i : i + width], "little")
@@ -110,7 +113,7 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
             if op in _PUTS:
                 memo[index] = stack[-1]
             else:
-                stack.append(memo[index])
+                push(memo[index])
         elif op in _SKIP:
             i += _SKIP[op]
         elif op == _STOP:
@@ -122,71 +125,75 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
             name_end = data.index(b"\n", module_end + 1)
             module, name = data[i:module_end], data[module_end + 1 : name_end]
             i = name_end + 1
-            stack.append(("g", policy.resolve(module.decode(), name.decode())))
+            push(policy.resolve(module.decode(), name.decode()))
         else:
-            stack = _structural(op, data, stack, marks, policy)
+            _structural(op, data, stack, marks, policy)
 
 
 def _structural(
-    op: int, data: bytes, stack: list[Kind], marks: list[list[Kind]], policy: TypePolicy
-) -> list[Kind]:
-    """Apply one container, global or object opcode (none has an argument) to the stack."""
+    op: int, data: bytes, stack: list[Kind], marks: list[int], policy: TypePolicy
+) -> None:
+    """Apply one tuple, global or object opcode (none has an argument) to the stack."""
     if op in _TUPLE_N:
         size = _TUPLE_N[op]
-        items = stack[len(stack) - size :]
-        if len(items) != size:
+        if len(stack) < size:
             raise _refuse("a tuple needs more items than the stack holds")
-        del stack[len(stack) - size :]
-        stack.append(("t", size, all(map(_plain, items))))
+        stack.append(_tuple_kind(stack, len(stack) - size))
     elif op in (_TUPLE, _FROZENSET):
-        items = stack
-        stack = marks.pop()
-        stack.append(("t", len(items), all(map(_plain, items))) if op == _TUPLE else _VALUE)
+        kind = _tuple_kind(stack, marks.pop())
+        stack.append(kind if op == _TUPLE else _VALUE)
     elif op in (_APPEND, _SETITEM):
         del stack[-1 if op == _APPEND else -2 :]
-        _expect(stack[-1], _LIST if op == _APPEND else _DICT)
+        if stack[-1] != (_LIST if op == _APPEND else _DICT):
+            raise _refuse("container opcodes must target a plain list, dict or set")
     elif op == _POP:
         stack.pop()
     elif op == _POP_MARK:
-        stack = marks.pop()
+        del stack[marks.pop() :]
     elif op == _STACK_GLOBAL:
         name, module = stack.pop(), stack.pop()
-        if name[0] != "s" or module[0] != "s":
+        if type(name) is not int or type(module) is not int:
             raise _refuse("a global reference must be named by two strings")
-        qualname = data[name[1] : name[2]].decode("utf-8", "surrogatepass")
-        module_name = data[module[1] : module[2]].decode("utf-8", "surrogatepass")
-        stack.append(("g", policy.resolve(module_name, qualname)))
+        stack.append(policy.resolve(_text(data, module), _text(data, name)))
     elif op == _REDUCE:
         args, func = stack.pop(), stack.pop()
-        if func[0] != "g" or not func[1].reducible or args[0] != "t" or not args[2]:
+        if not isinstance(func, Resolved) or not func.reducible or args not in _PLAIN - {_VALUE}:
             raise _refuse("REDUCE may only call a standard value type or an enum class")
-        if issubclass(func[1].cls, enum.Enum) and args[1] != 1:
+        if issubclass(func.cls, enum.Enum) and args != _PLAIN_SINGLE:
             raise _refuse("an enum member is rebuilt from exactly one value")
         stack.append(_VALUE)
     elif op == _NEWOBJ:
         args, cls = stack.pop(), stack.pop()
-        if cls[0] != "g" or not cls[1].constructible:
+        if not isinstance(cls, Resolved) or not cls.constructible:
             raise _refuse("NEWOBJ may only create a permitted object class")
         if args != _EMPTY_TUPLE:
             raise _refuse("NEWOBJ with arguments is a constructor hook and is not allowed")
-        stack.append(("i", cls[1]))
+        stack.append(("i", cls))
     elif op == _BUILD:
-        state = stack.pop()
-        if stack[-1][0] != "i" or state[0] not in ("d", "t"):
+        state, target = stack.pop(), stack[-1]
+        if type(target) is not tuple or (state != _DICT and state not in _TUPLES):
             raise _refuse("BUILD may only restore the state of an object NEWOBJ created")
     else:
         raise _refuse(f"pickle opcode {bytes([op])!r} is not allowed in checkpoints")
-    return stack
 
 
-def _plain(kind: Kind) -> bool:
-    """Strings, scalars, standard values and tuples of them: safe arguments for REDUCE."""
-    return kind is _VALUE or kind[0] == "s" or (kind[0] == "t" and bool(kind[2]))
+def _tuple_kind(stack: list[Kind], start: int) -> Kind:
+    """Pop the items from ``start`` and classify the tuple they form."""
+    items = stack[start:]
+    del stack[start:]
+    if not items:
+        return _EMPTY_TUPLE
+    if all(item in _PLAIN or type(item) is int for item in items):
+        return _PLAIN_SINGLE if len(items) == 1 else _PLAIN_TUPLE
+    return _OTHER_TUPLE
 
 
-def _expect(kind: Kind, wanted: Kind) -> None:
-    if kind != wanted:
-        raise _refuse("container opcodes must target a plain list, dict or set")
+def _text(data: bytes, position: int) -> str:
+    """The str whose opcode sits at ``position`` (verified when it was pushed)."""
+    width = _TEXT[data[position]]
+    start = position + 1 + width
+    end = start + int.from_bytes(data[position + 1 : start], "little")
+    return data[start:end].decode("utf-8", "surrogatepass")
 
 
 def _refuse(reason: str) -> MongoDBSerializationError:

@@ -52,6 +52,7 @@ class MongoDBCheckpointStorageOptions:
     page_size: int = DEFAULT_PAGE_SIZE
     max_page_size: int = DEFAULT_MAX_PAGE_SIZE
     allowed_checkpoint_types: tuple[str, ...] = field(default=())
+    _discriminator: str = field(init=False, repr=False, compare=False, default="")
 
     def __post_init__(self) -> None:
         for name in ("tenant_id", "workflow_name", "session_id", "database_name"):
@@ -73,12 +74,13 @@ class MongoDBCheckpointStorageOptions:
         if isinstance(types, str) or not all(isinstance(t, str) for t in types):
             raise MongoDBConfigurationError("allowed_checkpoint_types must be a tuple of strings")
         object.__setattr__(self, "allowed_checkpoint_types", tuple(types))
+        scope = (self.tenant_id, self.application_id, self.workflow_name, self.session_id)
+        object.__setattr__(self, "_discriminator", _digest("scope", *scope))
 
     @property
     def scope_discriminator(self) -> str:
         """SHA-256 over the framed raw scope values."""
-        return _digest("scope", self.tenant_id, self.application_id, self.workflow_name,
-                       self.session_id)  # fmt: skip
+        return self._discriminator
 
     def scope_filter(self) -> dict[str, Any]:
         """The equality filter on the discriminator and every raw scope field."""
