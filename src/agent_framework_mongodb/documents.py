@@ -67,8 +67,10 @@ def build_document(
     checkpoint: WorkflowCheckpoint,
     encoded: EncodedPayload,
     options: MongoDBCheckpointStorageOptions,
+    *,
     sequence: int,
     created_at: datetime.datetime,
+    expires_at: datetime.datetime | None,
 ) -> dict[str, Any]:
     """The document stored for one checkpoint (see the docs for the field list)."""
     document: dict[str, Any] = {
@@ -86,8 +88,8 @@ def build_document(
         "checkpoint": Binary(encoded.payload),
         "payload_hash": encoded.payload_hash,
     }
-    if options.ttl is not None:
-        document["expires_at"] = expiry(created_at, options.ttl)
+    if expires_at is not None:
+        document["expires_at"] = expires_at
     return document
 
 

@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from agent_framework import CheckpointID, CheckpointStorage, WorkflowCheckpoint
-from pymongo import AsyncMongoClient, ReturnDocument
+from pymongo import AsyncMongoClient
 from pymongo.errors import DuplicateKeyError
 
 from agent_framework_mongodb.documents import (
@@ -29,7 +29,6 @@ from agent_framework_mongodb.errors import (
     MongoDBCheckpointNotFoundError,
     MongoDBConcurrencyError,
     MongoDBConfigurationError,
-    MongoDBPersistenceError,
 )
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND, COUNTER_KIND, INDEX_SPECS
 from agent_framework_mongodb.indexes import index_problems as _index_problems
@@ -40,13 +39,13 @@ from agent_framework_mongodb.paging import (
     decode_cursor,
     encode_cursor,
 )
+from agent_framework_mongodb.sequences import allocate_sequence
 from agent_framework_mongodb.telemetry import Completion, driver_errors
 from agent_framework_mongodb.typepolicy import TypePolicy
 
 __all__ = ["MongoDBCheckpointStorage"]
 
 _ORDER_FIELDS = {"_id": 0, "sequence": 1, "checkpoint_id": 1}
-_ALLOCATION_ATTEMPTS = 3
 
 
 class MongoDBCheckpointStorage(CheckpointStorage):
@@ -130,8 +129,20 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         with Completion("save") as done:
             encoded = encode_checkpoint(checkpoint, self._options, self._policy)
             created_at = _now()
-            sequence = await self._allocate_sequence(created_at)
-            document = build_document(checkpoint, encoded, self._options, sequence, created_at)
+            expires_at = (
+                None if self._options.ttl is None else expiry(created_at, self._options.ttl)
+            )
+            sequence = await allocate_sequence(
+                self._collection, self._checkpoint_filter, self._counter_filter(), expires_at
+            )
+            document = build_document(
+                checkpoint,
+                encoded,
+                self._options,
+                sequence=sequence,
+                created_at=created_at,
+                expires_at=expires_at,
+            )
             duplicate: DuplicateKeyError | None = None
             with driver_errors(write=True):
                 try:
@@ -339,37 +350,6 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         )
         return rows
 
-    async def _allocate_sequence(self, created_at: datetime.datetime) -> int:
-        """Atomically allocate the next sequence of this scope.
-
-        The counter is advanced from max(retained maximum, counter), so a
-        counter lost to TTL or cleanup can never hand out a retained sequence.
-        """
-        ttl = self._options.ttl
-        expires_at = None if ttl is None else expiry(created_at, ttl)
-        for attempt in range(_ALLOCATION_ATTEMPTS):
-            with driver_errors(write=True):
-                top = await self._collection.find_one(
-                    self._checkpoint_filter, {"_id": 0, "sequence": 1}, sort=[("sequence", -1)]
-                )
-                observed = 0 if top is None else int(top["sequence"])
-                try:
-                    counter = await self._collection.find_one_and_update(
-                        self._counter_filter(),
-                        _counter_pipeline(observed, 1, expires_at),
-                        upsert=True,
-                        return_document=ReturnDocument.AFTER,
-                        projection={"_id": 0, "sequence": 1},
-                    )
-                except DuplicateKeyError:
-                    # Two first allocations raced to insert the counter; the
-                    # loser retries against the document the winner created.
-                    if attempt + 1 == _ALLOCATION_ATTEMPTS:
-                        raise
-                    continue
-            return int(counter["sequence"])
-        raise MongoDBPersistenceError("sequence allocation did not complete")  # pragma: no cover
-
     async def _confirm_identical(self, document: dict[str, Any], exc: DuplicateKeyError) -> None:
         """An ID collision is an idempotent retry only if the stored public state is identical."""
         key_pattern = (exc.details or {}).get("keyPattern", {"_id": 1})
@@ -387,42 +367,6 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             raise MongoDBConcurrencyError(
                 "checkpoint ID already stored with different public state"
             ) from exc
-
-
-def _counter_pipeline(
-    observed: int, count: int, expires_at: datetime.datetime | None
-) -> list[dict[str, Any]]:
-    """One atomic update: advance the counter and merge its retention.
-
-    Permanent retention dominates (a legacy counter with a sequence and no
-    ``expires_at`` counts as permanent); otherwise ``expires_at`` only moves
-    forward, so an out-of-order shorter TTL cannot shorten it.
-    """
-    stage: dict[str, Any] = {
-        "_kind": COUNTER_KIND,
-        "sequence": {"$add": [{"$max": [{"$ifNull": ["$sequence", 0]}, observed]}, count]},
-    }
-    if expires_at is None:
-        stage["retention_mode"] = "permanent"
-        stage["expires_at"] = "$$REMOVE"
-    else:
-        permanent = {
-            "$or": [
-                {"$eq": ["$retention_mode", "permanent"]},
-                {
-                    "$and": [
-                        {"$ne": [{"$type": "$sequence"}, "missing"]},
-                        {"$eq": [{"$type": "$expires_at"}, "missing"]},
-                    ]
-                },
-            ]
-        }
-        stage["retention_mode"] = {"$cond": [permanent, "permanent", "expiring"]}
-        stage["expires_at"] = {
-            "$cond": [permanent, "$$REMOVE", {"$max": [{"$ifNull": ["$expires_at", expires_at]},
-                                                      expires_at]}]
-        }  # fmt: skip
-    return [{"$set": stage}]
 
 
 def _check_id(checkpoint_id: object) -> None:
