@@ -31,6 +31,7 @@ from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.paging import encode_cursor
 from tests.unit.af_workflows import WORKFLOW_NAME
 from tests.unit.conftest import StorageFactory, make_checkpoint
+from tests.unit.test_checkpoint_codec import LISTED, rich_state
 from tests.unit.faults import CollectionProxy
 
 PACKAGE = Path(agent_framework_mongodb.__file__).parent
@@ -206,7 +207,6 @@ async def test_identical_retry_returns_same_id_and_conflict_is_refused(
 
 
 HASH_SCRIPT = """
-import json, sys
 from tests.unit.test_checkpoint_codec import POLICY, rich_state
 from tests.unit.conftest import make_checkpoint
 from agent_framework_mongodb.canonical import canonical_hash
@@ -216,9 +216,12 @@ print(canonical_hash(checkpoint.to_dict(), POLICY))
 """
 
 
-async def test_canonical_hash_is_equal_across_processes_and_hash_seeds() -> None:
+async def test_canonical_idempotency_holds_across_processes_and_hash_seeds(
+    make_storage: StorageFactory, collection: Any
+) -> None:
     """Seed: "The same logical checkpoint therefore hashes identically across processes and
-    PYTHONHASHSEED values" (sets of strings iterate differently under each seed)."""
+    PYTHONHASHSEED values" (sets of strings iterate differently under each seed), so an
+    identical retry from any process matches the stored payload_hash."""
 
     def run(seed: str) -> str:
         env = {**os.environ, "PYTHONHASHSEED": seed}
@@ -229,7 +232,13 @@ async def test_canonical_hash_is_equal_across_processes_and_hash_seeds() -> None
         return out.stdout.strip()
 
     hashes = await asyncio.gather(*(asyncio.to_thread(run, s) for s in ("0", "1", "4242")))
-    assert len(set(hashes)) == 1 and len(hashes[0]) == 64
+    storage = make_storage(allowed_checkpoint_types=LISTED)
+    checkpoint = make_checkpoint(checkpoint_id="fixed", state=rich_state())
+    checkpoint.timestamp = "2026-01-01T00:00:00+00:00"
+    await storage.save(checkpoint)
+    stored = await collection.find_one({"checkpoint_id": "fixed"})
+    assert stored is not None
+    assert set(hashes) == {stored["payload_hash"]}
 
 
 async def test_concurrent_saves_get_unique_positive_monotonic_sequences(
