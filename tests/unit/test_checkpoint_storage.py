@@ -31,8 +31,8 @@ from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.paging import encode_cursor
 from tests.unit.af_workflows import WORKFLOW_NAME
 from tests.unit.conftest import StorageFactory, make_checkpoint
-from tests.unit.test_checkpoint_codec import LISTED, rich_state
 from tests.unit.faults import CollectionProxy
+from tests.unit.test_checkpoint_codec import LISTED, rich_state
 
 PACKAGE = Path(agent_framework_mongodb.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
