@@ -267,9 +267,11 @@ class PostgresCheckpointer:
         pool, idle = self._pool, self._idle
         if self._owns_pool and pool is not None:
             self._pool, self._idle = None, []
-            for conn in idle:
-                await pool.release(conn)
-            await pool.close()
+            try:
+                for conn in idle:
+                    await pool.release(conn)
+            finally:
+                await pool.close()
 
     async def setup(self) -> None:
         """Create the tables if absent and check the recorded schema version.
