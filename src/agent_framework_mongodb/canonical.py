@@ -140,13 +140,21 @@ class _Walker:
         self._path.discard(marker)
         return b"%s%d:%s" % (tag, len(parts), b"".join(parts))
 
+    # Strings dominate real state, so the item loops encode them without the
+    # general dispatch; the result is byte-for-byte what encode() returns.
     def _sequence_items(self, value: list[Any] | tuple[Any, ...]) -> list[bytes]:
         encode = self.encode
-        return [encode(item) for item in value]
+        return [_text(item) if type(item) is str else encode(item) for item in value]
 
     def _dict_items(self, value: dict[Any, Any]) -> list[bytes]:
         encode = self.encode
-        return sorted([encode(k) + encode(v) for k, v in value.items()])
+        return sorted(
+            [
+                (_text(k) if type(k) is str else encode(k))
+                + (_text(v) if type(v) is str else encode(v))
+                for k, v in value.items()
+            ]
+        )
 
     def _set_items(self, value: set[Any] | frozenset[Any]) -> list[bytes]:
         encode = self.encode
