@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, MongoClient
 from pymongo.errors import PyMongoError
 
 from agentflow.checkpoint.mongodb import MongoCheckpointer
@@ -60,7 +60,22 @@ def private_mongod(*flags: str) -> MongodProcess:
         os.chmod(wrapper, 0o700)
         server.binary = str(wrapper)
         server.start()
+        assert_owns_port(server)
     return server
+
+
+def assert_owns_port(server: MongodProcess) -> None:
+    """Fail clearly if the mongod answering on the port is not the one we started.
+
+    MongodProcess restarts on the same port, and while ours is down another
+    test session's mongod can take it: the symptoms would otherwise be driver
+    errors from a server of the wrong kind.
+    """
+    with MongoClient(server.uri, serverSelectionTimeoutMS=PROBE_TIMEOUT_MS) as client:
+        pid = client.admin.command("serverStatus")["pid"]
+    assert server.proc is not None and pid == server.proc.pid, (
+        f"port {server.port} was taken by another mongod (pid {pid}) while ours restarted"
+    )
 
 
 @asynccontextmanager

@@ -21,7 +21,7 @@ from agentflow.errors import (
     InvalidArgument,
     StoreUnavailable,
 )
-from tests.backends.mongodb import private_mongod, scratch_database
+from tests.backends.mongodb import assert_owns_port, private_mongod, scratch_database
 from tests.support.mongod import MongodProcess
 
 Doc = dict[str, Any]
@@ -395,6 +395,7 @@ def _crash_and_restart(server: MongodProcess) -> None:
     server.proc.wait()
     server.proc = None
     server.start()
+    assert_owns_port(server)
 
 
 async def test_a_mongod_crash_raises_store_unavailable_and_loses_no_journaled_put() -> None:
@@ -437,6 +438,7 @@ async def test_a_mongod_crash_raises_store_unavailable_and_loses_no_journaled_pu
             with pytest.raises(StoreUnavailable):
                 await cp.list_threads()
             server.start()
+            assert_owns_port(server)
             await cp.put(make_checkpoint("lane-0", 10_001))
 
             for exc in [*in_flight, down.value]:
