@@ -334,6 +334,10 @@ async def test_idle_connections_killed_between_calls(admin: asyncpg.Connection, 
             app,
         )
         assert killed >= 1
+        for _ in range(500):  # termination is asynchronous: wait until they are gone
+            if await _connections(admin, app) == 0:
+                break
+            await asyncio.sleep(0.01)
         failures = 0
         for _ in range(killed + 1):
             try:
