@@ -160,16 +160,23 @@ def test_shared_references_survive_and_hash_like_copies() -> None:
     assert canonical_hash(value, POLICY) == canonical_hash({"a": [1, 2], "b": [1, 2]}, POLICY)
 
 
-def test_copyreg_dispatch_table_cannot_change_bytes_or_hash() -> None:
-    """Seed: "unit coverage installs a divergent reducer and proves the stored pickle bytes
-    and canonical hash remain unchanged"."""
-    public = {"holder": Holder("v", {"t"})}
+async def test_copyreg_dispatch_table_cannot_change_stored_bytes_or_hash(
+    recording: CollectionProxy,
+) -> None:
+    """Seed: "The controlled pickler excludes attempted copyreg.dispatch_table registrations;
+    unit coverage installs a divergent reducer and proves the stored pickle bytes and
+    canonical hash remain unchanged" (ignored, so the save succeeds)."""
+    checkpoint = make_checkpoint(checkpoint_id="dispatch", state={"holder": Holder("v", {"t"})})
+    public = checkpoint.to_dict()
     before = (dumps(public, POLICY), canonical_hash(public, POLICY))
     copyreg.pickle(Holder, lambda _obj: (os.getcwd, ()))
     try:
         assert (dumps(public, POLICY), canonical_hash(public, POLICY)) == before
+        await storage_on(recording).save(checkpoint)
     finally:
         del copyreg.dispatch_table[Holder]
+    stored = await recording.find_one({"checkpoint_id": "dispatch"})
+    assert (bytes(stored["checkpoint"]), stored["payload_hash"]) == before
 
 
 @pytest.fixture(params=["object", "enum", "class-reference"])
