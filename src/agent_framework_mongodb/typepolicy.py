@@ -129,8 +129,8 @@ class TypePolicy:
     def __init__(self, allowed_checkpoint_types: Iterable[str] = ()) -> None:
         allowed = frozenset(allowed_checkpoint_types)
         for key in allowed:
-            module, sep, qualname = key.partition(":")
-            if not (isinstance(key, str) and sep and module and qualname):
+            module, sep, qualname = key.partition(":") if isinstance(key, str) else ("", "", "")
+            if not (sep and module and qualname):
                 raise MongoDBConfigurationError(
                     "allowed_checkpoint_types entries must be 'module:qualname' strings"
                 )
@@ -149,13 +149,15 @@ class TypePolicy:
         principle but would not round-trip safely (pickle hooks, copyreg
         extension codes) and ``MongoDBMappingError`` for unsupported classes.
         """
-        if cls in self._checked:
-            return
+        # The registry is process-global and may change at any time, so this
+        # check is never cached; the rest of the verdict depends on the class only.
         if registered_extension(cls):
             raise MongoDBSerializationError(
                 f"{type_key(cls)} is registered in copyreg's extension registry, which would "
                 "store a process-local code; remove the registration or migrate the value"
             )
+        if cls in self._checked:
+            return
         if cls not in _STANDARD_TYPES and cls not in NATIVE_TYPES:
             self._permit(cls.__module__, cls.__qualname__, cls)
         self._checked[cls] = None

@@ -206,7 +206,7 @@ async def test_copyreg_extension_registry_is_refused_before_io(
     and slots"."""
     _, value = registered_extension
     nested = _nest(value, place)
-    with pytest.raises(MongoDBSerializationError):
+    with pytest.raises(MongoDBSerializationError, match="extension registry"):
         await storage_on(recording).save(make_checkpoint(state={"v": nested}))
     assert recording.calls == []
 
