@@ -66,6 +66,12 @@ class MissingEnum(enum.Enum):
         return None
 
 
+class Level(enum.Enum):
+    """A well-behaved listed enum: loads by value, fails cleanly for unknown values."""
+
+    LOW = 1
+
+
 class SetItemMapping(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         raise KeyError(key)
@@ -91,5 +97,5 @@ class Plain:
 ALL = tuple(
     f"{__name__}:{cls.__qualname__}"
     for cls in (Constructor, NewHook, Reducer, ReducerEx, SetState, NewArgs, MissingEnum,
-                SetItemMapping, Plain)
+                Level, SetItemMapping, Plain)
 )  # fmt: skip

@@ -164,10 +164,17 @@ def test_restricted_loader_refuses_before_executing(sentinel: Path, name: str) -
     assert not sentinel.exists()
 
 
-def test_unregistered_extension_code_is_a_serialization_error(sentinel: Path) -> None:
-    """Seed: unregistered EXT codes translate to MongoDBSerializationError."""
+def test_restricted_load_value_errors_are_serialization_errors(sentinel: Path) -> None:
+    """Seed: "Restricted-load ValueError failures, including unregistered EXT codes, are
+    translated to the same stable category"."""
     with pytest.raises(MongoDBSerializationError):
-        loads(wrap(b"\x82\x7b"), POLICY)
+        loads(wrap(b"\x82\x7b"), POLICY)  # EXT1 123, registered nowhere
+    with pytest.raises(MongoDBSerializationError) as caught:
+        loads(wrap(call(glob(HOSTILE, "Level"), b"K\x07")), POLICY)  # Level(7): ValueError
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert loads(wrap(call(glob(HOSTILE, "Level"), b"K\x01")), POLICY) == {
+        "state": hostile_types.Level.LOW
+    }
 
 
 def test_listed_plain_dataclass_still_loads(sentinel: Path) -> None:
