@@ -30,8 +30,12 @@ from agent_framework_mongodb.errors import (
     MongoDBConcurrencyError,
     MongoDBConfigurationError,
 )
-from agent_framework_mongodb.indexes import CHECKPOINT_KIND, COUNTER_KIND, INDEX_SPECS
-from agent_framework_mongodb.indexes import index_problems as _index_problems
+from agent_framework_mongodb.indexes import (
+    CHECKPOINT_KIND,
+    COUNTER_KIND,
+    INDEX_SPECS,
+    index_problems,
+)
 from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions
 from agent_framework_mongodb.paging import (
     MongoDBCheckpointClearResult,
@@ -281,7 +285,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         with Completion("validate_indexes") as done:
             with driver_errors(write=False):
                 existing = await self._collection.index_information()
-            problems = _index_problems(existing)
+            problems = index_problems(existing)
             done.count = len(problems)
             return problems
 
