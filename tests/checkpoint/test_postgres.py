@@ -93,6 +93,29 @@ async def test_own_pool_is_lazy_and_closed(admin: asyncpg.Connection, table: str
     assert await _connections(admin, app) == 0
 
 
+async def test_kept_connections_never_starve_setup(admin: asyncpg.Connection, table: str) -> None:
+    async with PostgresCheckpointer(DSN, table=table) as cp:
+        await cp.put(make_checkpoint("t", 0))
+        locker = await admin_connection()
+        try:
+            await locker.execute(f'BEGIN; LOCK TABLE "{table}_threads" IN ACCESS EXCLUSIVE MODE')
+            puts = [asyncio.ensure_future(cp.put(make_checkpoint(f"t{i}", 0))) for i in range(10)]
+            for _ in range(500):  # until all ten pooled connections wait on the lock
+                blocked = await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+                    locker.get_server_pid(),
+                )
+                if blocked == 10:
+                    break
+                await asyncio.sleep(0.01)
+            assert blocked == 10
+        finally:
+            await locker.close()
+        await asyncio.gather(*puts)  # every connection of the pool is now kept, idle
+        await asyncio.wait_for(cp.setup(), timeout=10)
+        assert await asyncio.wait_for(cp.prune("t", before_step=1), timeout=10) == 1
+
+
 async def test_first_use_runs_setup_once_under_concurrency(table: str) -> None:
     log: Log = []
     pool = await logging_pool(log)

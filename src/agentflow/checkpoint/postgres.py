@@ -294,21 +294,25 @@ class PostgresCheckpointer:
 
     async def _setup(self, pool: Any) -> None:
         sql = self._sql
-        async with pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _SETUP_LOCK_KEY)
-            version = None
-            if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._meta):
-                version = await conn.fetchval(sql["read_version"])
-            if version is None:
-                await conn.execute(sql["create"])
-                if await conn.fetchval(_LZ4_AVAILABLE):
-                    await conn.execute(sql["use_lz4"])
-                await conn.execute(sql["record_version"], SCHEMA_VERSION)
-            elif version > SCHEMA_VERSION:
-                raise CheckpointError(
-                    f"{self._table} has agentflow schema version {version}, newer than the "
-                    f"version {SCHEMA_VERSION} this agentflow understands; upgrade agentflow"
-                )
+        conn = await self._acquire(pool)
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SETUP_LOCK_KEY)
+                version = None
+                if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._meta):
+                    version = await conn.fetchval(sql["read_version"])
+                if version is None:
+                    await conn.execute(sql["create"])
+                    if await conn.fetchval(_LZ4_AVAILABLE):
+                        await conn.execute(sql["use_lz4"])
+                    await conn.execute(sql["record_version"], SCHEMA_VERSION)
+                elif version > SCHEMA_VERSION:
+                    raise CheckpointError(
+                        f"{self._table} has agentflow schema version {version}, newer than version"
+                        f" {SCHEMA_VERSION} that this agentflow understands: upgrade agentflow"
+                    )
+        finally:
+            await pool.release(conn)
         self._ready = True
 
     async def _pool_ready(self) -> Any:
@@ -322,12 +326,20 @@ class PostgresCheckpointer:
                 await self._setup(pool)
         return pool
 
-    def _lease(self, action: str) -> _Lease:
-        return _Lease(self, action)
+    async def _acquire(self, pool: Any) -> Any:
+        """A kept connection, else one from the pool (every caller must use this:
+        once all our connections are kept, ``pool.acquire()`` alone would wait forever)."""
+        if self._idle:
+            return self._idle.pop()
+        self._waiting += 1
+        try:
+            return await pool.acquire()
+        finally:
+            self._waiting -= 1
 
     async def _query(self, method: str, key: str, *args: Any) -> Any:
         """Run statement ``key`` of this namespace with ``conn.<method>``."""
-        async with self._lease(key) as conn:
+        async with _Lease(self, key) as conn:
             return await getattr(conn, method)(self._sql[key], self._ns, *args)
 
     # -- writes -----------------------------------------------------------------
@@ -339,7 +351,7 @@ class PostgresCheckpointer:
         enc = encode(cp, self._redact)
         ns, thread, step = self._ns, enc.thread, enc.step
         args = (ns, thread, step, enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at)
-        async with self._lease("put") as conn:
+        async with _Lease(self, "put") as conn:
             if if_revision is None:
                 await conn.fetchval(self._sql["put_upsert"], *args, enc.payload)
                 return f"{thread}:{step}"
@@ -376,7 +388,7 @@ class PostgresCheckpointer:
         summary after we commit, through its own ``latest_step`` guard.
         """
         sql, ns = self._sql, self._ns
-        async with self._lease(action) as conn, conn.transaction():
+        async with _Lease(self, action) as conn, conn.transaction():
             deleted: int = await conn.fetchval(
                 sql["delete_rows"], ns, thread, before_step, cutoff_us
             )
@@ -457,14 +469,7 @@ class _Lease:
         owner = self._owner
         try:
             pool = self._pool = await owner._pool_ready()
-            if owner._idle:
-                self._conn = owner._idle.pop()
-            else:
-                owner._waiting += 1
-                try:
-                    self._conn = await pool.acquire()
-                finally:
-                    owner._waiting -= 1
+            self._conn = await owner._acquire(pool)
         except _DRIVER_ERRORS as exc:
             _reraise(exc, self._action)
         return self._conn
