@@ -12,6 +12,7 @@ import asyncpg
 import orjson
 import pytest
 
+from agentflow.checkpoint import postgres
 from agentflow.checkpoint.postgres import SCHEMA_VERSION, PostgresCheckpointer
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
@@ -114,6 +115,26 @@ async def test_kept_connections_never_starve_setup(admin: asyncpg.Connection, ta
         await asyncio.gather(*puts)  # every connection of the pool is now kept, idle
         await asyncio.wait_for(cp.setup(), timeout=10)
         assert await asyncio.wait_for(cp.prune("t", before_step=1), timeout=10) == 1
+
+
+async def test_long_idle_kept_connection_is_replaced(
+    admin: asyncpg.Connection, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = f"af_{uuid.uuid4().hex[:12]}"
+    backends = "SELECT array_agg(pid) FROM pg_stat_activity WHERE application_name = $1"
+    async with PostgresCheckpointer(f"{DSN}?application_name={app}", table=table) as cp:
+        await cp.put(make_checkpoint("t", 0))
+        before = set(await admin.fetchval(backends, app))
+        monkeypatch.setattr(postgres, "_KEEP_IDLE_SECONDS", 0.0)
+        await cp.put(make_checkpoint("t", 1))
+        for _ in range(200):
+            after = set(await admin.fetchval(backends, app) or [])
+            if not before & after:
+                break
+            await asyncio.sleep(0.01)
+        assert after and not before & after
+        got = await cp.get("t")
+        assert got is not None and got.step == 1
 
 
 async def test_first_use_runs_setup_once_under_concurrency(table: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
@@ -59,6 +60,10 @@ _HISTORY_FIRST_ROWS = 8
 _HISTORY_MAX_ROWS = 1_024
 
 _POOL_MAX_SIZE = 10
+#: A kept connection idle longer than this is closed rather than reused, as
+#: asyncpg's pool does (same default), so that a firewall or load balancer that
+#: silently drops idle TCP connections costs a reconnect, not a failed call.
+_KEEP_IDLE_SECONDS = 300.0
 _SUFFIXES = {"cp": "", "threads": "_threads", "meta": "_meta"}
 
 
@@ -243,7 +248,7 @@ class PostgresCheckpointer:
         self._pool: Any = pool
         self._owns_pool = pool is None
         #: Connections of our own pool kept between calls (see _Lease).
-        self._idle: list[Any] = []
+        self._idle: list[tuple[Any, float]] = []
         self._waiting = 0
         self._ready = False
         self._lock = asyncio.Lock()
@@ -265,7 +270,7 @@ class PostgresCheckpointer:
         if self._owns_pool and pool is not None:
             self._pool, self._idle = None, []
             try:
-                for conn in idle:
+                for conn, _ in idle:
                     await pool.release(conn)
             finally:
                 await pool.close()
@@ -329,8 +334,12 @@ class PostgresCheckpointer:
     async def _acquire(self, pool: Any) -> Any:
         """A kept connection, else one from the pool (every caller must use this:
         once all our connections are kept, ``pool.acquire()`` alone would wait forever)."""
-        if self._idle:
-            return self._idle.pop()
+        while self._idle:
+            conn, since = self._idle.pop()
+            if time.monotonic() - since < _KEEP_IDLE_SECONDS:
+                return conn
+            conn.terminate()
+            await pool.release(conn)
         self._waiting += 1
         try:
             return await pool.acquire()
@@ -479,7 +488,7 @@ class _Lease:
     ) -> None:
         owner, pool = self._owner, self._pool
         if exc is None and owner._owns_pool and not owner._waiting and owner._pool is pool:
-            owner._idle.append(self._conn)
+            owner._idle.append((self._conn, time.monotonic()))
             return
         try:
             await pool.release(self._conn)
