@@ -37,7 +37,9 @@ KILLS = 50
 #: A kill lands this long (at most) after the child is ready to write.
 MAX_LIFETIME_S = 0.08
 CRASH_BACKENDS = [
-    name for name in ("file", "sqlite") if importlib.util.find_spec(f"tests.backends.{name}")
+    name
+    for name in ("file", "sqlite", "postgres")
+    if importlib.util.find_spec(f"tests.backends.{name}")
 ]
 THREADS = [f"crash-{i}" for i in range(_child.CRASH_THREADS)]
 

@@ -19,6 +19,7 @@ from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointError,
+    IncompatibleSchema,
     InvalidArgument,
     InvalidThreadId,
     StoreUnavailable,
@@ -212,9 +213,9 @@ async def test_newer_schema_version_is_refused(admin: asyncpg.Connection, table:
         await cp.setup()
     await admin.execute(f'UPDATE "{table}_meta" SET version = $1', SCHEMA_VERSION + 1)
     async with PostgresCheckpointer(DSN, table=table) as cp:
-        with pytest.raises(CheckpointError) as info:
+        with pytest.raises(IncompatibleSchema) as info:
             await cp.put(make_checkpoint("t", 0))
-        assert not isinstance(info.value, StoreUnavailable)
+        assert info.value.code == "incompatible_schema" and not info.value.retryable
         assert f"version {SCHEMA_VERSION + 1}" in str(info.value) and "upgrade" in str(info.value)
         with pytest.raises(CheckpointError):
             await cp.setup()

@@ -34,6 +34,7 @@ from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointError,
+    IncompatibleSchema,
     InvalidArgument,
     InvalidThreadId,
     StoreUnavailable,
@@ -312,7 +313,7 @@ class PostgresCheckpointer:
                         await conn.execute(sql["use_lz4"])
                     await conn.execute(sql["record_version"], SCHEMA_VERSION)
                 elif version > SCHEMA_VERSION:
-                    raise CheckpointError(
+                    raise IncompatibleSchema(
                         f"{self._table} has agentflow schema version {version}, newer than version"
                         f" {SCHEMA_VERSION} that this agentflow understands: upgrade agentflow"
                     )
