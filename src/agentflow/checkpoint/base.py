@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
-__all__ = ["Checkpoint", "Checkpointer", "Redactor", "ThreadInfo", "ThreadPage"]
+__all__ = ["AsyncClosing", "Checkpoint", "Checkpointer", "Redactor", "ThreadInfo", "ThreadPage"]
 
 #: A function applied to ``state`` and ``interrupt_payload`` before they are
 #: persisted. It must return JSON-serializable data and must not mutate its input.
@@ -103,6 +103,21 @@ class Checkpoint:
         if not self.interrupted:
             return None
         return "timer" if self.wake_at is not None else "human"
+
+
+class AsyncClosing:
+    """``async with`` for every checkpointer: leaving the block calls ``close()``."""
+
+    __slots__ = ()
+
+    async def close(self) -> None:
+        """Release what this object created; safe to call twice."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 @runtime_checkable

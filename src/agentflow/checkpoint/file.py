@@ -29,7 +29,7 @@ from typing import Any, ParamSpec, TypeVar
 import orjson
 
 from agentflow.checkpoint import codec
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
 from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
 from agentflow.checkpoint.redaction import redact_none
@@ -196,7 +196,7 @@ def _load(path: str, thread: str, step: int) -> tuple[Checkpoint, int] | None:
     return cp, len(data)
 
 
-class FileCheckpointer:
+class FileCheckpointer(AsyncClosing):
     """Checkpoints as files under ``root``; safe for many processes on one host.
 
     Compare-and-set and revision counting hold across processes because each
@@ -237,12 +237,6 @@ class FileCheckpointer:
 
     async def close(self) -> None:
         """Nothing is held between calls; present so every backend closes alike."""
-
-    async def __aenter__(self) -> FileCheckpointer:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def _io(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         try:

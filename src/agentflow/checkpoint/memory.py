@@ -5,9 +5,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from types import TracebackType
 
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.codec import (
     EncodedCheckpoint,
     decode,
@@ -49,7 +48,7 @@ class MemoryStore:
         return self._namespaces.setdefault(name, _Namespace())
 
 
-class MemoryCheckpointer:
+class MemoryCheckpointer(AsyncClosing):
     """Keeps encoded checkpoints in memory.
 
     Checkpoints are stored as the same bytes a durable backend would write,
@@ -68,20 +67,6 @@ class MemoryCheckpointer:
         self._redact = redact or redact_none
         self._namespace_name = validate_namespace(namespace)
         self._data = (store or MemoryStore())._namespace(self._namespace_name)
-
-    async def close(self) -> None:
-        """Nothing to release; present for symmetry with durable backends."""
-
-    async def __aenter__(self) -> MemoryCheckpointer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
         encoded = encode(cp, self._redact)

@@ -17,7 +17,6 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import Any
 
 from bson import MaxKey, MinKey
@@ -32,7 +31,7 @@ from pymongo.errors import (
 )
 from pymongo.write_concern import WriteConcern
 
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.codec import (
     EncodedCheckpoint,
     decode,
@@ -89,7 +88,7 @@ _STATUS = {"_id": 1, "interrupted": 1, "done": 1, "ts": 1, "wake_at": 1}
 _EXPIRY = {"_id": 1, "expires_at": 1}
 
 
-class MongoCheckpointer:
+class MongoCheckpointer(AsyncClosing):
     """Checkpoints in one MongoDB collection, safe for many processes at once.
 
     A checkpointer built from ``uri`` owns its client and closes it on
@@ -173,17 +172,6 @@ class MongoCheckpointer:
         if self._owned and not self._closed:
             self._closed = True
             await self._client.close()
-
-    async def __aenter__(self) -> MongoCheckpointer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # -- keys --------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import asyncpg  # type: ignore[import-untyped]
 
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.codec import (
     decode,
     encode,
@@ -215,7 +215,7 @@ async def _keep_session(conn: Any) -> None:
     state (SET, LISTEN, cursors, session locks). Transactions still roll back."""
 
 
-class PostgresCheckpointer:
+class PostgresCheckpointer(AsyncClosing):
     """Checkpoints in PostgreSQL, safe under concurrent writers and processes.
 
     Pass a ``dsn`` or an existing asyncpg ``pool``; an injected pool stays the
@@ -258,12 +258,6 @@ class PostgresCheckpointer:
         return f"PostgresCheckpointer(table={self._table}, namespace={self._ns!r})"
 
     # -- lifecycle --------------------------------------------------------------
-
-    async def __aenter__(self) -> PostgresCheckpointer:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Close the pool if this checkpointer created it; idempotent."""

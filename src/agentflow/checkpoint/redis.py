@@ -22,7 +22,6 @@ import base64
 import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Any, cast
 
 import orjson
@@ -34,7 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.codec import (
     decode,
     encode,
@@ -262,7 +261,7 @@ def _ttl_ms(ttl: object) -> bytes:
     return b"%d" % max(1, round(ttl * 1000))
 
 
-class RedisCheckpointer:
+class RedisCheckpointer(AsyncClosing):
     """Checkpoints in Redis, one atomic Lua script per write.
 
     Pass a ``url`` (we create, own and close the client) or an async
@@ -310,17 +309,6 @@ class RedisCheckpointer:
         if self._owned and not self._closed:
             self._closed = True
             await self._client.aclose()
-
-    async def __aenter__(self) -> RedisCheckpointer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def _thread_keys(self, thread: str) -> list[bytes]:
         return thread_keys(self._prefix, self._namespace, thread)

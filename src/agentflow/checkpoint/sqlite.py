@@ -27,10 +27,9 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final
 
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.codec import (
     EncodedCheckpoint,
     decode,
@@ -411,7 +410,7 @@ def _decoded(thread: str, row: tuple[int, int, bytes]) -> Checkpoint:
     return cp
 
 
-class SqliteCheckpointer:
+class SqliteCheckpointer(AsyncClosing):
     """Durable checkpointer backed by one SQLite file in WAL mode.
 
     ``synchronous`` is SQLite's durability knob: ``"FULL"`` (default) syncs the
@@ -456,17 +455,6 @@ class SqliteCheckpointer:
         self._key = (os.path.abspath(self.path), mode, self._busy_timeout)
         self._pair: _Pair | None = None
         self._closed = False
-
-    async def __aenter__(self) -> SqliteCheckpointer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Finish queued writes, then close both connections and stop both threads
