@@ -364,11 +364,10 @@ class PostgresCheckpointer(AsyncClosing):
             else:
                 sql = self._sql["put_expected"]
                 written = await conn.fetchval(sql, *args, enc.payload, if_revision)
-            if written is None:
-                actual = await conn.fetchval(self._sql["revision"], ns, thread, step)
-        if written is None:
-            raise CheckpointConflict(thread, step, if_revision, actual or 0)
-        return f"{thread}:{step}"
+            if written is not None:
+                return f"{thread}:{step}"
+            actual = await conn.fetchval(self._sql["revision"], ns, thread, step)
+        raise CheckpointConflict(thread, step, if_revision, actual or 0)
 
     async def delete_thread(self, thread: str) -> None:
         await self._delete(_thread(thread), None, None, "delete_thread")

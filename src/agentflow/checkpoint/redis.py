@@ -363,8 +363,10 @@ class RedisCheckpointer(AsyncClosing):
             if payload is None and meta is None and not indexed:
                 continue
             try:
+                if meta is None:
+                    raise ValueError("no metadata")
                 revision = int(meta.split(b":", 1)[0])
-            except (AttributeError, ValueError) as exc:
+            except ValueError as exc:
                 raise CheckpointCorrupted(
                     f"thread {thread!r} step {member.decode()}: metadata is damaged"
                 ) from exc

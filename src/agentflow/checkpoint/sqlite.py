@@ -25,6 +25,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -103,6 +104,10 @@ _SUMMARIES: Final = (
 )
 _LIST_OFFSET: Final = f"{_SUMMARIES} WHERE namespace = ? ORDER BY thread LIMIT ? OFFSET ?"
 _LIST_AFTER: Final = f"{_SUMMARIES} WHERE namespace = ? AND thread > ? ORDER BY thread LIMIT ?"
+
+_BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: Pause between attempts to switch a contended new file to WAL.
+_WAL_RETRY_SLEEP: Final = 0.005
 
 # Primary result codes (the low byte of an extended code) and what they mean to a caller.
 _CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
@@ -367,15 +372,36 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
+def _use_wal(conn: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
+    """Switch a new file to WAL, waiting out processes that open it at the same moment.
+
+    WAL mode persists in the file, so a file already in it needs no lock. The
+    switch itself answers SQLITE_BUSY at once, without calling the busy
+    handler, while another connection holds the file, so it is retried here
+    until ``busy_timeout`` has passed.
+    """
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            (journal,) = conn.execute("PRAGMA journal_mode").fetchone()
+            if str(journal).lower() != "wal":
+                (journal,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            break
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() > deadline:
+                raise
+            time.sleep(_WAL_RETRY_SLEEP)
+    if str(journal).lower() != "wal":
+        raise CheckpointError(f"{path} cannot use WAL (journal_mode={journal})")
+
+
 def _open(
     path: Path, synchronous: str, busy_timeout: float, *, read_only: bool
 ) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
     try:
-        (journal,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-        if str(journal).lower() != "wal":
-            raise CheckpointError(f"{path} cannot use WAL (journal_mode={journal})")
+        _use_wal(conn, path, busy_timeout)
         conn.execute(f"PRAGMA synchronous={synchronous}")  # one of SYNCHRONOUS_MODES
         _ensure_schema(conn, path)
         if read_only:
@@ -533,7 +559,7 @@ class SqliteCheckpointer(AsyncClosing):
     ) -> int:
         check_prune_bounds(before_step, older_than)
         key: tuple[object, ...] = (self._namespace, _key(thread))
-        delete, bounds = f"DELETE FROM agentflow_checkpoints WHERE {_KEY}", [*key]
+        delete, bounds = f"DELETE FROM agentflow_checkpoints WHERE {_KEY}", list[object](key)
         if before_step is not None:
             delete += " AND step < ?"
             bounds.append(before_step)
