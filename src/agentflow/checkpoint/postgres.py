@@ -56,7 +56,7 @@ _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,54}")
 _SETUP_LOCK_KEY = 0x6166_7365_7475_7031
 
 #: History reads batches of about this many payload bytes, whatever the state size.
-_HISTORY_BATCH_BYTES = 8 * 1024 * 1024
+_HISTORY_BATCH_BYTES = 2 * 1024 * 1024
 _HISTORY_FIRST_ROWS = 8
 _HISTORY_MAX_ROWS = 1_024
 
@@ -422,20 +422,23 @@ class PostgresCheckpointer(AsyncClosing):
         return None if row is None else self._decode(row, thread)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
-        """Keyset batches of about 8 MiB of payload: memory stays bounded for
+        """Keyset batches of about 2 MiB of payload: memory stays bounded for
         5 MB states and round trips stay few for small ones, and no connection
         is held while the caller consumes a batch."""
         thread = _thread(thread)
         after, limit = -1, _HISTORY_FIRST_ROWS
         while True:
             rows = await self._query("fetch", "history", thread, after, limit)
+            last_batch = len(rows) < limit
+            if rows:
+                after = rows[-1][0]
+                average = max(1, sum(len(row[2]) for row in rows) // len(rows))
+                limit = max(1, min(_HISTORY_MAX_ROWS, _HISTORY_BATCH_BYTES // average))
             for row in rows:
                 yield self._decode(row, thread)
-            if len(rows) < limit:
+            if last_batch:
                 return
-            after = rows[-1][0]
-            average = max(1, sum(len(row[2]) for row in rows) // len(rows))
-            limit = max(1, min(_HISTORY_MAX_ROWS, _HISTORY_BATCH_BYTES // average))
+            del rows  # never hold two batches while the next one is fetched
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         check_page_args(limit, offset)

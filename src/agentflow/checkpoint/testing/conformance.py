@@ -7,6 +7,7 @@ async ``harness`` fixture yielding a :class:`BackendHarness` on a fresh store.
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -188,18 +189,34 @@ class CheckpointerConformance:
         assert [c.revision for c in got] == [1, 1, 2, 1]
         assert all(c.thread == "t" for c in got)
 
-    async def test_long_history_streams_in_order(self, harness: BackendHarness) -> None:
+    async def test_long_history_streams_in_bounded_memory(self, harness: BackendHarness) -> None:
+        steps, blob = 2_000, "x" * 8_000
         async with harness.open() as cp:
-            for step in range(1_100):
-                await cp.put(make_checkpoint("long", step))
-            steps = [c.step async for c in cp.history("long")]
-            assert steps == list(range(1_100))
-            seen = []
+            for start in range(0, steps, 50):
+                await asyncio.gather(
+                    *(
+                        cp.put(make_checkpoint("long", s, state={"s": s, "blob": blob}))
+                        for s in range(start, start + 50)
+                    )
+                )
+            tracemalloc.start()
+            try:
+                seen = 0
+                async for c in cp.history("long"):
+                    assert c.step == seen and c.state["s"] == seen
+                    seen += 1
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert seen == steps
+            # 16 MB of payload in all: reading it must not hold half of it at once.
+            assert peak < steps * len(blob) * 0.5, f"history held {peak:,} bytes at once"
+            first = []
             async for c in cp.history("long"):
-                seen.append(c.step)
-                if len(seen) == 3:
+                first.append(c.step)
+                if len(first) == 3:
                     break
-            assert seen == [0, 1, 2]
+            assert first == [0, 1, 2]
 
     # -- listing -----------------------------------------------------------
 
