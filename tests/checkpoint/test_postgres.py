@@ -495,7 +495,7 @@ async def test_history_batches_adapt_to_state_size(table: str) -> None:
             assert [c.step async for c in cp.history(thread)] == list(range(count))
             await _settle()
             limits = [args[-1] for _, args in log]
-            assert limits == ([8, 1_024] if thread == "small" else [8, 8, 8]), limits
+            assert limits == ([8, 1_024] if thread == "small" else [8, 2, 2, 2, 2, 2, 2, 2]), limits
     finally:
         await pool.close()
 
