@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint import sqlite as backend
+from agentflow.checkpoint import sqlite_schema
 from agentflow.checkpoint.sqlite import SCHEMA_VERSION, SqliteCheckpointer
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
@@ -320,9 +321,9 @@ async def test_unencodable_thread_id_is_refused(db: Path) -> None:
 def test_hot_queries_seek_an_index(db: Path) -> None:
     asyncio.run(_create(db))
     queries = [
-        (backend._GET_LATEST, ("", "t")),
-        (backend._HISTORY, ("", "t", 5, 256)),
-        (backend._LIST_AFTER, ("", "t", 100)),
+        (sqlite_schema.GET_LATEST, ("", "t")),
+        (sqlite_schema.HISTORY, ("", "t", 5, 256)),
+        (sqlite_schema.LIST_AFTER, ("", "t", 100)),
     ]
     with contextlib.closing(sqlite3.connect(db)) as conn:
         for sql, args in queries:

@@ -14,18 +14,16 @@ Why it is shaped this way (the full story, with figures, is docs/sqlite.md):
   redactor never stalls other tasks.
 * A thread-summary table is updated in the same transaction as each put, prune
   and delete, so listing threads costs O(page), not a scan of every checkpoint.
+
+The threads live in :mod:`~agentflow.checkpoint.sqlite_workers`, the tables, SQL
+text and opening of a file in :mod:`~agentflow.checkpoint.sqlite_schema`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
 import os
-import queue
 import sqlite3
-import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -43,21 +41,30 @@ from agentflow.checkpoint.codec import (
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
 from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
 from agentflow.checkpoint.redaction import redact_none
+from agentflow.checkpoint.sqlite_schema import (
+    GET_LATEST,
+    GET_STEP,
+    HISTORY,
+    KEY,
+    LIST_AFTER,
+    LIST_OFFSET,
+    REBUILD_SUMMARY,
+    REVISION,
+    SCHEMA_VERSION,
+    UPSERT,
+    UPSERT_SUMMARY,
+)
+from agentflow.checkpoint.sqlite_workers import Pair, PairKey, acquire_pair, release_pair
 from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointError,
-    IncompatibleSchema,
     InvalidArgument,
     InvalidThreadId,
-    StoreUnavailable,
 )
 
 __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer"]
 
-#: Version of the tables below, kept in ``agentflow_meta``. A file written by a
-#: newer agentflow is refused rather than misread.
-SCHEMA_VERSION: Final = 1
 #: Accepted values of ``synchronous``, weakest to strongest (SQLite's PRAGMA).
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 
@@ -68,82 +75,6 @@ _HISTORY_BATCH: Final = 256
 _DECODE_ON_LOOP_MAX: Final = 64 * 1024
 #: SQLite's default SQLITE_MAX_LENGTH: a larger payload would fail its whole group.
 _MAX_PAYLOAD: Final = 1_000_000_000
-#: Most jobs one transaction takes, so one commit never holds the lock for long.
-_MAX_GROUP: Final = 128
-
-# Payload last: reading the small columns never touches its overflow pages.
-_SCHEMA: Final = (
-    """CREATE TABLE agentflow_checkpoints (namespace TEXT NOT NULL, thread TEXT NOT NULL,
-    step INTEGER NOT NULL, revision INTEGER NOT NULL, ts_us INTEGER NOT NULL, ts TEXT NOT NULL,
-    interrupted INTEGER NOT NULL, done INTEGER NOT NULL, wake_at TEXT, payload BLOB NOT NULL,
-    PRIMARY KEY (namespace, thread, step))""",
-    """CREATE TABLE agentflow_threads (namespace TEXT NOT NULL, thread TEXT NOT NULL,
-    latest_step INTEGER NOT NULL, interrupted INTEGER NOT NULL, done INTEGER NOT NULL,
-    ts TEXT NOT NULL, wake_at TEXT, PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
-)
-_META: Final = "SELECT value FROM agentflow_meta WHERE key = 'schema_version'"
-_KEY: Final = "namespace = ? AND thread = ?"
-_ROWS: Final = "SELECT step, revision, payload FROM agentflow_checkpoints WHERE " + _KEY
-_GET_LATEST: Final = f"{_ROWS} ORDER BY step DESC LIMIT 1"
-_GET_STEP: Final = f"{_ROWS} AND step = ?"
-_HISTORY: Final = f"{_ROWS} AND step > ? ORDER BY step LIMIT ?"
-_REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {_KEY} AND step = ?"
-_UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (namespace, thread, step) DO UPDATE SET revision = revision + 1,
-    ts_us = excluded.ts_us, ts = excluded.ts, interrupted = excluded.interrupted,
-    done = excluded.done, wake_at = excluded.wake_at, payload = excluded.payload"""
-_UPSERT_SUMMARY: Final = """INSERT INTO agentflow_threads VALUES (?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = excluded.latest_step,
-    interrupted = excluded.interrupted, done = excluded.done, ts = excluded.ts,
-    wake_at = excluded.wake_at WHERE excluded.latest_step >= agentflow_threads.latest_step"""
-_REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads SELECT namespace, thread, step,
-    interrupted, done, ts, wake_at FROM agentflow_checkpoints WHERE {_KEY}
-    ORDER BY step DESC LIMIT 1"""
-_SUMMARIES: Final = (
-    "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM agentflow_threads"
-)
-_LIST_OFFSET: Final = f"{_SUMMARIES} WHERE namespace = ? ORDER BY thread LIMIT ? OFFSET ?"
-_LIST_AFTER: Final = f"{_SUMMARIES} WHERE namespace = ? AND thread > ? ORDER BY thread LIMIT ?"
-
-_BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-#: Pause between attempts to switch a contended new file to WAL.
-_WAL_RETRY_SLEEP: Final = 0.005
-
-# Primary result codes (the low byte of an extended code) and what they mean to a caller.
-_CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-_UNAVAILABLE_CODES: Final = frozenset(
-    getattr(sqlite3, f"SQLITE_{name}")
-    for name in ("BUSY", "LOCKED", "IOERR", "FULL", "CANTOPEN", "PROTOCOL", "NOMEM")
-)
-
-#: A queued job: the caller's loop, its future, and the work (None asks the thread to stop).
-_Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any] | None]
-_Outcome = tuple["asyncio.Future[Any]", Any]
-
-
-def _typed(exc: BaseException, *, shared: bool = False) -> BaseException:
-    """The error a caller sees: a driver error becomes a typed one (the driver's as
-    ``__cause__``); anything else passes through.
-
-    ``shared`` errors (a failed open or group, reported to every caller in it)
-    are copied, so the tracebacks of callers that failed together do not pile
-    onto one object.
-    """
-    if isinstance(exc, sqlite3.Error | OSError):
-        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        kind: type[CheckpointError] = CheckpointError
-        if code in _CORRUPT_CODES:
-            kind = CheckpointCorrupted
-        elif code in _UNAVAILABLE_CODES or isinstance(exc, OSError):
-            kind = StoreUnavailable
-        error: BaseException = kind(f"sqlite: {exc}")
-        error.__cause__ = exc
-        return error
-    if not shared:
-        return exc
-    error = copy.copy(exc)
-    error.__cause__ = exc.__cause__
-    return error
 
 
 def _sql_text(value: str, error: type[InvalidArgument], what: str) -> str:
@@ -160,269 +91,17 @@ def _key(thread: object) -> str:
     return _sql_text(validate_thread(thread), InvalidThreadId, "thread id")
 
 
-def _settle(outcomes: list[_Outcome]) -> None:
-    for future, outcome in outcomes:
-        if future.done():  # the caller was cancelled; nobody is waiting
-            continue
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-
-
-def _deliver(jobs: list[_Job], outcomes: list[Any]) -> None:
-    """Hand results back with one ``call_soon_threadsafe`` per loop, not one per job."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-    for (loop, future, _), outcome in zip(jobs, outcomes, strict=True):
-        by_loop.setdefault(loop, []).append((future, outcome))
-    for loop, settled in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody waits
-            loop.call_soon_threadsafe(_settle, settled)
-
-
-class _Worker:
-    """One daemon thread owning one connection, fed through a queue.
-
-    The thread drains every job waiting and passes them to ``run`` at once
-    (the writer makes one transaction of them). The connection is opened on
-    the first group and again after a failed open, so a transient error (a
-    lock held at start-up) is not sticky. A job queued after the thread
-    stopped is failed, never left hanging.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        connect: Callable[[], sqlite3.Connection],
-        run: Callable[[sqlite3.Connection, list[Callable[..., Any]]], list[Any]],
-    ) -> None:
-        self._connect = connect
-        self._run_group = run
-        self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, work: Callable[..., Any] | None) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._queue.put((loop, future, work))
-        return future
-
-    def _drain(self) -> list[_Job]:
-        jobs = [self._queue.get()]
-        with contextlib.suppress(queue.Empty):
-            while len(jobs) < _MAX_GROUP:
-                jobs.append(self._queue.get_nowait())
-        return jobs
-
-    def _loop(self) -> None:
-        conn: sqlite3.Connection | None = None
-        stop: list[_Job] = []
-        while not stop:
-            jobs = self._drain()
-            stop = [job for job in jobs if job[2] is None]
-            work = [job for job in jobs if job[2] is not None]
-            if not work:
-                continue
-            try:
-                conn = conn or self._connect()
-            except Exception as exc:
-                _deliver(work, [_typed(exc, shared=True) for _ in work])
-            else:
-                _deliver(work, self._run_group(conn, [job[2] for job in work]))  # type: ignore[misc]
-        if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        late: list[_Job] = []
-        with contextlib.suppress(queue.Empty):
-            while True:
-                late.append(self._queue.get_nowait())
-        _deliver(late, [CheckpointError("the SqliteCheckpointer is closed") for _ in late])
-        _deliver(stop, [None] * len(stop))
-
-
-class _Pair:
-    """The writer and reader of one file, shared by every checkpointer on it here.
-
-    Checkpointers of several tenants on one file then join one group commit
-    instead of contending for SQLite's write lock, whose busy handler backs
-    off by sleeping whole milliseconds.
-    """
-
-    def __init__(self, path: Path, synchronous: str, busy_timeout: float) -> None:
-        self.writer = _Worker(
-            "agentflow-sqlite-writer",
-            lambda: _open(path, synchronous, busy_timeout, read_only=False),
-            _write_group,
-        )
-        self.reader = _Worker(
-            "agentflow-sqlite-reader",
-            lambda: _open(path, synchronous, busy_timeout, read_only=True),
-            _read_each,
-        )
-        self.users = 0
-
-
-#: Open pairs by (absolute path, synchronous, busy_timeout), for this process only.
-_PAIRS: dict[tuple[str, str, float], _Pair] = {}
-_PAIRS_LOCK = threading.Lock()
-
-
-def _forget_pairs_after_fork() -> None:
-    """A forked child has none of the parent's threads, and maybe a held lock."""
-    global _PAIRS_LOCK  # noqa: PLW0603
-    _PAIRS_LOCK = threading.Lock()
-    _PAIRS.clear()
-
-
-os.register_at_fork(after_in_child=_forget_pairs_after_fork)
-
-
-def _read_each(conn: sqlite3.Connection, reads: list[Callable[..., Any]]) -> list[Any]:
-    outcomes: list[Any] = []
-    for read in reads:
-        try:
-            outcomes.append(read(conn))
-        except Exception as exc:
-            outcomes.append(_typed(exc))
-    return outcomes
-
-
-def _write_group(conn: sqlite3.Connection, writes: list[Callable[..., Any]]) -> list[Any]:
-    """Apply a group of writes in one transaction and commit once.
-
-    Each write is a *prepare* callable, run before the lock is taken (encoding,
-    redaction: bad input fails only its own write), returning the callable to
-    run inside the transaction. A :class:`CheckpointConflict` fails only its
-    write, which changed nothing; any other error rolls the whole group back,
-    so every write in it fails and none of it persisted.
-    """
-    outcomes: list[Any] = [None] * len(writes)
-    ready: list[tuple[int, Callable[[sqlite3.Connection], Any]]] = []
-    for index, prepare in enumerate(writes):
-        try:
-            ready.append((index, prepare()))
-        except Exception as exc:
-            outcomes[index] = exc
-    if not ready:
-        return outcomes
-    try:
-        with _transaction(conn):
-            for index, apply in ready:
-                try:
-                    outcomes[index] = apply(conn)
-                except CheckpointConflict as exc:
-                    outcomes[index] = exc
-    except Exception as exc:
-        for index, _ in ready:
-            outcomes[index] = _typed(exc, shared=True)
-    return outcomes
-
-
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection) -> Any:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        raise
-
-
-def _schema_version(conn: sqlite3.Connection) -> Any:
-    tables = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentflow_meta'"
-    if not conn.execute(tables).fetchall():
-        return None
-    rows = conn.execute(_META).fetchall()
-    return rows[0][0] if rows else None
-
-
-def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the tables in a new file, or refuse a file whose schema we do not know.
-
-    The version lives in our own ``agentflow_meta`` table rather than
-    ``PRAGMA user_version``, so a file shared with another application keeps
-    its version slot. Creation re-checks under the write lock, so processes
-    opening a new file at once create it exactly once.
-    """
-    version = _schema_version(conn)
-    if version is None:
-        with _transaction(conn):
-            version = _schema_version(conn)
-            if version is None:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS agentflow_meta "
-                    "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
-                )
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
-                )
-                version = SCHEMA_VERSION
-    if not isinstance(version, int) or version < 1:
-        raise CheckpointCorrupted(f"{path} holds an invalid agentflow schema version {version!r}")
-    if version > SCHEMA_VERSION:
-        raise IncompatibleSchema(
-            f"{path} has agentflow schema version {version}, newer than version "
-            f"{SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
-        )
-
-
-def _use_wal(conn: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
-    """Switch a new file to WAL, waiting out processes that open it at the same moment.
-
-    WAL mode persists in the file, so a file already in it needs no lock. The
-    switch itself answers SQLITE_BUSY at once, without calling the busy
-    handler, while another connection holds the file, so it is retried here
-    until ``busy_timeout`` has passed.
-    """
-    deadline = time.monotonic() + busy_timeout
-    while True:
-        try:
-            (journal,) = conn.execute("PRAGMA journal_mode").fetchone()
-            if str(journal).lower() != "wal":
-                (journal,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
-            break
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() > deadline:
-                raise
-            time.sleep(_WAL_RETRY_SLEEP)
-    if str(journal).lower() != "wal":
-        raise CheckpointError(f"{path} cannot use WAL (journal_mode={journal})")
-
-
-def _open(
-    path: Path, synchronous: str, busy_timeout: float, *, read_only: bool
-) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
-    try:
-        _use_wal(conn, path, busy_timeout)
-        conn.execute(f"PRAGMA synchronous={synchronous}")  # one of SYNCHRONOUS_MODES
-        _ensure_schema(conn, path)
-        if read_only:
-            conn.execute("PRAGMA query_only=ON")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
 def _put_rows(
     conn: sqlite3.Connection, namespace: str, cp: EncodedCheckpoint, if_revision: int | None
 ) -> str:
     if if_revision is not None:
-        rows = conn.execute(_REVISION, (namespace, cp.thread, cp.step)).fetchall()
+        rows = conn.execute(REVISION, (namespace, cp.thread, cp.step)).fetchall()
         current = rows[0][0] if rows else 0
         if current != if_revision:
             raise CheckpointConflict(cp.thread, cp.step, if_revision, current)
     key, status = (namespace, cp.thread, cp.step), (cp.interrupted, cp.done)
-    conn.execute(_UPSERT, (*key, cp.ts_us, cp.ts, *status, cp.wake_at, cp.payload))
-    conn.execute(_UPSERT_SUMMARY, (*key, *status, cp.ts, cp.wake_at))
+    conn.execute(UPSERT, (*key, cp.ts_us, cp.ts, *status, cp.wake_at, cp.payload))
+    conn.execute(UPSERT_SUMMARY, (*key, *status, cp.ts, cp.wake_at))
     return f"{cp.thread}:{cp.step}"
 
 
@@ -478,8 +157,8 @@ class SqliteCheckpointer(AsyncClosing):
         self._busy_timeout = float(busy_timeout)
         self._redact = redact or redact_none
         self._namespace = _sql_text(validate_namespace(namespace), InvalidArgument, "namespace")
-        self._key = (os.path.abspath(self.path), mode, self._busy_timeout)
-        self._pair: _Pair | None = None
+        self._key: PairKey = (os.path.abspath(self.path), mode, self._busy_timeout)
+        self._pair: Pair | None = None
         self._closed = False
 
     async def close(self) -> None:
@@ -489,30 +168,15 @@ class SqliteCheckpointer(AsyncClosing):
             return
         self._closed = True
         pair, self._pair = self._pair, None
-        if pair is None:
-            return
-        with _PAIRS_LOCK:
-            pair.users -= 1
-            if pair.users:
-                return
-            del _PAIRS[self._key]
-        workers = (pair.writer, pair.reader)
-        for stopped in [worker.submit(None) for worker in workers]:
-            await stopped
-        for worker in workers:
-            worker.thread.join()
+        if pair is not None:
+            await release_pair(self._key, pair)
 
-    def _started(self) -> _Pair:
+    def _started(self) -> Pair:
         pair = self._pair
         if pair is None:
             if self._closed:
                 raise CheckpointError("the SqliteCheckpointer is closed")
-            with _PAIRS_LOCK:
-                pair = _PAIRS.get(self._key)
-                if pair is None:
-                    pair = _PAIRS[self._key] = _Pair(Path(self._key[0]), *self._key[1:])
-                pair.users += 1
-            self._pair = pair
+            pair = self._pair = acquire_pair(self._key)
         return pair
 
     async def _write(self, prepare: Callable[[], Callable[[sqlite3.Connection], Any]]) -> Any:
@@ -549,8 +213,8 @@ class SqliteCheckpointer(AsyncClosing):
         key = (self._namespace, _key(thread))
 
         def apply(conn: sqlite3.Connection) -> None:
-            conn.execute(f"DELETE FROM agentflow_checkpoints WHERE {_KEY}", key)
-            conn.execute(f"DELETE FROM agentflow_threads WHERE {_KEY}", key)
+            conn.execute(f"DELETE FROM agentflow_checkpoints WHERE {KEY}", key)
+            conn.execute(f"DELETE FROM agentflow_threads WHERE {KEY}", key)
 
         await self._write(lambda: apply)
 
@@ -559,7 +223,7 @@ class SqliteCheckpointer(AsyncClosing):
     ) -> int:
         check_prune_bounds(before_step, older_than)
         key: tuple[object, ...] = (self._namespace, _key(thread))
-        delete, bounds = f"DELETE FROM agentflow_checkpoints WHERE {_KEY}", list[object](key)
+        delete, bounds = f"DELETE FROM agentflow_checkpoints WHERE {KEY}", list[object](key)
         if before_step is not None:
             delete += " AND step < ?"
             bounds.append(before_step)
@@ -570,8 +234,8 @@ class SqliteCheckpointer(AsyncClosing):
         def apply(conn: sqlite3.Connection) -> int:
             removed: int = conn.execute(delete, bounds).rowcount
             if removed:
-                conn.execute(f"DELETE FROM agentflow_threads WHERE {_KEY}", key)
-                conn.execute(_REBUILD_SUMMARY, key)
+                conn.execute(f"DELETE FROM agentflow_threads WHERE {KEY}", key)
+                conn.execute(REBUILD_SUMMARY, key)
             return removed
 
         result: int = await self._write(lambda: apply)
@@ -581,7 +245,7 @@ class SqliteCheckpointer(AsyncClosing):
 
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         key = (self._namespace, _key(thread))
-        sql, args = (_GET_LATEST, key) if step is None else (_GET_STEP, (*key, validate_step(step)))
+        sql, args = (GET_LATEST, key) if step is None else (GET_STEP, (*key, validate_step(step)))
 
         def read(conn: sqlite3.Connection) -> Checkpoint | None:
             rows = conn.execute(sql, args).fetchall()
@@ -603,7 +267,7 @@ class SqliteCheckpointer(AsyncClosing):
 
         def batch_after(after: int) -> Callable[[sqlite3.Connection], list[Any]]:
             def read(conn: sqlite3.Connection) -> list[Any]:
-                rows = conn.execute(_HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
+                rows = conn.execute(HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
                 big = _DECODE_ON_LOOP_MAX
                 return [_decoded(key[1], row) if len(row[2]) > big else row for row in rows]
 
@@ -626,12 +290,12 @@ class SqliteCheckpointer(AsyncClosing):
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         check_page_args(limit, offset)
-        return await self._summaries(_LIST_OFFSET, (self._namespace, limit, offset))
+        return await self._summaries(LIST_OFFSET, (self._namespace, limit, offset))
 
     async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
         check_page_args(limit)
         after = "" if cursor is None else decode_cursor(_BACKEND, self._namespace, cursor)
-        infos = await self._summaries(_LIST_AFTER, (self._namespace, after, limit + 1))
+        infos = await self._summaries(LIST_AFTER, (self._namespace, after, limit + 1))
         if len(infos) <= limit:
             return ThreadPage(infos, None)
         del infos[limit:]

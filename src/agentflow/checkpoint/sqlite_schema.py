@@ -1,0 +1,168 @@
+"""The tables and SQL text of :mod:`agentflow.checkpoint.sqlite`, and opening a file for them.
+
+Opening switches a new file to WAL (waiting out processes that open it at the
+same moment), sets ``synchronous``, and creates the tables or refuses a file
+whose schema version is newer than this agentflow understands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+from agentflow.errors import CheckpointCorrupted, CheckpointError, IncompatibleSchema
+
+__all__ = [
+    "GET_LATEST",
+    "GET_STEP",
+    "HISTORY",
+    "KEY",
+    "LIST_AFTER",
+    "LIST_OFFSET",
+    "REBUILD_SUMMARY",
+    "REVISION",
+    "SCHEMA_VERSION",
+    "UPSERT",
+    "UPSERT_SUMMARY",
+    "open_connection",
+    "transaction",
+]
+
+#: Version of the tables below, kept in ``agentflow_meta``. A file written by a
+#: newer agentflow is refused rather than misread.
+SCHEMA_VERSION: Final = 1
+
+# Payload last: reading the small columns never touches its overflow pages.
+_SCHEMA: Final = (
+    """CREATE TABLE agentflow_checkpoints (namespace TEXT NOT NULL, thread TEXT NOT NULL,
+    step INTEGER NOT NULL, revision INTEGER NOT NULL, ts_us INTEGER NOT NULL, ts TEXT NOT NULL,
+    interrupted INTEGER NOT NULL, done INTEGER NOT NULL, wake_at TEXT, payload BLOB NOT NULL,
+    PRIMARY KEY (namespace, thread, step))""",
+    """CREATE TABLE agentflow_threads (namespace TEXT NOT NULL, thread TEXT NOT NULL,
+    latest_step INTEGER NOT NULL, interrupted INTEGER NOT NULL, done INTEGER NOT NULL,
+    ts TEXT NOT NULL, wake_at TEXT, PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
+)
+_META: Final = "SELECT value FROM agentflow_meta WHERE key = 'schema_version'"
+KEY: Final = "namespace = ? AND thread = ?"
+_ROWS: Final = "SELECT step, revision, payload FROM agentflow_checkpoints WHERE " + KEY
+GET_LATEST: Final = f"{_ROWS} ORDER BY step DESC LIMIT 1"
+GET_STEP: Final = f"{_ROWS} AND step = ?"
+HISTORY: Final = f"{_ROWS} AND step > ? ORDER BY step LIMIT ?"
+REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {KEY} AND step = ?"
+UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (namespace, thread, step) DO UPDATE SET revision = revision + 1,
+    ts_us = excluded.ts_us, ts = excluded.ts, interrupted = excluded.interrupted,
+    done = excluded.done, wake_at = excluded.wake_at, payload = excluded.payload"""
+UPSERT_SUMMARY: Final = """INSERT INTO agentflow_threads VALUES (?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = excluded.latest_step,
+    interrupted = excluded.interrupted, done = excluded.done, ts = excluded.ts,
+    wake_at = excluded.wake_at WHERE excluded.latest_step >= agentflow_threads.latest_step"""
+REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads SELECT namespace, thread, step,
+    interrupted, done, ts, wake_at FROM agentflow_checkpoints WHERE {KEY}
+    ORDER BY step DESC LIMIT 1"""
+_SUMMARIES: Final = (
+    "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM agentflow_threads"
+)
+LIST_OFFSET: Final = f"{_SUMMARIES} WHERE namespace = ? ORDER BY thread LIMIT ? OFFSET ?"
+LIST_AFTER: Final = f"{_SUMMARIES} WHERE namespace = ? AND thread > ? ORDER BY thread LIMIT ?"
+
+_BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: Pause between attempts to switch a contended new file to WAL.
+_WAL_RETRY_SLEEP: Final = 0.005
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _schema_version(conn: sqlite3.Connection) -> Any:
+    tables = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentflow_meta'"
+    if not conn.execute(tables).fetchall():
+        return None
+    rows = conn.execute(_META).fetchall()
+    return rows[0][0] if rows else None
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the tables in a new file, or refuse a file whose schema we do not know.
+
+    The version lives in our own ``agentflow_meta`` table rather than
+    ``PRAGMA user_version``, so a file shared with another application keeps
+    its version slot. Creation re-checks under the write lock, so processes
+    opening a new file at once create it exactly once.
+    """
+    version = _schema_version(conn)
+    if version is None:
+        with transaction(conn):
+            version = _schema_version(conn)
+            if version is None:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS agentflow_meta "
+                    "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
+                )
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
+                )
+                version = SCHEMA_VERSION
+    if not isinstance(version, int) or version < 1:
+        raise CheckpointCorrupted(f"{path} holds an invalid agentflow schema version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise IncompatibleSchema(
+            f"{path} has agentflow schema version {version}, newer than version "
+            f"{SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
+        )
+
+
+def _use_wal(conn: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
+    """Switch a new file to WAL, waiting out processes that open it at the same moment.
+
+    WAL mode persists in the file, so a file already in it needs no lock. The
+    switch itself answers SQLITE_BUSY at once, without calling the busy
+    handler, while another connection holds the file, so it is retried here
+    until ``busy_timeout`` has passed.
+    """
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            (journal,) = conn.execute("PRAGMA journal_mode").fetchone()
+            if str(journal).lower() != "wal":
+                (journal,) = conn.execute("PRAGMA journal_mode=WAL").fetchone()
+            break
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or time.monotonic() > deadline:
+                raise
+            time.sleep(_WAL_RETRY_SLEEP)
+    if str(journal).lower() != "wal":
+        raise CheckpointError(f"{path} cannot use WAL (journal_mode={journal})")
+
+
+def open_connection(
+    path: Path, synchronous: str, busy_timeout: float, *, read_only: bool
+) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    try:
+        _use_wal(conn, path, busy_timeout)
+        conn.execute(f"PRAGMA synchronous={synchronous}")  # one of SYNCHRONOUS_MODES
+        _ensure_schema(conn, path)
+        if read_only:
+            conn.execute("PRAGMA query_only=ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
