@@ -1,24 +1,13 @@
 """A durable checkpointer on plain Redis 7 or Valkey (no modules).
 
 Every mutation is one Lua script, so it is atomic and costs one round trip.
-For prefix ``P``, namespace ``N`` and thread ``T`` (``b64`` is unpadded
-base64url of the UTF-8 bytes; ``docs/redis.md`` gives the reasons)::
-
-    P:{t.b64(N).b64(T)}:s   ZSET  step index, score 0, member = 20-digit step
-    P:{t.b64(N).b64(T)}:d   HASH  step -> payload bytes,
-                                  step + "m" -> "revision:write-id:instant:summary"
-    P:{t.b64(N).b64(T)}:h   STR   summary of the latest step (JSON)
-    P:{n.b64(N)}:idx        ZSET  thread ids of N, score 0 (listing by BYLEX)
-    P:{n.b64(N)}:exp        ZSET  thread id -> expiry deadline (ms), with ttl
-
-Caller data never shapes a key: ids are base64url-encoded, whose alphabet has
-no ``:``, ``{``, ``}`` or glob characters, and a prefix may not contain a
-brace, so the first ``{`` of a key always opens our hash tag.
+The scripts and the key layout they work on (one hash tag per thread, one per
+namespace) are in :mod:`~agentflow.checkpoint.redis_scripts`; ``docs/redis.md``
+gives the reasons.
 """
 
 from __future__ import annotations
 
-import base64
 import os
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
@@ -45,12 +34,24 @@ from agentflow.checkpoint.codec import (
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
 from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
 from agentflow.checkpoint.redaction import redact_none
+from agentflow.checkpoint.redis_scripts import (
+    LUA_DELETE,
+    LUA_LATEST,
+    LUA_LIST,
+    LUA_PRUNE,
+    LUA_PUT,
+    check_prefix,
+    namespace_keys,
+    sortable_instant,
+    step_member,
+    thread_keys,
+    utf8,
+)
 from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointError,
     InvalidArgument,
-    InvalidThreadId,
     StoreUnavailable,
 )
 
@@ -64,165 +65,6 @@ _BATCH = 128
 _HISTORY_BYTES = 4 * 1024 * 1024
 #: Steps removed per prune script, bounding how long one call holds the server.
 _PRUNE_BATCH = 1024
-#: Shifts epoch microseconds of year 1 to 0, so every instant is 18 sortable digits.
-_EPOCH_SHIFT_US = 62_135_596_800_000_000
-
-# Shared by a put with ttl and by listing: drop index entries of threads whose
-# keys expired (their deadline in ``exp`` is past; see docs/redis.md, TTL).
-_LUA_SWEEP = """
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function sweep(idx, exp, now, count)
-  local gone = redis.call('ZRANGE', exp, '-inf', string.format('(%d', now),
-    'BYSCORE', 'LIMIT', 0, count)
-  if #gone > 0 then
-    redis.call('ZREM', idx, unpack(gone))
-    redis.call('ZREM', exp, unpack(gone))
-  end
-end
-"""
-
-# KEYS s d h idx exp; ARGV step, payload, metadata tail ("write-id:instant:
-# summary", fixed widths before the summary), expected revision or '', ttl ms
-# or '', thread. Returns {1, revision} or {0, actual revision}.
-_LUA_PUT = (
-    "#!lua\n"
-    + _LUA_SWEEP
-    + """
-local meta = ARGV[1] .. 'm'
-local old = redis.call('HGET', KEYS[2], meta)
-local rev = 0
-if old then
-  local r, wid = string.match(old, '^(%d+):(%x+):')
-  if not r then return redis.error_reply('AGENTFLOW_CORRUPT step metadata') end
-  rev = tonumber(r)
-  if wid == string.sub(ARGV[3], 1, 32) then return {1, rev} end
-end
-if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= rev then return {0, rev} end
-rev = rev + 1
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2], meta, string.format('%d:', rev) .. ARGV[3])
-if not old then redis.call('ZADD', KEYS[1], 0, ARGV[1]) end
-if redis.call('ZRANGE', KEYS[1], -1, -1)[1] == ARGV[1] then
-  if not redis.call('SET', KEYS[3], string.sub(ARGV[3], 53), 'GET') then
-    redis.call('ZADD', KEYS[4], 0, ARGV[6])
-  end
-end
-if ARGV[5] ~= '' then
-  local now = now_ms()
-  local deadline = string.format('%d', now + tonumber(ARGV[5]))
-  for i = 1, 3 do redis.call('PEXPIREAT', KEYS[i], deadline) end
-  redis.call('ZADD', KEYS[5], deadline, ARGV[6])
-  sweep(KEYS[4], KEYS[5], now, 16)
-elseif redis.call('PTTL', KEYS[1]) >= 0 then
-  for i = 1, 3 do redis.call('PERSIST', KEYS[i]) end
-  redis.call('ZREM', KEYS[5], ARGV[6])
-end
-return {1, rev}
-"""
-)
-
-# KEYS s d. Returns {} or {{latest step}, {payload, metadata}}, one snapshot.
-_LUA_LATEST = """#!lua flags=no-writes
-local latest = redis.call('ZRANGE', KEYS[1], -1, -1)
-if #latest == 0 then return {} end
-return {latest, redis.call('HMGET', KEYS[2], latest[1], latest[1] .. 'm')}
-"""
-
-# KEYS s d h idx exp; ARGV thread.
-_LUA_DELETE = """#!lua
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
-"""
-
-# KEYS s d h idx exp; ARGV exclusive upper step bound or '+', cutoff instant
-# or '', thread, batch, scan start. Scans one batch of the step index and
-# removes the steps older than the cutoff. Returns {removed, next start or ''}.
-_LUA_PRUNE = """#!lua
-local function fields(steps, with_payload)
-  local out = {}
-  for _, step in ipairs(steps) do
-    if with_payload then out[#out + 1] = step end
-    out[#out + 1] = step .. 'm'
-  end
-  return out
-end
-local function parse(meta)
-  local instant, summary = string.match(meta or '', '^%d+:%x+:(%d+):(.*)$')
-  if not instant then error({err = 'AGENTFLOW_CORRUPT step metadata'}) end
-  return instant, summary
-end
-local batch = tonumber(ARGV[4])
-local scanned = redis.call('ZRANGE', KEYS[1], ARGV[5], ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
-local resume = ''
-if #scanned == batch then resume = '(' .. scanned[#scanned] end
-local steps = scanned
-if ARGV[2] ~= '' and #scanned > 0 then
-  steps = {}
-  for i, meta in ipairs(redis.call('HMGET', KEYS[2], unpack(fields(scanned, false)))) do
-    if parse(meta) < ARGV[2] then steps[#steps + 1] = scanned[i] end
-  end
-end
-if #steps == 0 then return {0, resume} end
-redis.call('ZREM', KEYS[1], unpack(steps))
-redis.call('HDEL', KEYS[2], unpack(fields(steps, true)))
-if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
-  redis.call('ZREM', KEYS[5], ARGV[3])
-  return {#steps, ''}
-end
-local latest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
-local _, summary = parse(redis.call('HGET', KEYS[2], latest .. 'm'))
-redis.call('SET', KEYS[3], summary, 'KEEPTTL')
-return {#steps, resume}
-"""
-
-# KEYS idx exp; ARGV lex start, offset, count. Sweeps, then lists thread ids.
-_LUA_LIST = (
-    "#!lua\n"
-    + _LUA_SWEEP
-    + """
-sweep(KEYS[1], KEYS[2], now_ms(), 256)
-return redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', ARGV[2], ARGV[3])
-"""
-)
-
-
-def _utf8(text: str) -> bytes:
-    """UTF-8 of an id; bytewise order of UTF-8 is code point order, which is
-    why the namespace index stores thread ids this way."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidThreadId(f"id {text!r} is not encodable as UTF-8") from exc
-
-
-def _b64(text: str) -> bytes:
-    return base64.urlsafe_b64encode(_utf8(text)).rstrip(b"=")
-
-
-def thread_keys(prefix: str, namespace: str, thread: str) -> list[bytes]:
-    """The three keys of one thread (step index, data, summary), all under
-    one hash tag so a script over them touches one slot."""
-    base = b"%s:{t.%s.%s}:" % (prefix.encode(), _b64(namespace), _b64(thread))
-    return [base + kind for kind in (b"s", b"d", b"h")]
-
-
-def namespace_keys(prefix: str, namespace: str) -> list[bytes]:
-    """The namespace's thread index and its expiry deadlines."""
-    base = b"%s:{n.%s}:" % (prefix.encode(), _b64(namespace))
-    return [base + b"idx", base + b"exp"]
-
-
-def _step_member(step: int) -> bytes:
-    return b"%020d" % step
-
-
-def _instant(ts_us: int) -> bytes:
-    return b"%018d" % (ts_us + _EPOCH_SHIFT_US)
 
 
 @contextmanager
@@ -239,14 +81,6 @@ def _driver_errors(action: str) -> Iterator[None]:
         raise CheckpointError(f"redis {action} failed: {text}") from exc
     except RedisError as exc:
         raise CheckpointError(f"redis {action} failed: {exc}") from exc
-
-
-def _check_prefix(prefix: object) -> str:
-    """A brace would let the prefix open the hash tag that must be ours."""
-    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
-        raise InvalidArgument(f"prefix must be a non-empty string without braces, got {prefix!r}")
-    _utf8(prefix)
-    return prefix
 
 
 def _ttl_ms(ttl: object) -> bytes:
@@ -286,7 +120,7 @@ class RedisCheckpointer(AsyncClosing):
         namespace: str | None = None,
         ttl: float | None = None,
     ) -> None:
-        self._prefix = _check_prefix(prefix)
+        self._prefix = check_prefix(prefix)
         self._namespace = validate_namespace(namespace)
         self._ttl_ms = _ttl_ms(ttl)
         self._redact = redact or redact_none
@@ -297,11 +131,11 @@ class RedisCheckpointer(AsyncClosing):
             url, decode_responses=False, retry=Retry(NoBackoff(), 0)
         )
         self._ns_keys = namespace_keys(self._prefix, self._namespace)
-        self._put_script = self._client.register_script(_LUA_PUT)
-        self._latest_script = self._client.register_script(_LUA_LATEST)
-        self._delete_script = self._client.register_script(_LUA_DELETE)
-        self._prune_script = self._client.register_script(_LUA_PRUNE)
-        self._list_script = self._client.register_script(_LUA_LIST)
+        self._put_script = self._client.register_script(LUA_PUT)
+        self._latest_script = self._client.register_script(LUA_LATEST)
+        self._delete_script = self._client.register_script(LUA_DELETE)
+        self._prune_script = self._client.register_script(LUA_PRUNE)
+        self._list_script = self._client.register_script(LUA_LIST)
         self._closed = False
 
     async def close(self) -> None:
@@ -334,15 +168,15 @@ class RedisCheckpointer(AsyncClosing):
                 "wake_at": enc.wake_at,
             }
         )
-        tail = b"%s:%s:%s" % (os.urandom(16).hex().encode(), _instant(enc.ts_us), summary)
+        tail = b"%s:%s:%s" % (os.urandom(16).hex().encode(), sortable_instant(enc.ts_us), summary)
         expected = b"" if if_revision is None else b"%d" % if_revision
         args = (
-            _step_member(enc.step),
+            step_member(enc.step),
             enc.payload,
             tail,
             expected,
             self._ttl_ms,
-            _utf8(enc.thread),
+            utf8(enc.thread),
         )
         keys = [*self._thread_keys(enc.thread), *self._ns_keys]
         written, revision = await self._call(self._put_script, keys, args, "put")
@@ -386,7 +220,7 @@ class RedisCheckpointer(AsyncClosing):
             rows = await self._call(self._latest_script, (index, data), (), "get")
             steps, values = rows or ([], [])
         else:
-            steps = [_step_member(validate_step(step))]
+            steps = [step_member(validate_step(step))]
             with _driver_errors("get"):
                 values = await self._client.hmget(data, [steps[0], steps[0] + b"m"])
         return next(self._decode(thread, steps, values, indexed=step is None), None)
@@ -485,21 +319,23 @@ class RedisCheckpointer(AsyncClosing):
     async def delete_thread(self, thread: str) -> None:
         thread = validate_thread(thread)
         keys = [*self._thread_keys(thread), *self._ns_keys]
-        await self._call(self._delete_script, keys, (_utf8(thread),), "delete_thread")
+        await self._call(self._delete_script, keys, (utf8(thread),), "delete_thread")
 
     async def prune(
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
     ) -> int:
         check_prune_bounds(before_step, older_than)
         cutoff = (
-            b"" if older_than is None else _instant(parse_instant(older_than, what="older_than"))
+            b""
+            if older_than is None
+            else sortable_instant(parse_instant(older_than, what="older_than"))
         )
         thread = validate_thread(thread)
         keys = [*self._thread_keys(thread), *self._ns_keys]
-        before = b"+" if before_step is None else b"(" + _step_member(before_step)
+        before = b"+" if before_step is None else b"(" + step_member(before_step)
         removed, resume = 0, b"-"
         while resume:
-            args = (before, cutoff, _utf8(thread), _PRUNE_BATCH, resume)
+            args = (before, cutoff, utf8(thread), _PRUNE_BATCH, resume)
             count, resume = await self._call(self._prune_script, keys, args, "prune")
             removed += int(count)
         return removed
