@@ -5,11 +5,12 @@ a named one lives under ``root/.ns/<hex(namespace)>/``. Every name the store
 invents (namespaces, ``.locks``, temp files, deleted threads) starts with
 ``.`` and thread ids may not, so no thread id can ever name one of them.
 
-A file is one JSON document, a small header and then the codec payload, so a
-revision, a listing summary or a prune timestamp costs one small read however
-large the state is. Writers of a thread hold its ``flock`` around
-read-revision-then-``os.replace``, which makes compare-and-set hold across
-processes on one host; readers take no lock. docs/file.md has the design.
+A file is one JSON document, a small header and then the codec payload (see
+:mod:`~agentflow.checkpoint.file_format`), so a revision, a listing summary or
+a prune timestamp costs one small read however large the state is. Writers of
+a thread hold its ``flock`` around read-revision-then-``os.replace``, which
+makes compare-and-set hold across processes on one host; readers take no lock.
+docs/file.md has the design.
 """
 
 from __future__ import annotations
@@ -24,13 +25,20 @@ import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, ParamSpec, TypeVar
-
-import orjson
+from typing import ParamSpec, TypeVar
 
 from agentflow.checkpoint import codec
 from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
+from agentflow.checkpoint.file_format import (
+    header_bytes,
+    listdir,
+    load,
+    read_header,
+    read_latest,
+    step_name,
+    stored_steps,
+)
 from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
 from agentflow.checkpoint.redaction import redact_none
 from agentflow.errors import (
@@ -44,15 +52,11 @@ from agentflow.errors import (
 __all__ = ["FileCheckpointer"]
 
 _BACKEND = "file"
-_FORMAT = 1
 #: First character of every name the store invents; thread ids may not start with it.
 _MARKER = "."
 _NAMESPACES = ".ns"
 _LOCKS = ".locks"
 _TEMP_SUFFIX = ".tmp"
-_PAYLOAD_KEY = b',"payload":'
-#: The header is a few hundred bytes; anything longer is not a file we wrote.
-_HEADER_MAX = 4096
 #: The longest file name (bytes) on ext4, xfs, btrfs, tmpfs and APFS.
 _NAME_MAX = 255
 _LOCK_STRIPES = 1024
@@ -62,18 +66,6 @@ _LOCK_STRIPES = 1024
 _BATCH_FILES = 8
 _BATCH_BYTES = 1 << 20
 _SEPARATORS = tuple(sep for sep in (os.sep, os.altsep) if sep)
-#: Header fields and their JSON types: format and revision, then a summary of the checkpoint.
-_HEADER_TYPES: dict[str, tuple[type, ...]] = {
-    "format": (int,),
-    "revision": (int,),
-    "ts": (str,),
-    "ts_us": (int,),
-    "interrupted": (bool,),
-    "done": (bool,),
-    "wake_at": (str, type(None)),
-}
-_SUMMARY = tuple(_HEADER_TYPES)[2:]
-
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -93,43 +85,6 @@ def _check_thread(thread: object) -> str:
     return name
 
 
-def _step_name(step: int) -> str:
-    return f"{step:06d}.json"
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _steps(directory: str) -> set[int]:
-    """The steps stored in ``directory``.
-
-    Deliberately loose (a stray ``1.json`` counts as step 1) and cheap: every
-    step is read through its canonical name, so a stray only costs a miss.
-    Temp files start with ``.`` and never parse.
-    """
-    return {int(n[:-5]) for n in _listdir(directory) if n.endswith(".json") and n[:-5].isdecimal()}
-
-
-def _latest(directory: str, read: Callable[[str, int], _T | None]) -> _T | None:
-    """``read(path, step)`` of the highest step whose file still exists.
-
-    A step listed but gone by the time it is read was pruned meanwhile (or
-    was a stray name); the next lower one is tried, never the same forever.
-    """
-    steps = _steps(directory)
-    while steps:
-        step = max(steps)
-        found = read(os.path.join(directory, _step_name(step)), step)
-        if found is not None:
-            return found
-        steps.discard(step)
-    return None
-
-
 def _fsync_dir(path: str) -> None:
     """Make renames and unlinks in ``path`` survive a power loss."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -137,63 +92,6 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _header_bytes(enc: codec.EncodedCheckpoint, revision: int) -> bytes:
-    header = {"format": _FORMAT, "revision": revision}
-    header.update((name, getattr(enc, name)) for name in _SUMMARY)
-    return orjson.dumps(header)[:-1] + _PAYLOAD_KEY
-
-
-def _parse_header(data: bytes, path: str) -> tuple[dict[str, Any], int]:
-    """Return the header and the offset where the payload starts.
-
-    The first ``,"payload":`` is the structural one: inside a JSON string a
-    quote is always escaped, so the sequence cannot occur in a header value.
-    """
-    end = data.find(_PAYLOAD_KEY, 0, _HEADER_MAX)
-    try:
-        if end < 0:
-            raise ValueError("no envelope header")
-        header = orjson.loads(data[:end] + b"}")
-        if (
-            any(type(header[key]) not in types for key, types in _HEADER_TYPES.items())
-            or header["format"] != _FORMAT
-            or header["revision"] < 1
-        ):
-            raise ValueError("envelope header fields have the wrong types")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointCorrupted(f"checkpoint file {path} is corrupted: {exc}") from exc
-    return header, end + len(_PAYLOAD_KEY)
-
-
-def _read_header(path: str) -> dict[str, Any] | None:
-    """The header only: revisions, summaries and ages never pay for reading a state."""
-    try:
-        with open(path, "rb") as f:
-            return _parse_header(f.read(_HEADER_MAX), path)[0]
-    except FileNotFoundError:
-        return None
-
-
-def _load(path: str, thread: str, step: int) -> tuple[Checkpoint, int] | None:
-    """The checkpoint and file size, or None if gone; a file that is not exactly what
-    :meth:`FileCheckpointer._replace` writes for this place is corrupted, never missing."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    header, start = _parse_header(data, path)
-    if not data.endswith(b"}"):
-        raise CheckpointCorrupted(f"checkpoint file {path} is truncated")
-    cp = codec.decode(memoryview(data)[start:-1], header["revision"])
-    if cp.thread != thread or cp.step != step:
-        raise CheckpointCorrupted(
-            f"checkpoint file {path} holds thread {cp.thread!r} step {cp.step}, "
-            f"not thread {thread!r} step {step}"
-        )
-    return cp, len(data)
 
 
 class FileCheckpointer(AsyncClosing):
@@ -293,7 +191,7 @@ class FileCheckpointer(AsyncClosing):
         directory = os.path.join(self._base, enc.thread)
         with self._locked(enc.thread):
             self._ensure_dir(directory)
-            header = _read_header(os.path.join(directory, _step_name(enc.step)))
+            header = read_header(os.path.join(directory, step_name(enc.step)))
             current = header["revision"] if header else 0
             if if_revision is not None and if_revision != current:
                 raise CheckpointConflict(enc.thread, enc.step, if_revision, current)
@@ -308,10 +206,10 @@ class FileCheckpointer(AsyncClosing):
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._file_mode)
         try:
             with open(fd, "wb") as f:
-                f.writelines((_header_bytes(enc, revision), enc.payload, b"}"))
+                f.writelines((header_bytes(enc, revision), enc.payload, b"}"))
                 f.flush()
                 os.fsync(fd)
-            os.replace(temp, os.path.join(directory, _step_name(enc.step)))
+            os.replace(temp, os.path.join(directory, step_name(enc.step)))
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
@@ -350,15 +248,15 @@ class FileCheckpointer(AsyncClosing):
             return 0
         removed = 0
         with self._locked(thread):
-            for name in _listdir(directory):
+            for name in listdir(directory):
                 if name.startswith(_MARKER) and name.endswith(_TEMP_SUFFIX):
                     os.unlink(os.path.join(directory, name))  # dead: no write runs under our lock
-            for step in _steps(directory):
-                path = os.path.join(directory, _step_name(step))
+            for step in stored_steps(directory):
+                path = os.path.join(directory, step_name(step))
                 if before_step is not None and step >= before_step:
                     continue
                 if cutoff is not None:
-                    header = _read_header(path)
+                    header = read_header(path)
                     if header is None or header["ts_us"] >= cutoff:
                         continue
                 with contextlib.suppress(FileNotFoundError):
@@ -385,15 +283,15 @@ class FileCheckpointer(AsyncClosing):
     def _get(self, thread: str, step: int | None) -> Checkpoint | None:
         directory = os.path.join(self._base, thread)
         if step is None:
-            loaded = _latest(directory, lambda path, latest: _load(path, thread, latest))
+            loaded = read_latest(directory, lambda path, latest: load(path, thread, latest))
         else:
-            loaded = _load(os.path.join(directory, _step_name(step)), thread, step)
+            loaded = load(os.path.join(directory, step_name(step)), thread, step)
         return loaded[0] if loaded else None
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         thread = _check_thread(thread)
         directory = os.path.join(self._base, thread)
-        steps = sorted(await self._io(_steps, directory))
+        steps = sorted(await self._io(stored_steps, directory))
         start = 0
         while start < len(steps):
             batch, start = await self._io(self._read_batch, directory, thread, steps, start)
@@ -411,7 +309,7 @@ class FileCheckpointer(AsyncClosing):
         while index < len(steps) and len(batch) < _BATCH_FILES and size < _BATCH_BYTES:
             step = steps[index]
             try:
-                loaded = _load(os.path.join(directory, _step_name(step)), thread, step)
+                loaded = load(os.path.join(directory, step_name(step)), thread, step)
             except CheckpointCorrupted:
                 if not batch:
                     raise
@@ -428,7 +326,7 @@ class FileCheckpointer(AsyncClosing):
         """The thread's latest step, from its listing and one header read."""
 
         def summarise(path: str, step: int) -> ThreadInfo | None:
-            header = _read_header(path)
+            header = read_header(path)
             if header is None:
                 return None
             return ThreadInfo(
@@ -440,7 +338,7 @@ class FileCheckpointer(AsyncClosing):
                 wake_at=header["wake_at"],
             )
 
-        return _latest(os.path.join(self._base, thread), summarise)
+        return read_latest(os.path.join(self._base, thread), summarise)
 
     def _page(self, after: str | None, limit: int, offset: int) -> tuple[list[ThreadInfo], bool]:
         """Up to ``limit`` summaries after ``after``, and whether more threads follow.
@@ -450,12 +348,12 @@ class FileCheckpointer(AsyncClosing):
         threads skipped by ``offset`` and the one-thread lookahead are only
         listed. A directory left empty by a crash is skipped, not reported.
         """
-        names = sorted(n for n in _listdir(self._base) if not n.startswith(_MARKER))
+        names = sorted(n for n in listdir(self._base) if not n.startswith(_MARKER))
         infos: list[ThreadInfo] = []
         start = 0 if after is None else bisect.bisect_right(names, after)
         for name in names[start:]:
             if offset or len(infos) == limit:  # only whether it has a step matters
-                if not _steps(os.path.join(self._base, name)):
+                if not stored_steps(os.path.join(self._base, name)):
                     continue
                 if not offset:
                     return infos, True
