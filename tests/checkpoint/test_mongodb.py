@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import BulkWriteError, ConnectionFailure
+from pymongo.errors import ConnectionFailure, WriteConcernError
 
 from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.testing.harness import make_checkpoint
@@ -45,10 +45,8 @@ async def store() -> AsyncIterator[Store]:
         yield Store(uri, client, database)
 
 
-def _key(thread: str, step: int | None = None, namespace: str = "") -> Doc:
-    return (
-        {"n": namespace, "t": thread} if step is None else {"n": namespace, "t": thread, "s": step}
-    )
+def _key(thread: str, step: int, namespace: str = "") -> Doc:
+    return {"n": namespace, "t": thread, "s": step}
 
 
 # -- ownership and configuration -------------------------------------------
@@ -63,7 +61,7 @@ async def test_owned_client_is_closed_once_and_injected_client_stays_open(store:
         await owned.get("t")
     async with store.open() as injected:
         assert await injected.get("t") is not None
-    assert await store.raw.count_documents({}) == 2  # the checkpoint and its thread summary
+    assert await store.raw.count_documents({}) == 1  # one document per checkpoint, nothing else
 
 
 async def test_bad_configuration_is_refused(store: Store) -> None:
@@ -116,8 +114,8 @@ async def test_setup_is_idempotent_and_creates_no_ttl_index_without_ttl(store: S
     indexes = await store.raw.index_information()
     assert set(indexes) == {"_id_", "agentflow_threads"}
     threads = indexes["agentflow_threads"]
-    assert threads["key"] == [("ns", 1), ("th", 1)] and threads["unique"]
-    assert threads["partialFilterExpression"] == {"latest": {"$exists": True}}
+    assert threads["key"] == [("n", 1), ("t", 1), ("s", -1)]
+    assert not threads.get("unique") and "partialFilterExpression" not in threads
 
 
 async def test_payload_is_binary_and_hostile_state_round_trips(store: Store) -> None:
@@ -139,7 +137,11 @@ async def test_payload_is_binary_and_hostile_state_round_trips(store: Store) -> 
         assert [i.thread for i in await cp.list_threads()] == sorted(threads)
     raw = await store.raw.find_one({"_id": _key("$where", 0)})
     assert raw is not None and isinstance(raw["payload"], bytes) and raw["rev"] == 1
-    assert set(raw) == {"_id", "rev", "payload", "ts", "ts_us", "interrupted", "done", "wake_at"}
+    assert set(raw) == {
+        *("_id", "n", "t", "s", "rev", "payload"),
+        *("ts", "ts_us", "interrupted", "done", "wake_at"),
+    }
+    assert (raw["n"], raw["t"], raw["s"]) == ("", "$where", 0)
 
 
 async def test_listing_is_code_point_order_including_astral_characters(store: Store) -> None:
@@ -161,10 +163,10 @@ async def test_listing_is_code_point_order_including_astral_characters(store: St
 
 
 async def _profiled(store: Store) -> list[Doc]:
+    """Queries and aggregations on the collection, in order, from the profiler."""
     profile = store.client[store.database]["system.profile"]
-    return [
-        doc async for doc in profile.find({"ns": f"{store.database}.checkpoints", "op": "query"})
-    ]
+    ops = profile.find({"ns": f"{store.database}.checkpoints", "op": {"$in": ["query", "command"]}})
+    return [doc async for doc in ops]
 
 
 async def test_reads_and_listing_walk_indexes(store: Store) -> None:
@@ -184,14 +186,47 @@ async def test_reads_and_listing_walk_indexes(store: Store) -> None:
     assert latest is not None and latest.step == 4
     assert [i.thread for i in second.threads] == [f"thread-{i:03d}" for i in range(10, 20)]
     assert all(i.latest_step == 4 for i in second.threads)
-    queries = await _profiled(store)
-    assert len(queries) == 5  # one latest read, then a summary page and a status read per page
-    for query in queries:
-        assert "COLLSCAN" not in query["planSummary"], query
-        assert query["docsExamined"] <= 11 and query["keysExamined"] <= 22, query
-    plans = [q["planSummary"] for q in queries]
-    assert plans[0] == "IXSCAN { _id: 1 }"
-    assert plans[1:] == ["IXSCAN { ns: 1, th: 1 }", "IXSCAN { _id: 1 }"] * 2
+    ops = await _profiled(store)
+    # One latest read, then per page one covered window of the listing index and
+    # one status read of exactly the page's latest checkpoints.
+    assert [op["planSummary"] for op in ops] == [
+        "IXSCAN { _id: 1 }",
+        *["IXSCAN { n: 1, t: 1, s: -1 }", "IXSCAN { _id: 1 }"] * 2,
+    ]
+    for window in ops[1::2]:
+        assert "aggregate" in window["command"], window
+        # 16 keys per thread of an 11-thread peek: a bounded part of the 300 keys.
+        assert window["docsExamined"] == 0 and window["keysExamined"] <= 16 * 11, window
+    for statuses in ops[2::2]:
+        assert statuses["docsExamined"] == 10 and statuses["keysExamined"] <= 21, statuses
+
+
+async def test_listing_long_threads_takes_bounded_growing_windows(store: Store) -> None:
+    async with store.open() as cp:
+        for thread in ("a", "b", "c"):
+            await store.raw.insert_many(
+                [
+                    {"_id": _key(thread, s), "n": "", "t": thread, "s": s, "rev": 1}
+                    for s in range(299)
+                ]
+            )
+            await cp.put(make_checkpoint(thread, 299, interrupted=True, next=("n",)))
+        db = store.client[store.database]
+        await db.command("profile", 2)
+        try:
+            page = await cp.list_threads_page(limit=2)
+        finally:
+            await db.command("profile", 0)
+        rest = await cp.list_threads_page(limit=2, cursor=page.next_cursor)
+    assert [(i.thread, i.latest_step, i.interrupted) for i in page.threads] == [
+        ("a", 299, True),
+        ("b", 299, True),
+    ]
+    assert [i.thread for i in rest.threads] == ["c"] and rest.next_cursor is None
+    windows = [op for op in await _profiled(store) if "aggregate" in op["command"]]
+    # 16 keys per thread of a 3-thread peek, four times more each round trip.
+    assert [w["keysExamined"] for w in windows] == [48, 192, 300]
+    assert all(w["docsExamined"] == 0 for w in windows)
 
 
 async def test_history_streams_in_bounded_batches(store: Store) -> None:
@@ -250,28 +285,28 @@ async def test_a_thousand_concurrent_unconditional_puts_keep_every_revision(stor
         assert (info.thread, info.latest_step) == ("hot", 0)
 
 
-async def test_listing_reads_the_real_latest_when_the_summary_is_ahead(store: Store) -> None:
+async def test_listing_follows_the_real_latest_step(store: Store) -> None:
     async with store.open() as cp:
         await cp.put(make_checkpoint("t", 0, next=("n",)))
         await cp.put(make_checkpoint("t", 1, interrupted=True, next=("n",)))
-        # A compare-and-set on an absent step loses after raising the summary.
+        # A compare-and-set on an absent step writes nothing, not even to the listing.
         with pytest.raises(CheckpointConflict) as info:
             await cp.put(make_checkpoint("t", 7), if_revision=3)
         assert info.value.actual == 0
-        # A server that died between the two writes of a put leaves the same.
-        await store.raw.update_one(
-            {"_id": _key("gone")}, {"$set": {"latest": 4, "ns": "", "th": "gone"}}, upsert=True
-        )
         [t] = await cp.list_threads()
         assert (t.thread, t.latest_step, t.interrupted) == ("t", 1, True)
         assert await cp.get("t", 7) is None
-        # Deleting the real latest step recomputes the summary.
-        assert await cp.prune("t", before_step=2, older_than="2999-01-01T00:00:00Z") == 2
+        # Deleting the latest step lists the one before; deleting the rest, nothing.
+        assert await cp.prune("t", older_than="2999-01-01T00:00:00Z", before_step=2) == 2
         assert await cp.list_threads() == []
-        assert await store.raw.count_documents({"_id": _key("t")}) == 0
+        await cp.put(make_checkpoint("t", 0))
+        await cp.put(make_checkpoint("t", 1))
+        await store.raw.delete_one({"_id": _key("t", 1)})
+        assert [(i.thread, i.latest_step) for i in await cp.list_threads()] == [("t", 0)]
+    assert await store.raw.count_documents({}) == 1
 
 
-async def test_prune_and_delete_racing_puts_leave_a_true_summary(store: Store) -> None:
+async def test_prune_and_delete_racing_puts_leave_a_true_listing(store: Store) -> None:
     async with store.open() as writer, store.open() as pruner:
 
         async def write() -> None:
@@ -282,13 +317,26 @@ async def test_prune_and_delete_racing_puts_leave_a_true_summary(store: Store) -
             for bound in range(0, 60, 3):
                 await pruner.prune("busy", before_step=bound)
                 await asyncio.sleep(0)
+            await pruner.delete_thread("gone")
 
-        await asyncio.gather(write(), prune())
+        await writer.put(make_checkpoint("gone", 0))
+        await asyncio.gather(write(), prune(), writer.put(make_checkpoint("gone", 1)))
         steps = [c.step async for c in writer.history("busy")]
-        [info] = await writer.list_threads()
-        assert steps and info.latest_step == steps[-1] == 59
-        summary = await store.raw.find_one({"_id": _key("busy")})
-        assert summary is not None and summary["latest"] == 59
+        infos = await writer.list_threads()
+        assert steps and [(i.thread, i.latest_step) for i in infos] == [("busy", 59)]
+        assert steps[-1] == 59
+
+
+async def test_an_unconditional_put_of_a_stored_step_counts_one_revision(store: Store) -> None:
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("t", 0, state={"v": 1}))
+        await cp.put(make_checkpoint("t", 0, state={"v": 2}, interrupted=True, next=("n",)))
+        got = await cp.get("t", 0)
+        assert got is not None and got.state == {"v": 2} and got.revision == 2
+        [info] = await cp.list_threads()
+        assert info.interrupted
+    raw = await store.raw.find_one({"_id": _key("t", 0)})
+    assert raw is not None and (raw["n"], raw["t"], raw["s"], raw["rev"]) == ("", "t", 0, 2)
 
 
 # -- expiry ----------------------------------------------------------------
@@ -303,7 +351,7 @@ async def test_ttl_index_and_every_document_of_the_thread_expires_together(store
         assert indexes["agentflow_expiry"]["expireAfterSeconds"] == 0
         assert indexes["agentflow_expiry"]["key"] == [("expires_at", 1)]
         docs = await store.raw.find({"_id.t": "t"}).to_list()
-        assert len(docs) == 4  # three steps and the summary
+        assert len(docs) == 3
         expiries = {d["expires_at"].replace(tzinfo=UTC) for d in docs}
         assert len(expiries) == 1
         [expires] = expiries
@@ -318,7 +366,7 @@ async def test_ttl_index_and_every_document_of_the_thread_expires_together(store
     async with store.open(ttl=3_600) as cp:
         await cp.put(make_checkpoint("t", 3))
         docs = await store.raw.find({"_id.t": "t"}).to_list()
-        assert len(docs) == 5
+        assert len(docs) == 4
         refreshed = {d["expires_at"].replace(tzinfo=UTC) for d in docs}
         assert len(refreshed) == 1 and min(refreshed) >= expires
         other = await store.raw.find_one({"_id": _key("other", 0)})
@@ -476,14 +524,14 @@ async def _initiate(uri: str, port: int) -> None:
     pytest.fail("the one-member replica set elected no primary")
 
 
-async def _fail_next_update_after_writing(client: AsyncMongoClient[Doc]) -> None:
-    """The next update command is applied, then answered with a retryable error."""
+async def _fail_next_write_after_writing(client: AsyncMongoClient[Doc], command: str) -> None:
+    """The next ``command`` (insert or update) is applied, then answered with a retryable error."""
     await client.admin.command(
         {
             "configureFailPoint": "failCommand",
             "mode": {"times": 1},
             "data": {
-                "failCommands": ["update"],
+                "failCommands": [command],
                 "writeConcernError": {"code": 91, "errmsg": "ShutdownInProgress"},
             },
         }
@@ -500,20 +548,26 @@ async def test_replica_set_retries_a_landed_put_exactly_once(replica_set: Mongod
         AsyncMongoClient[Doc](replica_set.uri) as client,
         MongoCheckpointer(client=client, database="retry") as cp,
     ):
-        for step, if_revision in ((0, None), (1, 0), (1, 1)):
-            await _fail_next_update_after_writing(client)
+        # A new step is an insert, a stored one an update (unconditional or compare-and-set).
+        for step, if_revision, command in (
+            (0, None, "insert"),
+            (0, None, "update"),
+            (1, 0, "insert"),
+            (1, 1, "update"),
+        ):
+            await _fail_next_write_after_writing(client, command)
             await cp.put(make_checkpoint("t", step), if_revision=if_revision)
         first, second = await cp.get("t", 0), await cp.get("t", 1)
-        assert first is not None and first.revision == 1
+        assert first is not None and first.revision == 2
         assert second is not None and second.revision == 2
 
     async with (
         AsyncMongoClient[Doc](replica_set.uri + "&retryWrites=false") as client,
         MongoCheckpointer(client=client, database="retry") as cp,
     ):
-        await _fail_next_update_after_writing(client)
+        await _fail_next_write_after_writing(client, "insert")
         with pytest.raises(StoreUnavailable) as info:
             await cp.put(make_checkpoint("t", 2))
-        assert isinstance(info.value.__cause__, BulkWriteError)
+        assert isinstance(info.value.__cause__, WriteConcernError)
         landed = await cp.get("t", 2)
         assert landed is not None and landed.revision == 1

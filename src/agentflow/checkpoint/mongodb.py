@@ -1,12 +1,11 @@
 """A MongoDB checkpointer on PyMongo's native asyncio client.
 
-One collection holds checkpoints, keyed ``_id: {n: namespace, t: thread, s: step}``
-(the unique index on (namespace, thread, step) is the ``_id`` index itself), and one
-summary per thread, ``_id: {n, t}``, holding only the highest step. A put is one
-ordered bulk write, summary first: one round trip, and the summary is never behind
-the checkpoints. When it is ahead (a lost compare-and-set, or a server that died
-between the two writes) the listing reads the real latest step instead, and
-prune/delete recompute it. docs/mongodb.md has the layout, indexes and guarantees.
+One collection holds one document per checkpoint, keyed ``_id: {n: namespace,
+t: thread, s: step}``, with ``n, t, s`` repeated at the top level for the listing
+index ``(n, t, s desc)``. A put is one ``insert_one`` (an existing step falls back
+to one atomic ``$inc`` update), and there is no second document to keep in step:
+the listing reads the first index key of each thread, which is its latest step.
+docs/mongodb.md has the layout, indexes and guarantees.
 """
 
 from __future__ import annotations
@@ -14,27 +13,18 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from bson import MaxKey, MinKey
-from pymongo import AsyncMongoClient, IndexModel, UpdateOne
+from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import (
-    BulkWriteError,
-    ConfigurationError,
-    ConnectionFailure,
-    InvalidName,
-    PyMongoError,
-)
+from pymongo.errors import ConfigurationError, DuplicateKeyError, InvalidName
 from pymongo.write_concern import WriteConcern
 
 from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.codec import (
-    EncodedCheckpoint,
-    decode,
     encode,
     parse_instant,
     validate_namespace,
@@ -42,38 +32,32 @@ from agentflow.checkpoint.codec import (
     validate_thread,
 )
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
+from agentflow.checkpoint.mongodb_documents import (
+    PAYLOAD,
+    STATUS,
+    THREADS_INDEX,
+    Document,
+    check_size,
+    decode_document,
+    driver_errors,
+    indexes,
+    new_document,
+    rewrite,
+    thread_info,
+)
 from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
 from agentflow.checkpoint.redaction import redact_none
-from agentflow.errors import (
-    CheckpointConflict,
-    CheckpointCorrupted,
-    CheckpointError,
-    InvalidArgument,
-    StoreUnavailable,
-)
+from agentflow.errors import CheckpointConflict, InvalidArgument
 
 __all__ = ["MongoCheckpointer"]
 
 _BACKEND = "mongodb"
-Document = dict[str, Any]
-
-#: MongoDB's fixed BSON document limit, and room for every field but the payload.
-_MAX_DOCUMENT = 16 * 1024 * 1024
-_FIELDS_HEADROOM = 4096
 #: Checkpoints per history round trip: bounds memory, amortizes the round trip.
 _HISTORY_BATCH = 256
-#: Thread summaries only, so a listing page walks one entry per thread.
-_THREADS_INDEX = IndexModel(
-    [("ns", 1), ("th", 1)],
-    name="agentflow_threads",
-    unique=True,
-    partialFilterExpression={"latest": {"$exists": True}},
-)
-#: With ttl: MongoDB's TTL monitor, and the stale documents of one thread for a refresh.
-_TTL_INDEXES = [
-    IndexModel([("expires_at", 1)], name="agentflow_expiry", expireAfterSeconds=0),
-    IndexModel([("_id.n", 1), ("_id.t", 1), ("expires_at", 1)], name="agentflow_thread_expiry"),
-]
+#: Index keys a listing round trip reads at first, per thread it still needs, and
+#: at most: threads with many steps take further round trips, each a bounded scan.
+_KEYS_PER_THREAD = 16
+_MAX_WINDOW = 65_536
 #: Expiry times are rounded up to this many seconds (or the ttl if shorter), so
 #: every write of a thread within one bucket finds its older documents already
 #: refreshed and the refresh touches nothing.
@@ -81,11 +65,7 @@ _TTL_BUCKET_S = 60.0
 #: Threads whose expiry this checkpointer pushed back in the current bucket; the
 #: memo is dropped when it grows past this, costing one no-op refresh per thread.
 _REFRESH_MEMO = 10_000
-_RESYNC_ATTEMPTS = 8
-_DUPLICATE_KEY = 11000
-_PAYLOAD = {"_id": 1, "rev": 1, "payload": 1}
-_STATUS = {"_id": 1, "interrupted": 1, "done": 1, "ts": 1, "wake_at": 1}
-_EXPIRY = {"_id": 1, "expires_at": 1}
+_NEWEST_FIRST = {"n": 1, "t": 1, "s": -1}
 
 
 class MongoCheckpointer(AsyncClosing):
@@ -147,7 +127,7 @@ class MongoCheckpointer(AsyncClosing):
         collection with a default collation is refused: ``_id`` ranges and the
         listing need thread ids compared as plain code points.
         """
-        with _driver_errors("setup"):
+        with driver_errors("setup"):
             listing = await self._coll.database.list_collections(filter={"name": self._coll.name})
             info = await listing.to_list()
             collation = info[0].get("options", {}).get("collation") if info else None
@@ -156,8 +136,7 @@ class MongoCheckpointer(AsyncClosing):
                     f"collection {self._coll.name!r} has a default collation; "
                     "agentflow needs the simple (binary) collation"
                 )
-            ttl_indexes = _TTL_INDEXES if self._ttl is not None else []
-            await self._coll.create_indexes([_THREADS_INDEX, *ttl_indexes])
+            await self._coll.create_indexes(indexes(self._ttl is not None))
         self._set_up = True
 
     async def _ready(self) -> None:
@@ -175,19 +154,17 @@ class MongoCheckpointer(AsyncClosing):
 
     # -- keys --------------------------------------------------------------
 
-    def _key(self, thread: str, step: Any = None) -> Document:
-        """The ``_id`` of a checkpoint, or of the thread's summary when ``step`` is None.
+    def _key(self, thread: str, step: Any) -> Document:
+        """The ``_id`` of a checkpoint.
 
         Field order is part of the key: BSON compares embedded documents field by
         field, which is what makes a thread's checkpoints one contiguous,
-        step-ordered range of the ``_id`` index, right after its summary.
+        step-ordered range of the ``_id`` index.
         """
-        if step is None:
-            return {"n": self._ns, "t": thread}
         return {"n": self._ns, "t": thread, "s": step}
 
     def _steps(self, thread: str, before: int | None = None) -> Document:
-        """An ``_id`` range over the thread's checkpoints (excluding its summary)."""
+        """An ``_id`` range over the thread's checkpoints."""
         low = self._key(thread, MinKey())
         if before is None:
             return {"$gte": low, "$lte": self._key(thread, MaxKey())}
@@ -201,60 +178,42 @@ class MongoCheckpointer(AsyncClosing):
         ):
             raise InvalidArgument(f"if_revision must be None or an int >= 0, got {if_revision!r}")
         enc = encode(cp, self._redact)
-        _check_size(enc, self._ns)
-        await self._ready()
+        check_size(enc, self._ns)
+        if not self._set_up:
+            await self._ready()
         thread, step = enc.thread, enc.step
-        key = self._key(thread, step)
-        update: Document = {
-            "$set": {
-                "payload": enc.payload,
-                "ts": enc.ts,
-                "ts_us": enc.ts_us,
-                "interrupted": enc.interrupted,
-                "done": enc.done,
-                "wake_at": enc.wake_at,
-            },
-            "$inc": {"rev": 1},
-        }
-        raise_latest: Document = {"latest": step}
+        expires = None
         if self._ttl is not None:
             expires = self._expiry()
-            update["$max"] = {"expires_at": expires}
-            raise_latest["expires_at"] = expires
             await self._refresh_expiry(thread, expires)
-        summary = UpdateOne(
-            {"_id": self._key(thread)},
-            {"$max": raise_latest, "$setOnInsert": {"ns": self._ns, "th": thread}},
-            upsert=True,
-        )
-        if if_revision is None:
-            # Equality on _id only: the server retries a racing upsert's duplicate
-            # key itself, so concurrent unconditional puts never lose a revision.
-            write = UpdateOne({"_id": key}, update, upsert=True)
-        elif if_revision == 0:
-            # Matches nothing stored; the upsert's insert then hits the _id index
-            # when the step exists, and that duplicate key is the conflict.
-            write = UpdateOne({"_id": key, "rev": {"$exists": False}}, update, upsert=True)
-        else:
-            write = UpdateOne({"_id": key, "rev": if_revision}, update)
-        with _driver_errors("put"):
-            try:
-                result = await self._coll.bulk_write([summary, write], ordered=True)
-            except BulkWriteError as exc:
-                if if_revision is None or not _duplicate_at(exc, 1):
-                    raise
-                written = False
+        with driver_errors("put"):
+            if not if_revision:
+                # Most puts write a new step: a plain insert, revision 1, one index
+                # entry besides _id. The _id index refuses an existing step.
+                try:
+                    await self._coll.insert_one(new_document(self._ns, enc, expires))
+                    return f"{thread}:{step}"
+                except DuplicateKeyError:
+                    if if_revision == 0:
+                        await self._conflict(thread, step, 0)
+                # The step exists: one atomic increment. Equality on _id only, so if
+                # a delete removed the step meanwhile the upsert inserts revision 1,
+                # and the server retries a racing upsert's duplicate key itself:
+                # concurrent unconditional puts never lose a revision.
+                update = rewrite(self._ns, enc, expires)
+                await self._coll.update_one({"_id": self._key(thread, step)}, update, upsert=True)
             else:
-                # matched_count covers both writes; the summary matched unless inserted.
-                summary_matched = 0 if 0 in (result.upserted_ids or {}) else 1
-                written = not if_revision or result.matched_count - summary_matched == 1
-            if not written:
-                assert if_revision is not None
-                current = await self._coll.find_one({"_id": key}, {"rev": 1})
-                raise CheckpointConflict(
-                    thread, step, if_revision, current["rev"] if current else 0
-                )
+                update = rewrite(self._ns, enc, expires)
+                key = self._key(thread, step)
+                result = await self._coll.update_one({"_id": key, "rev": if_revision}, update)
+                if result.matched_count != 1:
+                    await self._conflict(thread, step, if_revision)
         return f"{thread}:{step}"
+
+    async def _conflict(self, thread: str, step: int, expected: int) -> NoReturn:
+        """Raise the conflict of a lost compare-and-set, with the revision stored now."""
+        current = await self._coll.find_one({"_id": self._key(thread, step)}, {"rev": 1})
+        raise CheckpointConflict(thread, step, expected, current["rev"] if current else 0)
 
     def _expiry(self) -> datetime:
         assert self._ttl is not None
@@ -272,9 +231,9 @@ class MongoCheckpointer(AsyncClosing):
         """
         if self._refreshed.get(thread) == expires:
             return
-        with _driver_errors("put"):
+        with driver_errors("put"):
             await self._coll.update_many(
-                {"_id.n": self._ns, "_id.t": thread, "expires_at": {"$not": {"$gte": expires}}},
+                {"n": self._ns, "t": thread, "expires_at": {"$not": {"$gte": expires}}},
                 {"$set": {"expires_at": expires}},
             )
         if len(self._refreshed) >= _REFRESH_MEMO:
@@ -283,8 +242,8 @@ class MongoCheckpointer(AsyncClosing):
 
     async def delete_thread(self, thread: str) -> None:
         thread = validate_thread(thread)
-        everything = {"$gte": self._key(thread), "$lte": self._key(thread, MaxKey())}
-        await self._delete(thread, {"_id": everything})
+        with driver_errors("delete"):
+            await self._coll.delete_many({"_id": self._steps(thread)})
 
     async def prune(
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
@@ -294,34 +253,8 @@ class MongoCheckpointer(AsyncClosing):
         query: Document = {"_id": self._steps(thread, before_step)}
         if older_than is not None:
             query["ts_us"] = {"$lt": parse_instant(older_than, what="older_than")}
-        return await self._delete(thread, query)
-
-    async def _delete(self, thread: str, query: Document) -> int:
-        """Delete with one ``delete_many``, then set the summary to the real latest step.
-
-        A put racing with us may raise the summary between our read of the
-        latest step and our write of it, which would lower it again; re-reading
-        after writing catches exactly that case, and we go round once more.
-        """
-        await self._ready()
-        with _driver_errors("delete"):
-            deleted = (await self._coll.delete_many(query)).deleted_count
-            latest = await self._latest(thread, _EXPIRY) if deleted else None
-            for _ in range(_RESYNC_ATTEMPTS if deleted else 0):
-                if latest is None:
-                    await self._coll.delete_one({"_id": self._key(thread)})
-                else:
-                    fields = {"latest": latest["_id"]["s"], "expires_at": latest.get("expires_at")}
-                    await self._coll.update_one(
-                        {"_id": self._key(thread)},
-                        {"$set": fields, "$setOnInsert": {"ns": self._ns, "th": thread}},
-                        upsert=True,
-                    )
-                again = await self._latest(thread, _EXPIRY)
-                if _step_of(again) == _step_of(latest):
-                    break
-                latest = again
-        return deleted
+        with driver_errors("delete"):
+            return (await self._coll.delete_many(query)).deleted_count
 
     # -- reads -------------------------------------------------------------
 
@@ -332,148 +265,92 @@ class MongoCheckpointer(AsyncClosing):
 
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         thread = validate_thread(thread)
-        with _driver_errors("get"):
+        with driver_errors("get"):
             if step is None:
-                doc = await self._latest(thread, _PAYLOAD)
+                doc = await self._latest(thread, PAYLOAD)
             else:
                 doc = await self._coll.find_one(
-                    {"_id": self._key(thread, validate_step(step))}, _PAYLOAD
+                    {"_id": self._key(thread, validate_step(step))}, PAYLOAD
                 )
-        return None if doc is None else _decode(doc, thread)
+        return None if doc is None else decode_document(doc, thread)
 
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         thread = validate_thread(thread)
         cursor = self._coll.find(
-            {"_id": self._steps(thread)}, _PAYLOAD, sort=[("_id", 1)], batch_size=_HISTORY_BATCH
+            {"_id": self._steps(thread)}, PAYLOAD, sort=[("_id", 1)], batch_size=_HISTORY_BATCH
         )
         try:
             while True:
-                with _driver_errors("history"):
+                with driver_errors("history"):
                     docs = await cursor.to_list(_HISTORY_BATCH)
                 if not docs:
                     return
                 for doc in docs:
-                    yield _decode(doc, thread)
+                    yield decode_document(doc, thread)
         finally:
             await cursor.close()
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         check_page_args(limit, offset)
-        return (await self._summaries({}, limit=limit, skip=offset))[1]
+        return (await self._page(None, skip=offset, limit=limit))[1]
 
     async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
         check_page_args(limit)
-        after: Document = {}
-        if cursor is not None:
-            after = {"th": {"$gt": decode_cursor(_BACKEND, self._ns, cursor)}}
-        last, infos = await self._summaries(after, limit=limit, skip=0, peek=True)
+        after = None if cursor is None else decode_cursor(_BACKEND, self._ns, cursor)
+        last, infos = await self._page(after, skip=0, limit=limit, peek=True)
         return ThreadPage(infos, encode_cursor(_BACKEND, self._ns, last) if last else None)
 
-    async def _summaries(
-        self, extra: Document, *, limit: int, skip: int, peek: bool = False
+    async def _page(
+        self, after: str | None, *, skip: int, limit: int, peek: bool = False
     ) -> tuple[str | None, list[ThreadInfo]]:
-        """A page of threads with their status, read from each latest checkpoint.
+        """A page of threads after ``after``, with the status of each latest checkpoint.
 
-        One indexed read of summaries and one indexed ``$in`` of their
-        checkpoints; a summary that is ahead of its thread (see the module
-        docstring) costs one more read, and a thread with no checkpoint left is
-        skipped. With ``peek``, one summary more is read to tell whether another
-        page follows; the last thread of this page is returned when one does.
+        The latest steps come from covered scans of the listing index, then the
+        statuses from one indexed ``$in``; a latest step deleted in between costs
+        one more read, and a thread with no checkpoint left is skipped. With
+        ``peek``, one thread more is found to tell whether another page follows;
+        the last thread of this page is returned when one does.
         """
         await self._ready()
-        query = {"ns": self._ns, "latest": {"$exists": True}, **extra}
-        with _driver_errors("list_threads"):
-            summaries = await self._coll.find(
-                query,
-                {"_id": 0, "th": 1, "latest": 1},
-                sort=[("th", 1)],
-                skip=skip,
-                limit=limit + int(peek),
-            ).to_list()
-            more = len(summaries) > limit
-            summaries = summaries[:limit]
-            keys = [self._key(s["th"], s["latest"]) for s in summaries]
-            found = await self._coll.find({"_id": {"$in": keys}}, _STATUS).to_list() if keys else []
+        with driver_errors("list_threads"):
+            latest = await self._latest_steps(after, skip + limit + int(peek))
+            more = len(latest) > skip + limit
+            latest = latest[skip : skip + limit]
+            keys = [self._key(thread, step) for thread, step in latest]
+            found = await self._coll.find({"_id": {"$in": keys}}, STATUS).to_list() if keys else []
             by_key = {(d["_id"]["t"], d["_id"]["s"]): d for d in found}
             infos = []
-            for summary in summaries:
-                doc = by_key.get((summary["th"], summary["latest"]))
-                if doc is None:
-                    doc = await self._latest(summary["th"], _STATUS)
+            for thread, step in latest:
+                doc = by_key.get((thread, step)) or await self._latest(thread, STATUS)
                 if doc is not None:
-                    infos.append(_info(doc))
-        return (summaries[-1]["th"] if more else None), infos
+                    infos.append(thread_info(doc))
+        return (latest[-1][0] if more else None), infos
 
+    async def _latest_steps(self, after: str | None, count: int) -> list[tuple[str, int]]:
+        """``(thread, latest step)`` of up to ``count`` threads after ``after``, in order.
 
-def _step_of(doc: Document | None) -> int | None:
-    return None if doc is None else int(doc["_id"]["s"])
-
-
-def _check_size(enc: EncodedCheckpoint, namespace: str) -> None:
-    """Refuse what MongoDB would refuse, before any write of the put is sent."""
-    size = len(enc.payload) + 3 * len(enc.thread.encode()) + len(namespace.encode())
-    if size + _FIELDS_HEADROOM > _MAX_DOCUMENT:
-        raise InvalidArgument(
-            f"checkpoint of thread {enc.thread!r} step {enc.step} encodes to {len(enc.payload):,} "
-            f"bytes; MongoDB documents are limited to {_MAX_DOCUMENT:,}"
-        )
-
-
-def _decode(doc: Document, thread: str) -> Checkpoint:
-    """Decode a stored checkpoint, refusing one whose payload belongs to another key."""
-    payload, rev = doc.get("payload"), doc.get("rev")
-    if not isinstance(payload, bytes) or type(rev) is not int or rev < 1:
-        raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} has no valid payload or revision")
-    cp = decode(payload, rev)
-    if cp.thread != thread or cp.step != doc["_id"].get("s"):
-        raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} holds another key's payload")
-    return cp
-
-
-def _info(doc: Document) -> ThreadInfo:
-    try:
-        info = ThreadInfo(
-            thread=doc["_id"]["t"],
-            latest_step=doc["_id"]["s"],
-            interrupted=doc["interrupted"],
-            done=doc["done"],
-            ts=doc["ts"],
-            wake_at=doc["wake_at"],
-        )
-    except KeyError as exc:
-        raise CheckpointCorrupted(f"stored checkpoint {doc.get('_id')!r} lacks {exc}") from exc
-    if {type(info.interrupted), type(info.done)} != {bool} or not isinstance(info.ts, str):
-        raise CheckpointCorrupted(f"stored checkpoint {doc['_id']!r} has a malformed status")
-    return info
-
-
-def _duplicate_at(exc: BulkWriteError, index: int) -> bool:
-    errors = exc.details.get("writeErrors", [])
-    return len(errors) == 1 and errors[0]["index"] == index and errors[0]["code"] == _DUPLICATE_KEY
-
-
-def _unavailable(exc: PyMongoError) -> bool:
-    """A dropped connection, a failover, or a timeout: the same call may succeed later."""
-    return (
-        isinstance(exc, ConnectionFailure)
-        or exc.timeout
-        or exc.has_error_label("RetryableWriteError")
-        or (isinstance(exc, BulkWriteError) and bool(exc.details.get("writeConcernErrors")))
-    )
-
-
-@contextmanager
-def _driver_errors(operation: str) -> Iterator[None]:
-    """Map a PyMongo error to agentflow's, keeping it as ``__cause__``.
-
-    The message names the error class and code only: driver messages can carry
-    host names and query fragments.
-    """
-    try:
-        yield
-    except PyMongoError as exc:
-        code = getattr(exc, "code", None)
-        detail = f"{type(exc).__name__}" + (f" (code {code})" if code is not None else "")
-        if _unavailable(exc):
-            raise StoreUnavailable(f"MongoDB unavailable during {operation}: {detail}") from exc
-        raise CheckpointError(f"MongoDB failed during {operation}: {detail}") from exc
+        Each round trip reads a bounded window of the listing index, newest step
+        first within a thread, and keeps each thread's first key. Every thread
+        whose first key is in the window is complete, the last one included, so
+        the next window starts after it; windows grow while threads are long.
+        """
+        found: list[tuple[str, int]] = []
+        window = min(_MAX_WINDOW, _KEYS_PER_THREAD * count)
+        while len(found) < count:
+            match: Document = {"n": self._ns}
+            if after is not None:
+                match["t"] = {"$gt": after}
+            pipeline: list[Document] = [
+                {"$match": match},
+                {"$sort": _NEWEST_FIRST},
+                {"$limit": window},
+                {"$group": {"_id": "$t", "s": {"$first": "$s"}, "keys": {"$sum": 1}}},
+                {"$sort": {"_id": 1}},
+            ]
+            groups = await (await self._coll.aggregate(pipeline, hint=THREADS_INDEX)).to_list()
+            found += [(g["_id"], g["s"]) for g in groups]
+            if sum(g["keys"] for g in groups) < window:
+                break
+            after = groups[-1]["_id"]
+            window = min(_MAX_WINDOW, window * 4)
+        return found[:count]
