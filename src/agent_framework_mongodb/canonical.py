@@ -48,10 +48,16 @@ def canonical_hash(value: Any, policy: TypePolicy) -> str:
     return hashlib.sha256(canonical_bytes(value, policy)).hexdigest()
 
 
-def canonical_bytes(value: Any, policy: TypePolicy) -> bytes:
-    """The canonical encoding of ``value``, or a mapping/serialization error."""
+def canonical_bytes(
+    value: Any, policy: TypePolicy, strings: dict[str, bytes] | None = None
+) -> bytes:
+    """The canonical encoding of ``value``, or a mapping/serialization error.
+
+    ``strings`` memoizes the encoding of exact ``str`` values (a pure function
+    of the value); one save passes the same dict to both of its walks.
+    """
     try:
-        return _DOMAIN + _Walker(policy).encode(value)
+        return _DOMAIN + _walker(policy, {} if strings is None else strings)(value)
     except RecursionError as exc:
         raise MongoDBMappingError("checkpoint state is nested too deeply to encode") from exc
 
@@ -60,116 +66,148 @@ def _sized(tag: bytes, data: bytes) -> bytes:
     return b"%s%d:%s" % (tag, len(data), data)
 
 
-def _text(value: str) -> bytes:
-    data = value.encode("utf-8", "surrogatepass")
-    return b"s%d:%s" % (len(data), data)
-
-
 def _float(value: float) -> bytes:
     if not math.isfinite(value):
         raise MongoDBMappingError("checkpoint state contains a non-finite float (NaN or inf)")
     return b"f" + _FLOAT.pack(value)
 
 
-#: Exact built-in types that are never mappings, so the mapping guard is
-#: decided for them by this table; every other type meets ``isinstance``.
-_NATIVE_SCALARS: dict[type, Callable[[Any], bytes]] = {
-    str: _text,
-    int: lambda v: b"i%d;" % v,
-    bool: lambda v: b"T" if v else b"F",
-    type(None): lambda _v: b"N",
-    float: _float,
-    bytes: lambda v: _sized(b"b", v),
-    bytearray: lambda v: _sized(b"y", bytes(v)),
-}
+_STANDARD: dict[type, Callable[[Any], bytes]] = {}  # filled below the encoders
 
 
-class _Walker:
-    """One depth-first walk; ``_path`` holds the ids of the containers being visited."""
+def _cycle() -> MongoDBMappingError:
+    return MongoDBMappingError("checkpoint state contains a reference cycle")
 
-    def __init__(self, policy: TypePolicy) -> None:
-        self._policy = policy
-        self._path: set[int] = set()
-        self._standard: dict[type, Callable[[Any], bytes]] = {
-            datetime.datetime: _datetime,
-            datetime.date: lambda v: _sized(b"D", v.isoformat().encode()),
-            datetime.time: _time,
-            datetime.timedelta: lambda v: b"R%d,%d,%d;" % (v.days, v.seconds, v.microseconds),
-            datetime.timezone: lambda v: _sized(b"Z", repr(v).encode()),
-            decimal.Decimal: lambda v: _sized(b"m", str(v).encode()),
-            uuid.UUID: lambda v: _sized(b"u", v.hex.encode()),
-        }
 
-    def encode(self, value: Any) -> bytes:
+def _walker(policy: TypePolicy, strings: dict[str, bytes]) -> Callable[[Any], bytes]:
+    """One depth-first walk as closures (locals are the walk's main cost).
+
+    ``path`` holds the ids of the containers being visited, for cycle
+    detection. Strings, ints, bools and None, which dominate real state, are
+    encoded inline by the container loops; the bytes are exactly what
+    ``encode`` returns for them.
+    """
+    path: set[int] = set()
+    enter, leave = path.add, path.discard
+    check = policy.check_value_type
+    memo = strings
+    get = memo.get
+
+    def text(value: str) -> bytes:
+        encoded = memo.get(value)
+        if encoded is None:
+            data = value.encode("utf-8", "surrogatepass")
+            encoded = memo[value] = b"s%d:%s" % (len(data), data)
+        return encoded
+
+    def mapping(value: dict[Any, Any]) -> bytes:
+        marker = id(value)
+        if marker in path:
+            raise _cycle()
+        enter(marker)
+        parts: list[bytes] = []
+        append = parts.append
+        for k, v in value.items():
+            key = (get(k) or text(k)) if type(k) is str else encode(k)
+            cls = type(v)
+            if cls is str:
+                append(key + (get(v) or text(v)))
+            elif cls is dict:
+                append(key + mapping(v))
+            elif cls is int:
+                append(b"%si%d;" % (key, v))
+            elif cls is bool:
+                append(key + (b"T" if v else b"F"))
+            else:
+                append(key + encode(v))
+        leave(marker)
+        if len(parts) > 1:
+            parts.sort()
+        return b"d%d:%s" % (len(parts), b"".join(parts))
+
+    def sequence(value: list[Any] | tuple[Any, ...], tag: bytes) -> bytes:
+        marker = id(value)
+        if marker in path:
+            raise _cycle()
+        enter(marker)
+        parts = [
+            (get(v) or text(v)) if type(v) is str else encode(v)
+            for v in value
+        ]  # fmt: skip
+        leave(marker)
+        return b"%s%d:%s" % (tag, len(parts), b"".join(parts))
+
+    def members(value: set[Any] | frozenset[Any], tag: bytes) -> bytes:
+        marker = id(value)
+        if marker in path:
+            raise _cycle()
+        enter(marker)
+        parts = sorted([encode(v) for v in value])
+        leave(marker)
+        return b"%s%d:%s" % (tag, len(parts), b"".join(parts))
+
+    def encode(value: Any) -> bytes:
         cls = type(value)
-        # The mapping guard comes first: exact dict is accepted; exact native
-        # scalars are known non-mappings; every other mapping is refused before
-        # any standard, enum, class or object handler runs.
+        # The mapping guard comes first: exact dict is accepted; the exact
+        # built-in scalars and sequences below are known non-mappings; every
+        # other mapping is refused before any standard, enum, class or object
+        # handler runs.
         if cls is dict:
-            return self._container(value, b"d", self._dict_items)
-        native = _NATIVE_SCALARS.get(cls)
-        if native is not None:
-            return native(value)
-        if cls is list or cls is tuple:
-            return self._container(value, b"l" if cls is list else b"t", self._sequence_items)
+            return mapping(value)
+        if cls is str:
+            return text(value)
+        if cls is int:
+            return b"i%d;" % value
+        if cls is list:
+            return sequence(value, b"l")
+        if cls is bool:
+            return b"T" if value else b"F"
+        if value is None:
+            return b"N"
+        if cls is float:
+            return _float(value)
+        if cls is tuple:
+            return sequence(value, b"t")
+        if cls is bytes:
+            return _sized(b"b", value)
+        if cls is bytearray:
+            return _sized(b"y", bytes(value))
         if isinstance(value, Mapping | dict):
             raise MongoDBSerializationError(
                 f"{type_key(cls)} is a mapping subclass; only exact dict is supported, "
                 "migrate it to plain dict/list structures"
             )
-        standard = self._standard.get(cls)
+        standard = _STANDARD.get(cls)
         if standard is not None:
-            self._policy.check_value_type(cls)
+            check(cls)
             return standard(value)
-        if cls is set or cls is frozenset:
-            return self._container(value, b"S" if cls is set else b"z", self._set_items)
+        if cls is set:
+            return members(value, b"S")
+        if cls is frozenset:
+            return members(value, b"z")
         if isinstance(value, enum.Enum):
-            self._policy.check_value_type(cls)
-            return _sized(b"e", type_key(cls).encode()) + self.encode(value._value_)
+            check(cls)
+            return _sized(b"e", type_key(cls).encode()) + encode(value._value_)
         if isinstance(value, type):
-            return self._class_reference(value)
-        self._policy.check_value_type(cls)
-        return self._container(value, _sized(b"o", type_key(cls).encode()), self._object_state)
-
-    def _container(self, value: Any, tag: bytes, items: Callable[[Any], list[bytes]]) -> bytes:
+            return class_reference(value)
+        check(cls)
         marker = id(value)
-        if marker in self._path:
-            raise MongoDBMappingError("checkpoint state contains a reference cycle")
-        self._path.add(marker)
-        parts = items(value)
-        self._path.discard(marker)
-        return b"%s%d:%s" % (tag, len(parts), b"".join(parts))
+        if marker in path:
+            raise _cycle()
+        enter(marker)
+        state = encode(object_state(value))
+        leave(marker)
+        return b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), state)
 
-    # Strings dominate real state, so the item loops encode them without the
-    # general dispatch; the result is byte-for-byte what encode() returns.
-    def _sequence_items(self, value: list[Any] | tuple[Any, ...]) -> list[bytes]:
-        encode = self.encode
-        return [_text(item) if type(item) is str else encode(item) for item in value]
-
-    def _dict_items(self, value: dict[Any, Any]) -> list[bytes]:
-        encode = self.encode
-        return sorted(
-            [
-                (_text(k) if type(k) is str else encode(k))
-                + (_text(v) if type(v) is str else encode(v))
-                for k, v in value.items()
-            ]
-        )
-
-    def _set_items(self, value: set[Any] | frozenset[Any]) -> list[bytes]:
-        encode = self.encode
-        return sorted([encode(item) for item in value])
-
-    def _object_state(self, value: Any) -> list[bytes]:
-        return [self.encode(object_state(value))]
-
-    def _class_reference(self, cls: type) -> bytes:
+    def class_reference(cls: type) -> bytes:
         if cls is type(None):
             raise MongoDBMappingError(
                 f"class reference {type_key(cls)} cannot be checkpointed; store plain data"
             )
-        self._policy.check_value_type(cls)
+        check(cls)
         return _sized(b"c", type_key(cls).encode())
+
+    return encode
 
 
 def object_state(value: Any) -> Any:
@@ -200,3 +238,16 @@ def _datetime(value: datetime.datetime) -> bytes:
 def _time(value: datetime.time) -> bytes:
     text = value.replace(tzinfo=None).isoformat() + f"|{value.fold}|"
     return _sized(b"H", text.encode() + _tz(value.tzinfo))
+
+
+_STANDARD.update(
+    {
+        datetime.datetime: _datetime,
+        datetime.date: lambda v: _sized(b"D", v.isoformat().encode()),
+        datetime.time: _time,
+        datetime.timedelta: lambda v: b"R%d,%d,%d;" % (v.days, v.seconds, v.microseconds),
+        datetime.timezone: lambda v: _sized(b"Z", repr(v).encode()),
+        decimal.Decimal: lambda v: _sized(b"m", str(v).encode()),
+        uuid.UUID: lambda v: _sized(b"u", v.hex.encode()),
+    }
+)

@@ -104,9 +104,10 @@ def loads(payload: bytes, policy: TypePolicy) -> Any:
 
 def encode_validated(public: dict[str, Any], policy: TypePolicy) -> EncodedPayload:
     """Pickle ``public`` and prove the exact bytes load back to the same canonical graph."""
-    original = canonical_bytes(public, policy)
+    strings: dict[str, bytes] = {}  # both walks meet the same strings: encode each once
+    original = canonical_bytes(public, policy, strings)
     payload = dumps(public, policy)
-    if canonical_bytes(loads(payload, policy), policy) != original:
+    if canonical_bytes(loads(payload, policy), policy, strings) != original:
         raise MongoDBSerializationError(
             "checkpoint state does not survive a restricted pickle round trip unchanged"
         )

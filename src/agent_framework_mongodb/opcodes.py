@@ -27,6 +27,7 @@ opcode sequence; trailing bytes are refused.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from agent_framework_mongodb.errors import MongoDBSerializationError
 from agent_framework_mongodb.typepolicy import Resolved, TypePolicy
@@ -40,6 +41,7 @@ _VALUE, _LIST, _DICT, _SET = "v", "l", "d", "S"
 _EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE = "t0", "t1", "tp", "tx"
 _TUPLES = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE})
 _PLAIN = frozenset({_VALUE, _EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE})
+_CALL_ARGS = _PLAIN - {_VALUE}  # REDUCE arguments: a tuple of plain values
 
 # Scalars with a fixed-size argument: opcode -> argument bytes.
 _FIXED = {ord("N"): 0, 0x88: 0, 0x89: 0, ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8}
@@ -48,10 +50,8 @@ _SIZED = {0x8A: 1, 0x8B: 4, ord("C"): 1, ord("B"): 4, 0x8E: 8, 0x96: 8}
 # Length-prefixed str (SHORT_BINUNICODE, BINUNICODE, BINUNICODE8): opcode -> length bytes.
 _TEXT = {0x8C: 1, ord("X"): 4, 0x8D: 8}
 _SKIP = {0x80: 1, 0x95: 8}  # PROTO, FRAME
-_MEMO_ARG = {ord("q"): 1, ord("r"): 4, ord("h"): 1, ord("j"): 4}  # BINPUT, BINGET
-_PUTS = frozenset({ord("q"), ord("r")})
-_BINGET, _SHORT_BINUNICODE, _MEMOIZE = ord("h"), 0x8C, 0x94
-_STOP, _MARK = ord("."), ord("(")
+_LONG_BINGET = ord("j")
+_STOP = ord(".")
 _EMPTIES = {ord("]"): _LIST, ord("}"): _DICT, 0x8F: _SET, ord(")"): _EMPTY_TUPLE}
 _TUPLE_N = {0x85: 1, 0x86: 2, 0x87: 3}
 _TO_MARK = {ord("e"): _LIST, ord("u"): _DICT, 0x90: _SET}  # APPENDS, SETITEMS, ADDITEMS
@@ -66,115 +66,274 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
     Raises ``MongoDBSerializationError`` (or the policy's mapping error for a
     refused global). Malformed input raises ``IndexError``/``ValueError``,
     which the caller translates to the same category.
+
+    The loop handles the opcodes that make up nearly all of a real
+    checkpoint inline, as literal-int comparisons in frequency order, and
+    folds the ``MEMOIZE``/``MARK`` that the pickler writes straight after a
+    string or an empty container into the same iteration; everything else
+    goes through :func:`_rare`. The memo is a list, because ``MEMOIZE``
+    (the only memo write protocol 4+ picklers emit) appends to it.
     """
     data = payload
-    i = 0
     stack: list[Kind] = []
     marks: list[int] = []
-    memo: dict[int, Kind] = {}
-    # Locals, not module globals, in the hot loop: this is its main cost.
-    push, empties, to_mark, fixed = stack.append, _EMPTIES, _TO_MARK, _FIXED
-    binget, memoize, short_text, mark = _BINGET, _MEMOIZE, _SHORT_BINUNICODE, _MARK
+    memo: list[Kind] = []
+    # Locals, not module globals, in the hot loop: lookups are its main cost.
+    push, remember, mark = stack.append, memo.append, marks.append
+    value, list_kind, dict_kind = _VALUE, _LIST, _DICT
+    frame = _Frame(data, stack, marks, memo, policy)
+    i = 0
     while True:
         op = data[i]
-        i += 1
-        # The most frequent opcodes of real checkpoints come first.
-        if op == binget:
-            push(memo[data[i]])
+        if op == 0x68:  # BINGET
+            push(memo[data[i + 1]])
+            i += 2
+        elif op == 0x8C:  # SHORT_BINUNICODE, usually followed by MEMOIZE
+            push(i)
+            start = i
+            i += 2 + data[i + 1]
+            if data[i] == 0x94:
+                remember(start)
+                i += 1
+        elif op == 0x94:  # MEMOIZE
+            remember(stack[-1])
             i += 1
-        elif op == memoize:
-            memo[len(memo)] = stack[-1]
-        elif op == short_text:
-            push(i - 1)
-            i += 1 + data[i]
-        elif op == mark:
-            marks.append(len(stack))
-        elif op in empties:
-            push(empties[op])
-        elif op in to_mark:
+        elif op == 0x28:  # MARK
+            mark(len(stack))
+            i += 1
+        elif op == 0x7D:  # EMPTY_DICT, usually followed by MEMOIZE and MARK
+            push(dict_kind)
+            i += 1
+            if data[i] == 0x94:
+                remember(dict_kind)
+                i += 1
+            if data[i] == 0x28:
+                mark(len(stack))
+                i += 1
+        elif op == 0x75:  # SETITEMS
             del stack[marks.pop() :]
-            if stack[-1] != to_mark[op]:
+            if stack[-1] is not dict_kind:
                 raise _refuse("container opcodes must target a plain list, dict or set")
-        elif op in fixed:
-            i += fixed[op]
-            push(_VALUE)
-        elif op in _SIZED or op in _TEXT:
-            width = _SIZED.get(op) or _TEXT[op]
-            start = i + width
-            end = start + int.from_bytes(data[i:start], "little")
-            if end > len(data):
-                raise _refuse("a value runs past the end of the stream")
-            push(i - 1 if op in _TEXT else _VALUE)
-            i = end
-        elif op in _MEMO_ARG:
-            width = _MEMO_ARG[op]
-            index = int.from_bytes(data[i : i + width], "little")
-            i += width
-            if op in _PUTS:
-                memo[index] = stack[-1]
-            else:
-                push(memo[index])
-        elif op in _SKIP:
-            i += _SKIP[op]
-        elif op == _STOP:
-            if marks or stack != [_DICT] or i != len(data):
-                raise _refuse("the stream must hold exactly one checkpoint dictionary")
-            return
-        elif op == _GLOBAL:
-            module_end = data.index(b"\n", i)
-            name_end = data.index(b"\n", module_end + 1)
-            module, name = data[i:module_end], data[module_end + 1 : name_end]
-            i = name_end + 1
-            push(policy.resolve(module.decode(), name.decode()))
+            i += 1
+        elif op == 0x5D:  # EMPTY_LIST, usually followed by MEMOIZE and MARK
+            push(list_kind)
+            i += 1
+            if data[i] == 0x94:
+                remember(list_kind)
+                i += 1
+            if data[i] == 0x28:
+                mark(len(stack))
+                i += 1
+        elif op == 0x65:  # APPENDS
+            del stack[marks.pop() :]
+            if stack[-1] is not list_kind:
+                raise _refuse("container opcodes must target a plain list, dict or set")
+            i += 1
+        elif op in {0x88, 0x89, 0x4E}:  # NEWTRUE, NEWFALSE, NONE
+            push(value)
+            i += 1
+        elif op == 0x4B:  # BININT1
+            push(value)
+            i += 2
+        elif op == 0x4D:  # BININT2
+            push(value)
+            i += 3
         else:
-            _structural(op, data, stack, marks, policy)
+            i = _rare(op, frame, i + 1)
+            if i < 0:
+                return
 
 
-def _structural(
-    op: int, data: bytes, stack: list[Kind], marks: list[int], policy: TypePolicy
-) -> None:
-    """Apply one tuple, global or object opcode (none has an argument) to the stack."""
-    if op in _TUPLE_N:
-        size = _TUPLE_N[op]
-        if len(stack) < size:
-            raise _refuse("a tuple needs more items than the stack holds")
-        stack.append(_tuple_kind(stack, len(stack) - size))
-    elif op in (_TUPLE, _FROZENSET):
-        kind = _tuple_kind(stack, marks.pop())
-        stack.append(kind if op == _TUPLE else _VALUE)
-    elif op in (_APPEND, _SETITEM):
-        del stack[-1 if op == _APPEND else -2 :]
-        if stack[-1] != (_LIST if op == _APPEND else _DICT):
-            raise _refuse("container opcodes must target a plain list, dict or set")
-    elif op == _POP:
-        stack.pop()
-    elif op == _POP_MARK:
-        del stack[marks.pop() :]
-    elif op == _STACK_GLOBAL:
-        name, module = stack.pop(), stack.pop()
-        if type(name) is not int or type(module) is not int:
-            raise _refuse("a global reference must be named by two strings")
-        stack.append(policy.resolve(_text(data, module), _text(data, name)))
-    elif op == _REDUCE:
-        args, func = stack.pop(), stack.pop()
-        if not isinstance(func, Resolved) or not func.reducible or args not in _PLAIN - {_VALUE}:
-            raise _refuse("REDUCE may only call a standard value type or an enum class")
-        if issubclass(func.cls, enum.Enum) and args != _PLAIN_SINGLE:
-            raise _refuse("an enum member is rebuilt from exactly one value")
-        stack.append(_VALUE)
-    elif op == _NEWOBJ:
-        args, cls = stack.pop(), stack.pop()
-        if not isinstance(cls, Resolved) or not cls.constructible:
-            raise _refuse("NEWOBJ may only create a permitted object class")
-        if args != _EMPTY_TUPLE:
-            raise _refuse("NEWOBJ with arguments is a constructor hook and is not allowed")
-        stack.append(("i", cls))
-    elif op == _BUILD:
-        state, target = stack.pop(), stack[-1]
-        if type(target) is not tuple or (state != _DICT and state not in _TUPLES):
-            raise _refuse("BUILD may only restore the state of an object NEWOBJ created")
-    else:
+class _Frame:
+    """The verifier's state, handed to the handlers of less frequent opcodes."""
+
+    __slots__ = ("data", "marks", "memo", "policy", "stack")
+
+    def __init__(
+        self, data: bytes, stack: list[Kind], marks: list[int], memo: list[Kind], policy: TypePolicy
+    ) -> None:
+        self.data, self.stack, self.marks, self.memo, self.policy = data, stack, marks, memo, policy
+
+
+Handler = Callable[[_Frame, int], int]
+
+
+def _rare(op: int, frame: _Frame, i: int) -> int:
+    """Apply one less frequent opcode whose argument starts at ``i``; the next offset.
+
+    Returns -1 after a ``STOP`` that ends a well-formed stream. Every opcode
+    without a handler (``EXT*``, ``INST``, ``OBJ``, ``BINPUT``, persistent IDs,
+    buffers, protocol 0/1 text opcodes, ...) is refused.
+    """
+    handler = _HANDLERS.get(op)
+    if handler is None:
         raise _refuse(f"pickle opcode {bytes([op])!r} is not allowed in checkpoints")
+    return handler(frame, i)
+
+
+def _fixed(width: int) -> Handler:
+    def scalar(f: _Frame, i: int) -> int:
+        f.stack.append(_VALUE)
+        return i + width
+
+    return scalar
+
+
+def _sized(width: int, text: bool) -> Handler:
+    def sized(f: _Frame, i: int) -> int:
+        start = i + width
+        end = start + int.from_bytes(f.data[i:start], "little")
+        if end > len(f.data):
+            raise _refuse("a value runs past the end of the stream")
+        f.stack.append(i - 1 if text else _VALUE)
+        return end
+
+    return sized
+
+
+def _empty(kind: Kind) -> Handler:
+    def empty(f: _Frame, i: int) -> int:
+        f.stack.append(kind)
+        return i
+
+    return empty
+
+
+def _to_mark(kind: Kind) -> Handler:
+    def items(f: _Frame, i: int) -> int:
+        del f.stack[f.marks.pop() :]
+        if f.stack[-1] is not kind:
+            raise _refuse("container opcodes must target a plain list, dict or set")
+        return i
+
+    return items
+
+
+def _one_item(kind: Kind, width: int) -> Handler:
+    def item(f: _Frame, i: int) -> int:
+        del f.stack[-width:]
+        if f.stack[-1] is not kind:
+            raise _refuse("container opcodes must target a plain list, dict or set")
+        return i
+
+    return item
+
+
+def _skip(width: int) -> Handler:
+    def skip(f: _Frame, i: int) -> int:
+        return i + width
+
+    return skip
+
+
+def _tuple_n(size: int) -> Handler:
+    def tuple_n(f: _Frame, i: int) -> int:
+        if len(f.stack) < size:
+            raise _refuse("a tuple needs more items than the stack holds")
+        f.stack.append(_tuple_kind(f.stack, len(f.stack) - size))
+        return i
+
+    return tuple_n
+
+
+def _long_binget(f: _Frame, i: int) -> int:
+    f.stack.append(f.memo[int.from_bytes(f.data[i : i + 4], "little")])
+    return i + 4
+
+
+def _stop(f: _Frame, i: int) -> int:
+    if f.marks or f.stack != [_DICT] or i != len(f.data):
+        raise _refuse("the stream must hold exactly one checkpoint dictionary")
+    return -1
+
+
+def _global(f: _Frame, i: int) -> int:
+    data = f.data
+    module_end = data.index(b"\n", i)
+    name_end = data.index(b"\n", module_end + 1)
+    module, name = data[i:module_end], data[module_end + 1 : name_end]
+    f.stack.append(f.policy.resolve(module.decode(), name.decode()))
+    return name_end + 1
+
+
+def _stack_global(f: _Frame, i: int) -> int:
+    name, module = f.stack.pop(), f.stack.pop()
+    if type(name) is not int or type(module) is not int:
+        raise _refuse("a global reference must be named by two strings")
+    f.stack.append(f.policy.resolve(_text(f.data, module), _text(f.data, name)))
+    return i
+
+
+def _tuple(f: _Frame, i: int) -> int:
+    f.stack.append(_tuple_kind(f.stack, f.marks.pop()))
+    return i
+
+
+def _frozenset(f: _Frame, i: int) -> int:
+    _tuple_kind(f.stack, f.marks.pop())
+    f.stack.append(_VALUE)
+    return i
+
+
+def _pop(f: _Frame, i: int) -> int:
+    f.stack.pop()
+    return i
+
+
+def _pop_mark(f: _Frame, i: int) -> int:
+    del f.stack[f.marks.pop() :]
+    return i
+
+
+def _reduce(f: _Frame, i: int) -> int:
+    args, func = f.stack.pop(), f.stack.pop()
+    if not isinstance(func, Resolved) or not func.reducible or args not in _CALL_ARGS:
+        raise _refuse("REDUCE may only call a standard value type or an enum class")
+    if issubclass(func.cls, enum.Enum) and args != _PLAIN_SINGLE:
+        raise _refuse("an enum member is rebuilt from exactly one value")
+    f.stack.append(_VALUE)
+    return i
+
+
+def _newobj(f: _Frame, i: int) -> int:
+    args, cls = f.stack.pop(), f.stack.pop()
+    if not isinstance(cls, Resolved) or not cls.constructible:
+        raise _refuse("NEWOBJ may only create a permitted object class")
+    if args != _EMPTY_TUPLE:
+        raise _refuse("NEWOBJ with arguments is a constructor hook and is not allowed")
+    f.stack.append(("i", cls))
+    return i
+
+
+def _build(f: _Frame, i: int) -> int:
+    state, target = f.stack.pop(), f.stack[-1]
+    if type(target) is not tuple or (state != _DICT and state not in _TUPLES):
+        raise _refuse("BUILD may only restore the state of an object NEWOBJ created")
+    return i
+
+
+_HANDLERS: dict[int, Handler] = {
+    **{op: _fixed(width) for op, width in _FIXED.items()},
+    **{op: _sized(width, False) for op, width in _SIZED.items()},
+    **{op: _sized(width, True) for op, width in _TEXT.items()},
+    **{op: _empty(kind) for op, kind in _EMPTIES.items()},
+    **{op: _to_mark(kind) for op, kind in _TO_MARK.items()},
+    **{op: _skip(width) for op, width in _SKIP.items()},
+    **{op: _tuple_n(size) for op, size in _TUPLE_N.items()},
+    _APPEND: _one_item(_LIST, 1),
+    _SETITEM: _one_item(_DICT, 2),
+    _LONG_BINGET: _long_binget,
+    _STOP: _stop,
+    _GLOBAL: _global,
+    _STACK_GLOBAL: _stack_global,
+    _TUPLE: _tuple,
+    _FROZENSET: _frozenset,
+    _POP: _pop,
+    _POP_MARK: _pop_mark,
+    _REDUCE: _reduce,
+    _NEWOBJ: _newobj,
+    _BUILD: _build,
+}
 
 
 def _tuple_kind(stack: list[Kind], start: int) -> Kind:

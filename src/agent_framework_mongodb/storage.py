@@ -10,6 +10,9 @@ timestamp or the iteration count (several checkpoints share an iteration).
 from __future__ import annotations
 
 import datetime
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -50,6 +53,29 @@ from agent_framework_mongodb.typepolicy import TypePolicy
 __all__ = ["MongoDBCheckpointStorage"]
 
 _ORDER_FIELDS = {"_id": 0, "sequence": 1, "checkpoint_id": 1}
+# Fields a page never reads (decoding checks the gates, the scope and the payload).
+_PAGE_FIELDS = {"_id": 0, "payload_hash": 0, "created_at": 0, "expires_at": 0}
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while one page is decoded, synchronously.
+
+    A page's decoded checkpoints are hundreds of fresh containers each, all
+    alive until the page is returned, so the collector would otherwise run
+    generation after generation over objects that cannot be garbage yet
+    (about a quarter of paging time, measured). The block never awaits, so no
+    other coroutine runs while it is paused, and it is re-enabled only if it
+    was enabled before: a caller that disabled the collector keeps it off.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class MongoDBCheckpointStorage(CheckpointStorage):
@@ -93,6 +119,8 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             collection = client[options.database_name][options.collection_name]
         self._collection = collection
         self._checkpoint_filter = {"_kind": CHECKPOINT_KIND, **self._scope}
+        # Built once: save and clear_run use them on every call.
+        self._counter = {"_id": options.counter_id(), "_kind": COUNTER_KIND, **self._scope}
 
     @property
     def options(self) -> MongoDBCheckpointStorageOptions:
@@ -137,7 +165,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
                 None if self._options.ttl is None else expiry(created_at, self._options.ttl)
             )
             sequence = await allocate_sequence(
-                self._collection, self._checkpoint_filter, self._counter_filter(), expires_at
+                self._collection, self._checkpoint_filter, self._counter, expires_at
             )
             document = build_document(
                 checkpoint,
@@ -249,8 +277,11 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             self._check_workflow_name(workflow_name)
             size = self._page_size(limit)
             after = None if cursor is None else decode_cursor(cursor, self._scope_key)
-            rows, more = await self._page_rows(after, size, None)
-            checkpoints = [checkpoint_from_document(r, self._options, self._policy) for r in rows]
+            rows, more = await self._page_rows(after, size, _PAGE_FIELDS)
+            with _collector_paused():
+                checkpoints = [
+                    checkpoint_from_document(r, self._options, self._policy) for r in rows
+                ]
             done.count = len(checkpoints)
             next_cursor = None
             if more:
@@ -296,7 +327,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         return str(self._scope["scope_discriminator"])
 
     def _counter_filter(self) -> dict[str, Any]:
-        return {"_id": self._options.counter_id(), "_kind": COUNTER_KIND, **self._scope}
+        return dict(self._counter)
 
     def _check_workflow_name(self, workflow_name: str) -> None:
         if workflow_name != self._options.workflow_name:
@@ -326,10 +357,13 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         if after is not None:
             query["sequence"] = {"$gte": after[0]}
         with driver_errors(write=False):
+            # batch_size: the whole page in the first reply (the server's default
+            # first batch of 101 would cost a getMore round trip per page).
             rows = (
                 await self._collection.find(query, projection)
                 .sort("sequence", 1)
                 .limit(size + 2)
+                .batch_size(size + 2)
                 .to_list()
             )
             sequences = [row["sequence"] for row in rows]
@@ -350,7 +384,11 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             ]
         order = [("sequence", 1), ("checkpoint_id", 1)]
         rows: list[dict[str, Any]] = (
-            await self._collection.find(query, projection).sort(order).limit(size + 1).to_list()
+            await self._collection.find(query, projection)
+            .sort(order)
+            .limit(size + 1)
+            .batch_size(size + 1)
+            .to_list()
         )
         return rows
 

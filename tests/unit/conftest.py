@@ -59,7 +59,9 @@ def make_storage(collection: Any) -> StorageFactory:
     """Storages on the test collection; keyword arguments override the scope options."""
 
     def make(*, target: Any = None, **overrides: Any) -> MongoDBCheckpointStorage:
-        return MongoDBCheckpointStorage(scope_options(**overrides), collection=target or collection)
+        return MongoDBCheckpointStorage(
+            scope_options(**overrides), collection=collection if target is None else target
+        )
 
     return make
 

@@ -31,7 +31,7 @@ from agent_framework_mongodb import (
     MongoDBMappingError,
     MongoDBSerializationError,
 )
-from agent_framework_mongodb.canonical import canonical_hash
+from agent_framework_mongodb.canonical import canonical_bytes, canonical_hash
 from agent_framework_mongodb.codec import dumps, encode_validated, loads
 from agent_framework_mongodb.documents import encode_checkpoint
 from agent_framework_mongodb.typepolicy import TypePolicy
@@ -293,3 +293,13 @@ def test_save_refuses_non_checkpoint_and_foreign_versions() -> None:
         encode_checkpoint(checkpoint, scope_options(), POLICY)
     with pytest.raises(MongoDBMappingError):
         encode_checkpoint({"not": "a checkpoint"}, scope_options(), POLICY)  # type: ignore[arg-type]
+
+
+def test_shared_string_memo_leaves_canonical_bytes_unchanged() -> None:
+    """Save's two walks share one memo of string encodings; it is a pure cache."""
+    public = make_checkpoint(state=rich_state()).to_dict()
+    shared: dict[str, bytes] = {}
+    first = canonical_bytes(public, POLICY, shared)
+    assert shared and canonical_bytes(public, POLICY, shared) == first
+    assert canonical_bytes(loads(dumps(public, POLICY), POLICY), POLICY, shared) == first
+    assert canonical_bytes(public, POLICY) == first

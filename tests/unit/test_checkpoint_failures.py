@@ -182,6 +182,9 @@ class HangingCursor:
     def limit(self, *args: Any) -> HangingCursor:
         return self
 
+    def batch_size(self, *args: Any) -> HangingCursor:
+        return self
+
     async def to_list(self, *args: Any) -> list[Any]:
         await asyncio.Event().wait()
         return []

@@ -18,6 +18,7 @@ import contextlib
 import copyreg
 import os
 import pickle
+import random
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ from agent_framework_mongodb import (
     MongoDBMappingError,
     MongoDBSerializationError,
 )
-from agent_framework_mongodb.codec import loads
+from agent_framework_mongodb.codec import dumps, loads
 from agent_framework_mongodb.typepolicy import TypePolicy
 from tests.unit import hostile_types
 from tests.unit.conftest import StorageFactory, make_checkpoint
@@ -219,3 +220,40 @@ async def test_not_found_is_not_confused_with_refusal(make_storage: StorageFacto
     with pytest.raises(MongoDBCheckpointNotFoundError):
         await make_storage().load("absent")
     assert os.environ.get(SENTINEL_ENV) is None
+
+
+def test_memo_writes_other_than_memoize_are_refused(sentinel: Path) -> None:
+    """The controlled pickler (protocol 5) writes only MEMOIZE; the verifier keeps its memo
+    as a list that MEMOIZE appends to and refuses BINPUT/LONG_BINPUT outright."""
+    for put in (b"q\x00", b"r\x00\x00\x00\x00"):
+        with pytest.raises(MongoDBSerializationError, match="not allowed"):
+            loads(PROTO + b"}" + put + text("state") + b"N" + b"s.", POLICY)
+    assert loads(PROTO + b"}\x94" + text("a") + b"\x94h\x01s.", POLICY) == {"a": "a"}
+
+
+def test_mutated_streams_never_execute_and_fail_in_one_category(sentinel: Path) -> None:
+    """Random byte edits of real and hostile payloads exercise the verifier's fused fast
+    paths with malformed input: every outcome is a loaded dict or a mapping-category
+    refusal, and nothing a payload names ever runs."""
+    rng = random.Random(20261129)
+    seeds = [
+        dumps({"state": [hostile_types.Plain("n", 2), {"k": ("t", 1.5)}, hostile_types.Level.LOW]},
+              POLICY),
+        *corpus(str(sentinel)).values(),
+    ]  # fmt: skip
+    for _ in range(3000):
+        payload = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(payload))
+            edit = rng.random()
+            if edit < 0.6:
+                payload[at] = rng.randrange(256)
+            elif edit < 0.8:
+                del payload[at]
+            else:
+                payload.insert(at, rng.randrange(256))
+        try:
+            assert type(loads(bytes(payload), POLICY)) is dict
+        except MongoDBMappingError as exc:
+            assert exc.category in ("serialization", "mapping")
+        assert not sentinel.exists()

@@ -9,6 +9,7 @@ in ``test_checkpoint_failures.py``; serialization in ``test_checkpoint_codec.py`
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 from agent_framework import CheckpointStorage, WorkflowCheckpointException
+from pymongo import AsyncMongoClient, monitoring
 
 import agent_framework_mongodb
 from agent_framework_mongodb import (
@@ -26,6 +28,7 @@ from agent_framework_mongodb import (
     MongoDBConcurrencyError,
     MongoDBConfigurationError,
     MongoDBInvalidCursorError,
+    MongoDBSerializationError,
 )
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.paging import encode_cursor
@@ -254,3 +257,61 @@ async def test_concurrent_saves_get_unique_positive_monotonic_sequences(
     await storages[0].save(after)
     document = await collection.find_one({"checkpoint_id": "after"})
     assert document is not None and document["sequence"] > max(sequences)
+
+
+class _Commands(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.names.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_each_page_is_one_round_trip(
+    make_storage: StorageFactory, mongo_uri: str, collection: Any
+) -> None:
+    """A page of 100 comes back in the find reply itself (no getMore per page)."""
+    writer = make_storage()
+    for i in range(205):
+        await writer.save(make_checkpoint(checkpoint_id=f"r-{i:03}"))
+    listener = _Commands()
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        mongo_uri, event_listeners=[listener]
+    )
+    try:
+        reader = make_storage(target=client[collection.database.name][collection.name])
+        listed = await reader.list_checkpoints(workflow_name=WORKFLOW_NAME)
+        ids = await reader.list_checkpoint_ids(workflow_name=WORKFLOW_NAME)
+    finally:
+        await client.close()
+    assert len(listed) == len(ids) == 205
+    assert listener.names.count("find") == 6 and "getMore" not in listener.names
+
+
+async def test_paging_restores_the_garbage_collector(
+    make_storage: StorageFactory, collection: Any
+) -> None:
+    """Pages are decoded with the collector paused; its state is always restored, also after a
+    refused document, and a caller that disabled it keeps it disabled."""
+    storage = make_storage()
+    for i in range(3):
+        await storage.save(make_checkpoint(checkpoint_id=f"g-{i}"))
+    assert gc.isenabled()
+    await storage.list_checkpoint_page(workflow_name=WORKFLOW_NAME)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        await storage.list_checkpoint_page(workflow_name=WORKFLOW_NAME)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    await collection.update_one({"checkpoint_id": "g-1"}, {"$set": {"checkpoint": b"\x80\x05."}})
+    with pytest.raises(MongoDBSerializationError):
+        await storage.list_checkpoints(workflow_name=WORKFLOW_NAME)
+    assert gc.isenabled()
