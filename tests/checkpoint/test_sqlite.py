@@ -31,6 +31,11 @@ from agentflow.errors import (
 )
 
 
+def _sqlite_threads() -> set[threading.Thread]:
+    """Our worker threads only: asyncio's executor may start threads of its own meanwhile."""
+    return {t for t in threading.enumerate() if t.name.startswith("agentflow-sqlite")}
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "checkpoints.db"
@@ -202,15 +207,15 @@ async def test_failed_open_is_retried_on_the_next_call(db: Path) -> None:
 
 
 async def test_close_stops_threads_and_connections(db: Path) -> None:
-    before = set(threading.enumerate())
+    before = _sqlite_threads()
     cp = SqliteCheckpointer(db)
-    assert set(threading.enumerate()) == before  # nothing starts before first use
+    assert _sqlite_threads() == before  # nothing starts before first use
     await cp.put(make_checkpoint("t", 0))
     assert await cp.get("t") is not None
-    assert len(set(threading.enumerate()) - before) == 2
+    assert len(_sqlite_threads() - before) == 2
     await cp.close()
     await cp.close()
-    assert set(threading.enumerate()) - before == set()
+    assert _sqlite_threads() - before == set()
     # The last connection to close folds the WAL back into the file and removes it.
     assert not await asyncio.to_thread(Path(f"{db}-wal").exists)
     with pytest.raises(CheckpointError, match="closed"):
@@ -218,19 +223,19 @@ async def test_close_stops_threads_and_connections(db: Path) -> None:
 
 
 async def test_checkpointers_on_one_file_share_their_threads(db: Path) -> None:
-    before = set(threading.enumerate())
+    before = _sqlite_threads()
     async with SqliteCheckpointer(db, namespace="a") as a, SqliteCheckpointer(db) as b:
         writes = [cp.put(make_checkpoint("t", i)) for i in range(20) for cp in (a, b)]
         await asyncio.gather(*writes)
-        assert len(set(threading.enumerate()) - before) == 2
+        assert len(_sqlite_threads() - before) == 2
         async with SqliteCheckpointer(db, synchronous="NORMAL") as c:
             assert await c.get("t") is not None  # other settings, threads of its own
-            assert len(set(threading.enumerate()) - before) == 4
+            assert len(_sqlite_threads() - before) == 4
         await a.close()
         latest = await b.get("t")
         assert latest is not None and latest.step == 19 and latest.revision == 1
-        assert len(set(threading.enumerate()) - before) == 2
-    assert set(threading.enumerate()) - before == set()
+        assert len(_sqlite_threads() - before) == 2
+    assert _sqlite_threads() - before == set()
 
 
 async def test_close_finishes_queued_writes(db: Path) -> None:
