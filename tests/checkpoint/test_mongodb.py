@@ -201,7 +201,7 @@ async def test_reads_and_listing_walk_indexes(store: Store) -> None:
         assert statuses["docsExamined"] == 10 and statuses["keysExamined"] <= 21, statuses
 
 
-async def test_listing_long_threads_takes_bounded_growing_windows(store: Store) -> None:
+async def test_listing_long_threads_takes_windows_sized_by_what_it_saw(store: Store) -> None:
     async with store.open() as cp:
         for thread in ("a", "b", "c"):
             await store.raw.insert_many(
@@ -224,8 +224,9 @@ async def test_listing_long_threads_takes_bounded_growing_windows(store: Store) 
     ]
     assert [i.thread for i in rest.threads] == ["c"] and rest.next_cursor is None
     windows = [op for op in await _profiled(store) if "aggregate" in op["command"]]
-    # 16 keys per thread of a 3-thread peek, four times more each round trip.
-    assert [w["keysExamined"] for w in windows] == [48, 192, 300]
+    # 16 keys per thread of a 3-thread peek; then at least twice the last window, or
+    # 1.25 times the keys per thread seen for each thread still needed.
+    assert [w["keysExamined"] for w in windows] == [48, 120, 240]
     assert all(w["docsExamined"] == 0 for w in windows)
 
 

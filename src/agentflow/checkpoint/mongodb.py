@@ -54,8 +54,8 @@ __all__ = ["MongoCheckpointer"]
 _BACKEND = "mongodb"
 #: Checkpoints per history round trip: bounds memory, amortizes the round trip.
 _HISTORY_BATCH = 256
-#: Index keys a listing round trip reads at first, per thread it still needs, and
-#: at most: threads with many steps take further round trips, each a bounded scan.
+#: Index keys a listing round trip reads at first, per thread it needs, and at most:
+#: threads with many steps take further round trips, each a bounded scan.
 _KEYS_PER_THREAD = 16
 _MAX_WINDOW = 65_536
 #: Expiry times are rounded up to this many seconds (or the ttl if shorter), so
@@ -332,7 +332,7 @@ class MongoCheckpointer(AsyncClosing):
         Each round trip reads a bounded window of the listing index, newest step
         first within a thread, and keeps each thread's first key. Every thread
         whose first key is in the window is complete, the last one included, so
-        the next window starts after it; windows grow while threads are long.
+        the next window starts after it, sized by the keys per thread seen.
         """
         found: list[tuple[str, int]] = []
         window = min(_MAX_WINDOW, _KEYS_PER_THREAD * count)
@@ -352,5 +352,7 @@ class MongoCheckpointer(AsyncClosing):
             if sum(g["keys"] for g in groups) < window:
                 break
             after = groups[-1]["_id"]
-            window = min(_MAX_WINDOW, window * 4)
+            # Size the next window by the keys per thread seen so far, at least doubling.
+            wanted = math.ceil(1.25 * window / len(groups) * (count - len(found)))
+            window = min(_MAX_WINDOW, max(2 * window, wanted))
         return found[:count]
