@@ -55,9 +55,20 @@ def canonical_bytes(
 
     ``strings`` memoizes the encoding of exact ``str`` values (a pure function
     of the value); one save passes the same dict to both of its walks.
+
+    The first walk keeps no set of visited containers: a cycle can only make
+    it recurse until ``RecursionError``. Then, and for state nested that
+    deeply, the walk is repeated with cycle tracking, which names the cycle
+    (or the depth) in a ``MongoDBMappingError``. Both walks produce the same
+    bytes for every acyclic value.
     """
+    memo = {} if strings is None else strings
     try:
-        return _DOMAIN + _walker(policy, {} if strings is None else strings)(value)
+        return _DOMAIN + _walker(policy, memo, track=False)(value)
+    except RecursionError:
+        pass
+    try:
+        return _DOMAIN + _walker(policy, memo, track=True)(value)
     except RecursionError as exc:
         raise MongoDBMappingError("checkpoint state is nested too deeply to encode") from exc
 
@@ -79,19 +90,27 @@ def _cycle() -> MongoDBMappingError:
     return MongoDBMappingError("checkpoint state contains a reference cycle")
 
 
-def _walker(policy: TypePolicy, strings: dict[str, bytes]) -> Callable[[Any], bytes]:
+# "<count>:" for the item counts of almost every real container.
+_COUNTS = [b"%d:" % n for n in range(256)]
+
+
+def _walker(
+    policy: TypePolicy, strings: dict[str, bytes], *, track: bool
+) -> Callable[[Any], bytes]:
     """One depth-first walk as closures (locals are the walk's main cost).
 
-    ``path`` holds the ids of the containers being visited, for cycle
-    detection. Strings, ints, bools and None, which dominate real state, are
-    encoded inline by the container loops; the bytes are exactly what
-    ``encode`` returns for them.
+    With ``track``, ``path`` holds the ids of the containers being visited
+    and a revisit raises the cycle error. Strings, ints, bools, dicts and
+    lists, which dominate real state, are dispatched inline by the container
+    loops; the bytes are exactly what ``encode`` returns for them. Each
+    container's bytes are joined once, with its header as the first part.
     """
     path: set[int] = set()
     enter, leave = path.add, path.discard
     check = policy.check_value_type
     memo = strings
     get = memo.get
+    counts = _COUNTS
 
     def text(value: str) -> bytes:
         encoded = memo.get(value)
@@ -100,11 +119,14 @@ def _walker(policy: TypePolicy, strings: dict[str, bytes]) -> Callable[[Any], by
             encoded = memo[value] = b"s%d:%s" % (len(data), data)
         return encoded
 
+    def header(tag: bytes, count: int) -> bytes:
+        return tag + (counts[count] if count < 256 else b"%d:" % count)
+
     def mapping(value: dict[Any, Any]) -> bytes:
-        marker = id(value)
-        if marker in path:
-            raise _cycle()
-        enter(marker)
+        if track:
+            if id(value) in path:
+                raise _cycle()
+            enter(id(value))
         parts: list[bytes] = []
         append = parts.append
         for k, v in value.items():
@@ -115,36 +137,44 @@ def _walker(policy: TypePolicy, strings: dict[str, bytes]) -> Callable[[Any], by
             elif cls is dict:
                 append(key + mapping(v))
             elif cls is int:
-                append(b"%si%d;" % (key, v))
+                append(key + b"i%d;" % v)
+            elif cls is list:
+                append(key + sequence(v, b"l"))
             elif cls is bool:
                 append(key + (b"T" if v else b"F"))
             else:
                 append(key + encode(v))
-        leave(marker)
+        if track:
+            leave(id(value))
         if len(parts) > 1:
             parts.sort()
-        return b"d%d:%s" % (len(parts), b"".join(parts))
+        parts.insert(0, header(b"d", len(parts)))
+        return b"".join(parts)
 
     def sequence(value: list[Any] | tuple[Any, ...], tag: bytes) -> bytes:
-        marker = id(value)
-        if marker in path:
-            raise _cycle()
-        enter(marker)
+        if track:
+            if id(value) in path:
+                raise _cycle()
+            enter(id(value))
         parts = [
             (get(v) or text(v)) if type(v) is str else encode(v)
             for v in value
         ]  # fmt: skip
-        leave(marker)
-        return b"%s%d:%s" % (tag, len(parts), b"".join(parts))
+        if track:
+            leave(id(value))
+        parts.insert(0, header(tag, len(parts)))
+        return b"".join(parts)
 
     def members(value: set[Any] | frozenset[Any], tag: bytes) -> bytes:
-        marker = id(value)
-        if marker in path:
-            raise _cycle()
-        enter(marker)
+        if track:
+            if id(value) in path:
+                raise _cycle()
+            enter(id(value))
         parts = sorted([encode(v) for v in value])
-        leave(marker)
-        return b"%s%d:%s" % (tag, len(parts), b"".join(parts))
+        if track:
+            leave(id(value))
+        parts.insert(0, header(tag, len(parts)))
+        return b"".join(parts)
 
     def encode(value: Any) -> bytes:
         cls = type(value)
@@ -191,12 +221,13 @@ def _walker(policy: TypePolicy, strings: dict[str, bytes]) -> Callable[[Any], by
         if isinstance(value, type):
             return class_reference(value)
         check(cls)
-        marker = id(value)
-        if marker in path:
-            raise _cycle()
-        enter(marker)
+        if track:
+            if id(value) in path:
+                raise _cycle()
+            enter(id(value))
         state = encode(object_state(value))
-        leave(marker)
+        if track:
+            leave(id(value))
         return b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), state)
 
     def class_reference(cls: type) -> bytes:

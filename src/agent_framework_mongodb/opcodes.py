@@ -12,10 +12,13 @@ on without constructing, importing or calling anything:
 * ``BUILD`` may restore only what ``NEWOBJ`` created; ``APPEND(S)``,
   ``SETITEM(S)`` and ``ADDITEMS`` may target only real lists, dicts and sets;
 * every other opcode (``EXT*``, ``INST``, ``OBJ``, persistent IDs,
-  out-of-band buffers, protocol 0/1 text opcodes) is refused.
+  out-of-band buffers, protocol 0/1 text opcodes, and the ``BINPUT``/
+  ``LONG_BINPUT`` memo writes a protocol 5 pickler never emits) is refused.
 
 It reads opcodes itself rather than through ``pickletools.genops``: this is
-on every load's path, and one tight loop is several times faster. Kinds are
+on every load's path, and one tight loop is several times faster. The
+frequent opcodes are compared inline; the rest dispatch through a table of
+per-opcode handlers built from the argument-size tables below. Kinds are
 interned strings, ints (a string's opcode offset) and a few small objects, so
 the walk allocates almost nothing the garbage collector must track: listing
 a long run holds many live objects, and every tracked allocation here would

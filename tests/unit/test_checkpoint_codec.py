@@ -271,8 +271,9 @@ async def test_unsupported_values_are_refused_before_io(
 
 @pytest.mark.parametrize("name", ["list", "dict", "object"])
 async def test_cycles_are_mapping_errors_before_io(recording: CollectionProxy, name: str) -> None:
-    """Seed: "Cycles ... fail before sequence allocation with a stable MongoDBMappingError"."""
-    with pytest.raises(MongoDBMappingError) as caught:
+    """Seed: "Cycles ... fail before sequence allocation with a stable MongoDBMappingError"
+    (named as a cycle: the untracked first walk hands over to the tracking one)."""
+    with pytest.raises(MongoDBMappingError, match="reference cycle") as caught:
         await storage_on(recording).save(make_checkpoint(state={"v": cyclic_values()[name]}))
     assert caught.value.category == "mapping"
     assert recording.calls == []
@@ -303,3 +304,15 @@ def test_shared_string_memo_leaves_canonical_bytes_unchanged() -> None:
     assert shared and canonical_bytes(public, POLICY, shared) == first
     assert canonical_bytes(loads(dumps(public, POLICY), POLICY), POLICY, shared) == first
     assert canonical_bytes(public, POLICY) == first
+
+
+def test_deep_acyclic_state_encodes_and_too_deep_state_is_a_mapping_error() -> None:
+    deep: Any = "leaf"
+    for _ in range(100):
+        deep = {"k": [deep]}
+    assert canonical_bytes(deep, POLICY) == canonical_bytes(loads(dumps(deep, POLICY), POLICY),
+                                                            POLICY)  # fmt: skip
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(MongoDBMappingError, match="nested too deeply"):
+        canonical_bytes(deep, POLICY)
