@@ -91,19 +91,6 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
         if op == 0x68:  # BINGET
             push(memo[data[i + 1]])
             i += 2
-        elif op == 0x8C:  # SHORT_BINUNICODE, usually followed by MEMOIZE
-            push(i)
-            start = i
-            i += 2 + data[i + 1]
-            if data[i] == 0x94:
-                remember(start)
-                i += 1
-        elif op == 0x94:  # MEMOIZE
-            remember(stack[-1])
-            i += 1
-        elif op == 0x28:  # MARK
-            mark(len(stack))
-            i += 1
         elif op == 0x7D:  # EMPTY_DICT, usually followed by MEMOIZE and MARK
             push(dict_kind)
             i += 1
@@ -118,6 +105,13 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
             if stack[-1] is not dict_kind:
                 raise _refuse("container opcodes must target a plain list, dict or set")
             i += 1
+        elif op == 0x8C:  # SHORT_BINUNICODE, usually followed by MEMOIZE
+            push(i)
+            start = i
+            i += 2 + data[i + 1]
+            if data[i] == 0x94:
+                remember(start)
+                i += 1
         elif op == 0x5D:  # EMPTY_LIST, usually followed by MEMOIZE and MARK
             push(list_kind)
             i += 1
@@ -131,6 +125,12 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
             del stack[marks.pop() :]
             if stack[-1] is not list_kind:
                 raise _refuse("container opcodes must target a plain list, dict or set")
+            i += 1
+        elif op == 0x94:  # MEMOIZE
+            remember(stack[-1])
+            i += 1
+        elif op == 0x28:  # MARK
+            mark(len(stack))
             i += 1
         elif op in {0x88, 0x89, 0x4E}:  # NEWTRUE, NEWFALSE, NONE
             push(value)
