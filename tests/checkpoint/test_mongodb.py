@@ -61,7 +61,9 @@ async def test_owned_client_is_closed_once_and_injected_client_stays_open(store:
         await owned.get("t")
     async with store.open() as injected:
         assert await injected.get("t") is not None
-    assert await store.raw.count_documents({}) == 1  # one document per checkpoint, nothing else
+    # One document per checkpoint, and one registry entry per thread.
+    assert await store.raw.count_documents({"s": {"$exists": True}}) == 1
+    assert await store.raw.count_documents({"tn": {"$exists": True}}) == 1
 
 
 async def test_bad_configuration_is_refused(store: Store) -> None:
@@ -112,10 +114,15 @@ async def test_setup_is_idempotent_and_creates_no_ttl_index_without_ttl(store: S
         await cp.setup()
         await cp.put(make_checkpoint("t", 0))
     indexes = await store.raw.index_information()
-    assert set(indexes) == {"_id_", "agentflow_threads"}
+    assert set(indexes) == {"_id_", "agentflow_threads", "agentflow_thread_registry"}
     threads = indexes["agentflow_threads"]
     assert threads["key"] == [("n", 1), ("t", 1), ("s", -1)]
     assert not threads.get("unique") and "partialFilterExpression" not in threads
+    registry = indexes["agentflow_thread_registry"]
+    assert registry["key"] == [("tn", 1), ("tt", 1)]
+    assert registry["partialFilterExpression"] == {"tn": {"$exists": True}}
+    entry = await store.raw.find_one({"_id": {"n": "", "t": "t"}})
+    assert entry == {"_id": {"n": "", "t": "t"}, "tn": "", "tt": "t"}
 
 
 async def test_payload_is_binary_and_hostile_state_round_trips(store: Store) -> None:
@@ -187,47 +194,135 @@ async def test_reads_and_listing_walk_indexes(store: Store) -> None:
     assert [i.thread for i in second.threads] == [f"thread-{i:03d}" for i in range(10, 20)]
     assert all(i.latest_step == 4 for i in second.threads)
     ops = await _profiled(store)
-    # One latest read, then per page one covered window of the listing index and
-    # one status read of exactly the page's latest checkpoints.
+    # One latest read, then per page one aggregation: a keyset range of the registry
+    # index joined to one key of the listing index per thread.
     assert [op["planSummary"] for op in ops] == [
         "IXSCAN { _id: 1 }",
-        *["IXSCAN { n: 1, t: 1, s: -1 }", "IXSCAN { _id: 1 }"] * 2,
+        *["IXSCAN { tn: 1, tt: 1 }"] * 2,
     ]
-    for window in ops[1::2]:
-        assert "aggregate" in window["command"], window
-        # 16 keys per thread of an 11-thread peek: a bounded part of the 300 keys.
-        assert window["docsExamined"] == 0 and window["keysExamined"] <= 16 * 11, window
-    for statuses in ops[2::2]:
-        assert statuses["docsExamined"] == 10 and statuses["keysExamined"] <= 21, statuses
+    for listing in ops[1:]:
+        assert "aggregate" in listing["command"], listing
+        # 11 registry entries (a page and a peek), each with its latest checkpoint.
+        assert listing["nreturned"] == 11, listing
+        assert listing["keysExamined"] <= 2 * 11 and listing["docsExamined"] <= 2 * 11, listing
 
 
-async def test_listing_long_threads_takes_windows_sized_by_what_it_saw(store: Store) -> None:
-    async with store.open() as cp:
+async def _page_cost(store: Store, steps: int) -> list[tuple[int, int]]:
+    """``(keysExamined, docsExamined)`` of each listing round trip over 3 threads of
+    ``steps`` checkpoints each, paged 2 at a time (the lookup's work included)."""
+    async with store.open(namespace=f"len-{steps}") as cp:
         for thread in ("a", "b", "c"):
+            await cp.put(make_checkpoint(thread, 0))
             await store.raw.insert_many(
                 [
-                    {"_id": _key(thread, s), "n": "", "t": thread, "s": s, "rev": 1}
-                    for s in range(299)
+                    {"_id": _key(thread, s, f"len-{steps}"), "n": f"len-{steps}", "t": thread}
+                    | {"s": s, "rev": 1}
+                    for s in range(1, steps - 1)
                 ]
             )
-            await cp.put(make_checkpoint(thread, 299, interrupted=True, next=("n",)))
+            await cp.put(make_checkpoint(thread, steps - 1, interrupted=True, next=("n",)))
         db = store.client[store.database]
         await db.command("profile", 2)
         try:
             page = await cp.list_threads_page(limit=2)
+            rest = await cp.list_threads_page(limit=2, cursor=page.next_cursor)
         finally:
             await db.command("profile", 0)
-        rest = await cp.list_threads_page(limit=2, cursor=page.next_cursor)
     assert [(i.thread, i.latest_step, i.interrupted) for i in page.threads] == [
-        ("a", 299, True),
-        ("b", 299, True),
+        ("a", steps - 1, True),
+        ("b", steps - 1, True),
     ]
     assert [i.thread for i in rest.threads] == ["c"] and rest.next_cursor is None
-    windows = [op for op in await _profiled(store) if "aggregate" in op["command"]]
-    # 16 keys per thread of a 3-thread peek; then at least twice the last window, or
-    # 1.25 times the keys per thread seen for each thread still needed.
-    assert [w["keysExamined"] for w in windows] == [48, 120, 240]
-    assert all(w["docsExamined"] == 0 for w in windows)
+    ops = [op for op in await _profiled(store) if "aggregate" in op["command"]]
+    await db["system.profile"].drop()
+    return [(op["keysExamined"], op["docsExamined"]) for op in ops]
+
+
+async def test_a_listing_page_costs_the_same_whatever_the_threads_length(store: Store) -> None:
+    short, long = await _page_cost(store, 5), await _page_cost(store, 2_000)
+    # Per round trip: the registry entries read (page + peek, or what is left) and
+    # one key of the listing index per entry; nothing grows with the 2,000 steps.
+    assert short == long == [(6, 6), (2, 2)], (short, long)
+    explained = await store.client[store.database].command(
+        "explain",
+        {
+            "aggregate": "checkpoints",
+            "pipeline": [
+                {"$match": {"tn": "len-2000"}},
+                {"$sort": {"tn": 1, "tt": 1}},
+                {"$limit": 3},
+                {
+                    "$lookup": {
+                        "from": "checkpoints",
+                        "let": {"t": "$tt"},
+                        "pipeline": [
+                            {"$match": {"n": "len-2000", "$expr": {"$eq": ["$t", "$$t"]}}},
+                            {"$sort": {"s": -1}},
+                            {"$limit": 1},
+                        ],
+                        "as": "latest",
+                    }
+                },
+            ],
+            "cursor": {},
+        },
+        verbosity="executionStats",
+    )
+    [lookup] = [stage["$lookup"] | stage for stage in explained["stages"] if "$lookup" in stage]
+    assert lookup["indexesUsed"] == ["agentflow_threads"] and lookup["collectionScans"] == 0
+    assert lookup["totalKeysExamined"] == 3, lookup
+
+
+async def test_deleted_threads_leave_a_marked_entry_that_listing_skips_then_removes(
+    store: Store,
+) -> None:
+    async with store.open() as writer, store.open() as deleter:
+        for thread in ("a", "b", "c"):
+            await writer.put(make_checkpoint(thread, 0))
+        await deleter.delete_thread("b")
+        assert await deleter.prune("c", before_step=1) == 1
+        entries = {e["tt"]: e async for e in store.raw.find({"tn": ""})}
+        assert set(entries) == {"a", "b", "c"}
+        assert "empty_since" not in entries["a"]
+        assert isinstance(entries["b"]["empty_since"], datetime)
+        # The writer's registration is fresh, so its put skips it: the marked entry
+        # still lists the thread, and a listing never deletes an entry with checkpoints.
+        await writer.put(make_checkpoint("c", 5))
+        assert [(i.thread, i.latest_step) for i in await deleter.list_threads()] == [
+            ("a", 0),
+            ("c", 5),
+        ]
+        # Once the mark is older than the grace period, a listing deletes the entry...
+        old = datetime.now(UTC) - timedelta(hours=1)
+        await store.raw.update_many(
+            {"empty_since": {"$exists": True}}, {"$set": {"empty_since": old}}
+        )
+        assert [i.thread for i in await deleter.list_threads()] == ["a", "c"]
+        assert {e["tt"] async for e in store.raw.find({"tn": ""})} == {"a", "c"}
+        # ...and the next put of the thread registers it again.
+        await deleter.put(make_checkpoint("b", 1))
+        assert [i.thread for i in await writer.list_threads()] == ["a", "b", "c"]
+        assert await store.raw.count_documents({"empty_since": {"$exists": True}}) == 1  # "c"
+
+
+async def test_a_checkpoint_without_its_entry_is_registered_again_by_the_cleanup(
+    store: Store,
+) -> None:
+    """A put landing after a grace-old entry was deleted: the cleanup's re-check
+    after its delete finds the checkpoint and puts the entry back."""
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("t", 0))
+        await cp.delete_thread("t")
+        old = datetime.now(UTC) - timedelta(hours=1)
+        await store.raw.update_one({"tt": "t"}, {"$set": {"empty_since": old}})
+        [row] = await cp._entries(None, 10)
+        assert row["latest"] == []
+        await store.raw.insert_one(
+            {"_id": _key("t", 3), "n": "", "t": "t", "s": 3, "rev": 1} | {"late": True}
+        )
+        await cp._clean(row)
+        entry = await store.raw.find_one({"_id": {"n": "", "t": "t"}})
+        assert entry is not None and "empty_since" not in entry
 
 
 async def test_history_streams_in_bounded_batches(store: Store) -> None:
@@ -304,7 +399,7 @@ async def test_listing_follows_the_real_latest_step(store: Store) -> None:
         await cp.put(make_checkpoint("t", 1))
         await store.raw.delete_one({"_id": _key("t", 1)})
         assert [(i.thread, i.latest_step) for i in await cp.list_threads()] == [("t", 0)]
-    assert await store.raw.count_documents({}) == 1
+    assert await store.raw.count_documents({"s": {"$exists": True}}) == 1
 
 
 async def test_prune_and_delete_racing_puts_leave_a_true_listing(store: Store) -> None:
@@ -352,7 +447,7 @@ async def test_ttl_index_and_every_document_of_the_thread_expires_together(store
         assert indexes["agentflow_expiry"]["expireAfterSeconds"] == 0
         assert indexes["agentflow_expiry"]["key"] == [("expires_at", 1)]
         docs = await store.raw.find({"_id.t": "t"}).to_list()
-        assert len(docs) == 3
+        assert len(docs) == 4  # three checkpoints and the registry entry
         expiries = {d["expires_at"].replace(tzinfo=UTC) for d in docs}
         assert len(expiries) == 1
         [expires] = expiries
@@ -367,7 +462,7 @@ async def test_ttl_index_and_every_document_of_the_thread_expires_together(store
     async with store.open(ttl=3_600) as cp:
         await cp.put(make_checkpoint("t", 3))
         docs = await store.raw.find({"_id.t": "t"}).to_list()
-        assert len(docs) == 4
+        assert len(docs) == 5
         refreshed = {d["expires_at"].replace(tzinfo=UTC) for d in docs}
         assert len(refreshed) == 1 and min(refreshed) >= expires
         other = await store.raw.find_one({"_id": _key("other", 0)})
@@ -550,6 +645,9 @@ async def test_replica_set_retries_a_landed_put_exactly_once(replica_set: Mongod
         MongoCheckpointer(client=client, database="retry") as cp,
     ):
         # A new step is an insert, a stored one an update (unconditional or compare-and-set).
+        # Registered first: a put of a thread this checkpointer registered within the
+        # last minute is one insert, or one update of a stored step.
+        await cp.put(make_checkpoint("t", 9))
         for step, if_revision, command in (
             (0, None, "insert"),
             (0, None, "update"),
@@ -566,6 +664,7 @@ async def test_replica_set_retries_a_landed_put_exactly_once(replica_set: Mongod
         AsyncMongoClient[Doc](replica_set.uri + "&retryWrites=false") as client,
         MongoCheckpointer(client=client, database="retry") as cp,
     ):
+        await cp.put(make_checkpoint("t", 8))
         await _fail_next_write_after_writing(client, "insert")
         with pytest.raises(StoreUnavailable) as info:
             await cp.put(make_checkpoint("t", 2))

@@ -1,11 +1,15 @@
 """A MongoDB checkpointer on PyMongo's native asyncio client.
 
 One collection holds one document per checkpoint, keyed ``_id: {n: namespace,
-t: thread, s: step}``, with ``n, t, s`` repeated at the top level for the listing
-index ``(n, t, s desc)``. A put is one ``insert_one`` (an existing step falls back
-to one atomic ``$inc`` update), and there is no second document to keep in step:
-the listing reads the first index key of each thread, which is its latest step.
-docs/mongodb.md has the layout, indexes and guarantees.
+t: thread, s: step}``, with ``n, t, s`` repeated at the top level for the index
+``(n, t, s desc)``, and one small registry entry per thread, ``_id: {n, t}``,
+with ``tn, tt`` repeated for the registry index. A put of a thread this
+checkpointer registered within the last minute is one ``insert_one`` (an
+existing step falls back to one atomic ``$inc`` update); otherwise one ordered
+write registers the thread (a no-op match for a known thread) and creates the
+step. A listing page is a keyset range of registry entries, each joined to its
+thread's latest checkpoint by one index seek. docs/mongodb.md has the layout,
+indexes, races and guarantees.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from bson import MaxKey, MinKey
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import ConfigurationError, DuplicateKeyError, InvalidName
 from pymongo.write_concern import WriteConcern
 
 from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
 from agentflow.checkpoint.codec import (
+    EncodedCheckpoint,
     encode,
     parse_instant,
     validate_namespace,
@@ -34,14 +39,15 @@ from agentflow.checkpoint.codec import (
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
 from agentflow.checkpoint.mongodb_documents import (
     PAYLOAD,
+    REGISTRY_INDEX,
     STATUS,
-    THREADS_INDEX,
     Document,
     check_size,
     decode_document,
     driver_errors,
     indexes,
     new_document,
+    registration,
     rewrite,
     thread_info,
 )
@@ -54,18 +60,22 @@ __all__ = ["MongoCheckpointer"]
 _BACKEND = "mongodb"
 #: Checkpoints per history round trip: bounds memory, amortizes the round trip.
 _HISTORY_BATCH = 256
-#: Index keys a listing round trip reads at first, per thread it needs, and at most:
-#: threads with many steps take further round trips, each a bounded scan.
-_KEYS_PER_THREAD = 16
-_MAX_WINDOW = 65_536
+#: Registry entries a listing round trip reads at most.
+_LIST_BATCH = 1_000
 #: Expiry times are rounded up to this many seconds (or the ttl if shorter), so
 #: every write of a thread within one bucket finds its older documents already
 #: refreshed and the refresh touches nothing.
 _TTL_BUCKET_S = 60.0
-#: Threads whose expiry this checkpointer pushed back in the current bucket; the
-#: memo is dropped when it grows past this, costing one no-op refresh per thread.
-_REFRESH_MEMO = 10_000
-_NEWEST_FIRST = {"n": 1, "t": 1, "s": -1}
+#: A put skips the registration of its thread when this checkpointer registered it
+#: less than this long ago (and, with ttl, in the same expiry bucket).
+_MEMO_S = 60.0
+#: A registry entry marked empty is deleted only once the mark is this old, and a put
+#: that ends this long after its thread's registration registers it again: so no
+#: registration a put relied on can be removed before the put's checkpoint is visible.
+_GRACE_S = 300.0
+#: Threads this checkpointer registered recently; dropped when it grows past this,
+#: costing one no-op registration per thread.
+_REGISTRY_MEMO = 10_000
 
 
 class MongoCheckpointer(AsyncClosing):
@@ -116,7 +126,7 @@ class MongoCheckpointer(AsyncClosing):
         self._setup_lock = asyncio.Lock()
         self._set_up = False
         self._closed = False
-        self._refreshed: dict[str, datetime] = {}
+        self._registered: dict[str, tuple[float, datetime | None]] = {}
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -163,6 +173,11 @@ class MongoCheckpointer(AsyncClosing):
         """
         return {"n": self._ns, "t": thread, "s": step}
 
+    def _entry(self, thread: str) -> Document:
+        """The ``_id`` of a thread's registry entry: a prefix of its checkpoints' ``_id``,
+        so it sorts just before them and outside every ``_steps`` range."""
+        return {"n": self._ns, "t": thread}
+
     def _steps(self, thread: str, before: int | None = None) -> Document:
         """An ``_id`` range over the thread's checkpoints."""
         low = self._key(thread, MinKey())
@@ -182,33 +197,80 @@ class MongoCheckpointer(AsyncClosing):
         if not self._set_up:
             await self._ready()
         thread, step = enc.thread, enc.step
-        expires = None
-        if self._ttl is not None:
-            expires = self._expiry()
-            await self._refresh_expiry(thread, expires)
+        expires = self._expiry() if self._ttl is not None else None
         with driver_errors("put"):
-            if not if_revision:
-                # Most puts write a new step: a plain insert, revision 1, one index
-                # entry besides _id. The _id index refuses an existing step.
+            if if_revision:
+                # A compare-and-set rewrites a stored step: it never creates a
+                # checkpoint, so the thread is registered already.
+                update = rewrite(self._ns, enc, expires)
+                key = self._key(thread, step)
+                result = await self._coll.update_one({"_id": key, "rev": if_revision}, update)
+                if result.matched_count != 1:
+                    await self._conflict(thread, step, if_revision)
+                return f"{thread}:{step}"
+            memo = self._registered.get(thread)
+            now = time.monotonic()
+            if memo is not None and memo[1] == expires and now - memo[0] < _MEMO_S:
+                registered_at = memo[0]
+                # Most puts write a new step of a registered thread: a plain insert,
+                # revision 1. The _id index refuses an existing step.
                 try:
                     await self._coll.insert_one(new_document(self._ns, enc, expires))
-                    return f"{thread}:{step}"
+                    created = True
                 except DuplicateKeyError:
-                    if if_revision == 0:
-                        await self._conflict(thread, step, 0)
+                    created = False
+            else:
+                registered_at = now
+                created = await self._register_and_create(enc, expires)
+            if not created:
+                if if_revision == 0:
+                    await self._conflict(thread, step, 0)
                 # The step exists: one atomic increment. Equality on _id only, so if
                 # a delete removed the step meanwhile the upsert inserts revision 1,
                 # and the server retries a racing upsert's duplicate key itself:
                 # concurrent unconditional puts never lose a revision.
                 update = rewrite(self._ns, enc, expires)
                 await self._coll.update_one({"_id": self._key(thread, step)}, update, upsert=True)
-            else:
-                update = rewrite(self._ns, enc, expires)
-                key = self._key(thread, step)
-                result = await self._coll.update_one({"_id": key, "rev": if_revision}, update)
-                if result.matched_count != 1:
-                    await self._conflict(thread, step, if_revision)
+            if time.monotonic() - registered_at >= _GRACE_S:
+                # A put this slow may land after a cleanup trusted the registration's
+                # age: register again, after the checkpoint is written.
+                await self._coll.update_one(
+                    {"_id": self._entry(thread)},
+                    registration(self._ns, thread, expires),
+                    upsert=True,
+                )
         return f"{thread}:{step}"
+
+    async def _register_and_create(self, enc: EncodedCheckpoint, expires: datetime | None) -> bool:
+        """Register the thread and create the step if absent, in one ordered write.
+
+        With ttl the same write first pushes back the expiry of the thread's older
+        checkpoints. Returns whether the step was created (revision 1); the memo
+        then lets this checkpointer's further puts of the thread skip all but the
+        insert for ``_MEMO_S`` seconds, within one expiry bucket.
+        """
+        thread, started = enc.thread, time.monotonic()
+        doc = new_document(self._ns, enc, expires)
+        key = doc.pop("_id")
+        ops: list[UpdateOne | UpdateMany] = []
+        if expires is not None:
+            ops.append(
+                UpdateMany(
+                    {"n": self._ns, "t": thread, "expires_at": {"$not": {"$gte": expires}}},
+                    {"$set": {"expires_at": expires}},
+                )
+            )
+        ops.append(
+            UpdateOne(
+                {"_id": self._entry(thread)}, registration(self._ns, thread, expires), upsert=True
+            )
+        )
+        ops.append(UpdateOne({"_id": key}, {"$setOnInsert": doc}, upsert=True))
+        result = await self._coll.bulk_write(ops)
+        if len(self._registered) >= _REGISTRY_MEMO:
+            self._registered.clear()
+        self._registered[thread] = (started, expires)
+        return len(ops) - 1 in (result.upserted_ids or {})
 
     async def _conflict(self, thread: str, step: int, expected: int) -> NoReturn:
         """Raise the conflict of a lost compare-and-set, with the revision stored now."""
@@ -221,29 +283,11 @@ class MongoCheckpointer(AsyncClosing):
         deadline = math.ceil((time.time() + self._ttl) / bucket) * bucket
         return datetime.fromtimestamp(deadline, UTC)
 
-    async def _refresh_expiry(self, thread: str, expires: datetime) -> None:
-        """Push back the expiry of every document of ``thread`` to ``expires``.
-
-        Runs before the checkpoint write, so a failure here stores nothing but a
-        longer life. Skipped when this checkpointer already refreshed the thread
-        in the same bucket: every document it wrote since carries the bucket, and
-        other writers of the thread refresh to the same bucket themselves.
-        """
-        if self._refreshed.get(thread) == expires:
-            return
-        with driver_errors("put"):
-            await self._coll.update_many(
-                {"n": self._ns, "t": thread, "expires_at": {"$not": {"$gte": expires}}},
-                {"$set": {"expires_at": expires}},
-            )
-        if len(self._refreshed) >= _REFRESH_MEMO:
-            self._refreshed.clear()
-        self._refreshed[thread] = expires
-
     async def delete_thread(self, thread: str) -> None:
         thread = validate_thread(thread)
         with driver_errors("delete"):
             await self._coll.delete_many({"_id": self._steps(thread)})
+            await self._mark_if_empty(thread)
 
     async def prune(
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
@@ -254,7 +298,23 @@ class MongoCheckpointer(AsyncClosing):
         if older_than is not None:
             query["ts_us"] = {"$lt": parse_instant(older_than, what="older_than")}
         with driver_errors("delete"):
-            return (await self._coll.delete_many(query)).deleted_count
+            deleted = (await self._coll.delete_many(query)).deleted_count
+            if deleted:
+                await self._mark_if_empty(thread)
+        return deleted
+
+    async def _mark_if_empty(self, thread: str) -> None:
+        """Mark the thread's registry entry empty (server time) if no checkpoint is left.
+
+        The entry stays, so no put that relied on it is hidden; a registration
+        clears the mark, and a listing deletes an entry once its mark is
+        ``_GRACE_S`` old and the thread still has no checkpoint.
+        """
+        if await self._coll.find_one({"_id": self._steps(thread)}, {"_id": 1}) is None:
+            await self._coll.update_one(
+                {"_id": self._entry(thread), "empty_since": {"$exists": False}},
+                [{"$set": {"empty_since": "$$NOW"}}],
+            )
 
     # -- reads -------------------------------------------------------------
 
@@ -305,54 +365,80 @@ class MongoCheckpointer(AsyncClosing):
     ) -> tuple[str | None, list[ThreadInfo]]:
         """A page of threads after ``after``, with the status of each latest checkpoint.
 
-        The latest steps come from covered scans of the listing index, then the
-        statuses from one indexed ``$in``; a latest step deleted in between costs
-        one more read, and a thread with no checkpoint left is skipped. With
-        ``peek``, one thread more is found to tell whether another page follows;
-        the last thread of this page is returned when one does.
+        Each round trip reads a keyset range of registry entries and, joined to
+        each, the thread's latest checkpoint: one key of the listing index per
+        entry, whatever the thread's length. An entry whose thread has no
+        checkpoint is skipped (and cleaned up). With ``peek``, one thread more is
+        found to tell whether another page follows; the last thread of this page
+        is returned when one does.
         """
         await self._ready()
+        need = skip + limit + int(peek)
+        infos: list[ThreadInfo] = []
+        empty: list[Document] = []
         with driver_errors("list_threads"):
-            latest = await self._latest_steps(after, skip + limit + int(peek))
-            more = len(latest) > skip + limit
-            latest = latest[skip : skip + limit]
-            keys = [self._key(thread, step) for thread, step in latest]
-            found = await self._coll.find({"_id": {"$in": keys}}, STATUS).to_list() if keys else []
-            by_key = {(d["_id"]["t"], d["_id"]["s"]): d for d in found}
-            infos = []
-            for thread, step in latest:
-                doc = by_key.get((thread, step)) or await self._latest(thread, STATUS)
-                if doc is not None:
-                    infos.append(thread_info(doc))
-        return (latest[-1][0] if more else None), infos
+            while len(infos) < need:
+                batch = min(_LIST_BATCH, need - len(infos))
+                rows = await self._entries(after, batch)
+                for row in rows:
+                    after = row["tt"]
+                    if row["latest"]:
+                        infos.append(thread_info(row["latest"][0]))
+                    else:
+                        empty.append(row)
+                if len(rows) < batch:
+                    break
+            for row in empty:
+                await self._clean(row)
+        more = len(infos) > skip + limit
+        infos = infos[skip : skip + limit]
+        return (infos[-1].thread if more else None), infos
 
-    async def _latest_steps(self, after: str | None, count: int) -> list[tuple[str, int]]:
-        """``(thread, latest step)`` of up to ``count`` threads after ``after``, in order.
+    async def _entries(self, after: str | None, count: int) -> list[Document]:
+        """Up to ``count`` registry entries after ``after``, each with ``latest``: a list
+        of at most the thread's latest checkpoint (``STATUS`` fields)."""
+        match: Document = {"tn": self._ns}
+        if after is not None:
+            match["tt"] = {"$gt": after}
+        latest: list[Document] = [
+            {"$match": {"n": self._ns, "$expr": {"$eq": ["$t", "$$t"]}}},
+            {"$sort": {"s": -1}},
+            {"$limit": 1},
+            {"$project": STATUS},
+        ]
+        pipeline: list[Document] = [
+            {"$match": match},
+            {"$sort": {"tn": 1, "tt": 1}},
+            {"$limit": count},
+            {"$project": {"tt": 1, "empty_since": 1}},
+            {
+                "$lookup": {
+                    "from": self._coll.name,
+                    "let": {"t": "$tt"},
+                    "pipeline": latest,
+                    "as": "latest",
+                }
+            },
+        ]
+        # A first batch larger than the limit lets the server close the cursor at once.
+        cursor = await self._coll.aggregate(pipeline, hint=REGISTRY_INDEX, batchSize=count + 1)
+        return await cursor.to_list()
 
-        Each round trip reads a bounded window of the listing index, newest step
-        first within a thread, and keeps each thread's first key. Every thread
-        whose first key is in the window is complete, the last one included, so
-        the next window starts after it, sized by the keys per thread seen.
-        """
-        found: list[tuple[str, int]] = []
-        window = min(_MAX_WINDOW, _KEYS_PER_THREAD * count)
-        while len(found) < count:
-            match: Document = {"n": self._ns}
-            if after is not None:
-                match["t"] = {"$gt": after}
-            pipeline: list[Document] = [
-                {"$match": match},
-                {"$sort": _NEWEST_FIRST},
-                {"$limit": window},
-                {"$group": {"_id": "$t", "s": {"$first": "$s"}, "keys": {"$sum": 1}}},
-                {"$sort": {"_id": 1}},
-            ]
-            groups = await (await self._coll.aggregate(pipeline, hint=THREADS_INDEX)).to_list()
-            found += [(g["_id"], g["s"]) for g in groups]
-            if sum(g["keys"] for g in groups) < window:
-                break
-            after = groups[-1]["_id"]
-            # Size the next window by the keys per thread seen so far, at least doubling.
-            wanted = math.ceil(1.25 * window / len(groups) * (count - len(found)))
-            window = min(_MAX_WINDOW, max(2 * window, wanted))
-        return found[:count]
+    async def _clean(self, row: Document) -> None:
+        """Mark an empty registry entry, or delete it once its mark is ``_GRACE_S`` old;
+        a checkpoint found after the delete (a put racing it) registers it again."""
+        thread = row["tt"]
+        if "empty_since" not in row:
+            await self._mark_if_empty(thread)
+            return
+        stale = {"$lt": ["$empty_since", {"$subtract": ["$$NOW", int(_GRACE_S * 1000)]}]}
+        gone = await self._coll.delete_one({"_id": self._entry(thread), "$expr": stale})
+        if gone.deleted_count:
+            survivor = await self._latest(thread, {"_id": 1, "expires_at": 1})
+            if survivor is not None:
+                expires = survivor.get("expires_at")
+                await self._coll.update_one(
+                    {"_id": self._entry(thread)},
+                    registration(self._ns, thread, expires),
+                    upsert=True,
+                )

@@ -38,6 +38,14 @@ _FIELDS_HEADROOM = 4096
 #: first key of each thread from it (covered, no document fetched).
 THREADS_INDEX = "agentflow_threads"
 _THREADS = IndexModel([("n", 1), ("t", 1), ("s", -1)], name=THREADS_INDEX)
+#: One small registry entry per thread, ``_id: {n, t}`` with ``tn, tt`` repeated for
+#: this index, which holds registry entries only: a listing page is a keyset range of it.
+REGISTRY_INDEX = "agentflow_thread_registry"
+_REGISTRY = IndexModel(
+    [("tn", 1), ("tt", 1)],
+    name=REGISTRY_INDEX,
+    partialFilterExpression={"tn": {"$exists": True}},
+)
 #: With ttl: MongoDB's TTL monitor, and the stale documents of one thread for a refresh.
 _TTL_INDEXES = [
     IndexModel([("expires_at", 1)], name="agentflow_expiry", expireAfterSeconds=0),
@@ -50,7 +58,7 @@ STATUS = {"_id": 1, "interrupted": 1, "done": 1, "ts": 1, "wake_at": 1}
 
 def indexes(ttl: bool) -> list[IndexModel]:
     """The indexes ``setup()`` creates."""
-    return [_THREADS, *_TTL_INDEXES] if ttl else [_THREADS]
+    return [_THREADS, _REGISTRY, *_TTL_INDEXES] if ttl else [_THREADS, _REGISTRY]
 
 
 def check_size(enc: EncodedCheckpoint, namespace: str) -> None:
@@ -86,6 +94,18 @@ def new_document(namespace: str, enc: EncodedCheckpoint, expires: datetime | Non
     if expires is not None:
         doc["expires_at"] = expires
     return doc
+
+
+def registration(namespace: str, thread: str, expires: datetime | None) -> Document:
+    """The update that creates a thread's registry entry, or keeps it: for a live
+    entry (no ``empty_since`` mark, expiry not earlier) it matches and modifies nothing."""
+    update: Document = {
+        "$setOnInsert": {"tn": namespace, "tt": thread},
+        "$unset": {"empty_since": ""},
+    }
+    if expires is not None:
+        update["$max"] = {"expires_at": expires}
+    return update
 
 
 def rewrite(namespace: str, enc: EncodedCheckpoint, expires: datetime | None) -> Document:
