@@ -91,10 +91,23 @@ def parse_instant(value: str, *, what: str = "timestamp") -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _is_unicode(text: str) -> bool:
+    """False for a lone surrogate, which no store can keep as UTF-8 text."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def validate_thread(thread: object) -> str:
     """Return ``thread`` if it is a usable thread id, else raise InvalidThreadId."""
-    if not isinstance(thread, str) or not thread or "\x00" in thread:
-        raise InvalidThreadId(f"thread id must be a non-empty string without NUL, got {thread!r}")
+    if not isinstance(thread, str) or not thread or "\x00" in thread or not _is_unicode(thread):
+        raise InvalidThreadId(
+            f"thread id must be a non-empty Unicode string without NUL, got {thread!r}"
+        )
     return thread
 
 
@@ -111,7 +124,12 @@ def validate_namespace(namespace: object) -> str:
     """Map the constructor's ``namespace`` to its stored form ("" for None)."""
     if namespace is None:
         return ""
-    if not isinstance(namespace, str) or not namespace or "\x00" in namespace:
+    if (
+        not isinstance(namespace, str)
+        or not namespace
+        or "\x00" in namespace
+        or not _is_unicode(namespace)
+    ):
         raise InvalidArgument(
             f"namespace must be None or a non-empty string without NUL, got {namespace!r}"
         )

@@ -73,11 +73,11 @@ _T = TypeVar("_T")
 def _check_thread(thread: object) -> str:
     """Refuse any id that is not one plain directory name under the store."""
     name = codec.validate_thread(thread)
-    try:
-        too_long = len(name.encode()) > _NAME_MAX
-    except UnicodeEncodeError:  # a lone surrogate has no file name
-        too_long = True
-    if too_long or name.startswith(_MARKER) or any(sep in name for sep in _SEPARATORS):
+    if (
+        len(name.encode()) > _NAME_MAX
+        or name.startswith(_MARKER)
+        or any(sep in name for sep in _SEPARATORS)
+    ):
         raise InvalidThreadId(
             f"thread id {name!r} must be one file name: not starting with {_MARKER!r}, "
             f"without a path separator, at most {_NAME_MAX} bytes of UTF-8"
@@ -123,7 +123,7 @@ class FileCheckpointer(AsyncClosing):
         self._file_mode = 0o600 if secure_permissions else 0o666
         self._base = self._root
         if self._namespace:
-            encoded = self._namespace.encode("utf-8", "surrogatepass").hex()
+            encoded = self._namespace.encode().hex()
             if len(encoded) > _NAME_MAX:
                 raise InvalidArgument(f"namespace over {_NAME_MAX // 2} bytes of UTF-8")
             self._base = os.path.join(self._root, _NAMESPACES, encoded)

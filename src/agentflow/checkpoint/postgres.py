@@ -37,7 +37,6 @@ from agentflow.errors import (
     CheckpointError,
     IncompatibleSchema,
     InvalidArgument,
-    InvalidThreadId,
     StoreUnavailable,
 )
 
@@ -58,19 +57,6 @@ _POOL_MAX_SIZE = 10
 #: asyncpg's pool does (same default), so that a firewall or load balancer that
 #: silently drops idle TCP connections costs a reconnect, not a failed call.
 _KEEP_IDLE_SECONDS = 300.0
-
-
-def _storable(value: str, error: type[InvalidArgument], what: str) -> str:
-    """PostgreSQL text is UTF-8: a lone surrogate would fail inside the driver."""
-    try:
-        value.encode()
-    except UnicodeEncodeError as exc:
-        raise error(f"{what} {value!r} is not valid Unicode (lone surrogate)") from exc
-    return value
-
-
-def _thread(thread: object) -> str:
-    return _storable(validate_thread(thread), InvalidThreadId, "thread id")
 
 
 def _check_revision(if_revision: object) -> None:
@@ -144,7 +130,7 @@ class PostgresCheckpointer(AsyncClosing):
     ) -> None:
         names, self._sql = statements(table, schema)
         self._table, self._meta = names["cp"], names["meta"]
-        self._ns = _storable(validate_namespace(namespace), InvalidArgument, "namespace")
+        self._ns = validate_namespace(namespace)
         self._redact = redact or redact_none
         self._dsn = dsn
         self._pool: Any = pool
@@ -250,7 +236,7 @@ class PostgresCheckpointer(AsyncClosing):
     # -- writes -----------------------------------------------------------------
 
     async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
-        _thread(cp.thread)
+        validate_thread(cp.thread)
         if if_revision is not None:
             _check_revision(if_revision)
         enc = encode(cp, self._redact)
@@ -271,14 +257,14 @@ class PostgresCheckpointer(AsyncClosing):
         raise CheckpointConflict(thread, step, if_revision, actual or 0)
 
     async def delete_thread(self, thread: str) -> None:
-        await self._delete(_thread(thread), None, None, "delete_thread")
+        await self._delete(validate_thread(thread), None, None, "delete_thread")
 
     async def prune(
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
     ) -> int:
         check_prune_bounds(before_step, older_than)
         cutoff = parse_instant(older_than, what="older_than") if older_than is not None else None
-        return await self._delete(_thread(thread), before_step, cutoff, "prune")
+        return await self._delete(validate_thread(thread), before_step, cutoff, "prune")
 
     async def _delete(
         self, thread: str, before_step: int | None, cutoff_us: int | None, action: str
@@ -314,7 +300,7 @@ class PostgresCheckpointer(AsyncClosing):
         return cp
 
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
-        thread = _thread(thread)
+        thread = validate_thread(thread)
         if step is not None:
             validate_step(step)
             row = await self._query("fetchrow", "get_step", thread, step)
@@ -326,7 +312,7 @@ class PostgresCheckpointer(AsyncClosing):
         """Keyset batches of about 2 MiB of payload: memory stays bounded for
         5 MB states and round trips stay few for small ones, and no connection
         is held while the caller consumes a batch."""
-        thread = _thread(thread)
+        thread = validate_thread(thread)
         after, limit = -1, _HISTORY_FIRST_ROWS
         while True:
             rows = await self._query("fetch", "history", thread, after, limit)

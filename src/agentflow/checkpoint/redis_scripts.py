@@ -20,7 +20,7 @@ from __future__ import annotations
 import base64
 from typing import Final
 
-from agentflow.errors import InvalidArgument, InvalidThreadId
+from agentflow.errors import InvalidArgument
 
 __all__ = [
     "LUA_DELETE",
@@ -166,10 +166,7 @@ return redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', ARGV[2], AR
 def utf8(text: str) -> bytes:
     """UTF-8 of an id; bytewise order of UTF-8 is code point order, which is
     why the namespace index stores thread ids this way."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError as exc:
-        raise InvalidThreadId(f"id {text!r} is not encodable as UTF-8") from exc
+    return text.encode()  # ids passed codec validation: never a lone surrogate
 
 
 def _b64(text: str) -> bytes:
@@ -201,5 +198,8 @@ def check_prefix(prefix: object) -> str:
     """A brace would let the prefix open the hash tag that must be ours."""
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         raise InvalidArgument(f"prefix must be a non-empty string without braces, got {prefix!r}")
-    utf8(prefix)
+    try:
+        prefix.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"prefix {prefix!r} is not valid Unicode") from exc
     return prefix

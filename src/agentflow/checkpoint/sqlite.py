@@ -60,7 +60,6 @@ from agentflow.errors import (
     CheckpointCorrupted,
     CheckpointError,
     InvalidArgument,
-    InvalidThreadId,
 )
 
 __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer"]
@@ -75,20 +74,6 @@ _HISTORY_BATCH: Final = 256
 _DECODE_ON_LOOP_MAX: Final = 64 * 1024
 #: SQLite's default SQLITE_MAX_LENGTH: a larger payload would fail its whole group.
 _MAX_PAYLOAD: Final = 1_000_000_000
-
-
-def _sql_text(value: str, error: type[InvalidArgument], what: str) -> str:
-    """Refuse lone surrogates, which SQLite cannot store as text."""
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError as exc:
-            raise error(f"{what} {value!r} is not valid Unicode") from exc
-    return value
-
-
-def _key(thread: object) -> str:
-    return _sql_text(validate_thread(thread), InvalidThreadId, "thread id")
 
 
 def _put_rows(
@@ -156,7 +141,7 @@ class SqliteCheckpointer(AsyncClosing):
         self.synchronous: str = mode
         self._busy_timeout = float(busy_timeout)
         self._redact = redact or redact_none
-        self._namespace = _sql_text(validate_namespace(namespace), InvalidArgument, "namespace")
+        self._namespace = validate_namespace(namespace)
         self._key: PairKey = (os.path.abspath(self.path), mode, self._busy_timeout)
         self._pair: Pair | None = None
         self._closed = False
@@ -194,7 +179,7 @@ class SqliteCheckpointer(AsyncClosing):
             raise InvalidArgument(f"if_revision must be None or an int >= 0, got {if_revision!r}")
         if not isinstance(cp, Checkpoint):
             raise InvalidArgument(f"put takes a Checkpoint, got {type(cp).__name__}")
-        _key(cp.thread)
+        validate_thread(cp.thread)
         namespace, redact = self._namespace, self._redact
 
         def prepare() -> Callable[[sqlite3.Connection], str]:
@@ -210,7 +195,7 @@ class SqliteCheckpointer(AsyncClosing):
         return result
 
     async def delete_thread(self, thread: str) -> None:
-        key = (self._namespace, _key(thread))
+        key = (self._namespace, validate_thread(thread))
 
         def apply(conn: sqlite3.Connection) -> None:
             conn.execute(f"DELETE FROM agentflow_checkpoints WHERE {KEY}", key)
@@ -222,7 +207,7 @@ class SqliteCheckpointer(AsyncClosing):
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
     ) -> int:
         check_prune_bounds(before_step, older_than)
-        key: tuple[object, ...] = (self._namespace, _key(thread))
+        key: tuple[object, ...] = (self._namespace, validate_thread(thread))
         delete, bounds = f"DELETE FROM agentflow_checkpoints WHERE {KEY}", list[object](key)
         if before_step is not None:
             delete += " AND step < ?"
@@ -244,7 +229,7 @@ class SqliteCheckpointer(AsyncClosing):
     # -- reads -------------------------------------------------------------
 
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
-        key = (self._namespace, _key(thread))
+        key = (self._namespace, validate_thread(thread))
         sql, args = (GET_LATEST, key) if step is None else (GET_STEP, (*key, validate_step(step)))
 
         def read(conn: sqlite3.Connection) -> Checkpoint | None:
@@ -263,7 +248,7 @@ class SqliteCheckpointer(AsyncClosing):
         ``_DECODE_ON_LOOP_MAX`` bytes is decoded on the reader thread instead,
         so no single step stalls the event loop.
         """
-        key = (self._namespace, _key(thread))
+        key = (self._namespace, validate_thread(thread))
 
         def batch_after(after: int) -> Callable[[sqlite3.Connection], list[Any]]:
             def read(conn: sqlite3.Connection) -> list[Any]:

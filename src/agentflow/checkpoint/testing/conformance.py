@@ -336,7 +336,7 @@ class CheckpointerConformance:
             assert await default.get("dflt") is not None
 
     async def test_bad_namespace_is_refused(self, harness: BackendHarness) -> None:
-        for namespace in ("", "a\x00b"):
+        for namespace in ("", "a\x00b", "\udfff"):
             with pytest.raises(InvalidArgument):
                 harness.open(namespace=namespace)
 
@@ -397,7 +397,7 @@ class CheckpointerConformance:
         self, harness: BackendHarness
     ) -> None:
         async with harness.open() as cp:
-            for thread in ("", "nul\x00byte"):
+            for thread in ("", "nul\x00byte", "lone-\ud800-surrogate"):
                 with pytest.raises(InvalidThreadId):
                     await cp.put(make_checkpoint(thread, 0))
                 with pytest.raises(InvalidThreadId):
