@@ -38,7 +38,16 @@ from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import encode
 from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.redaction import redact_none
-from benchmarks.common import Table, ms, nested_state, percentile, rate, ratio, time_calls
+from benchmarks.common import (
+    LangGraphWriter,
+    Table,
+    ms,
+    nested_state,
+    percentile,
+    rate,
+    ratio,
+    time_calls,
+)
 
 _HEADERS = [
     "checkpointer",
@@ -113,22 +122,12 @@ def _raw_floor(
 
 
 def _langgraph(stack: AsyncExitStack, uri: str, db: str, states: list[Doc]) -> _Contestant:
-    from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.mongodb import MongoDBSaver
 
     client: MongoClient[Doc] = MongoClient(uri)
     stack.callback(client.close)
     saver = MongoDBSaver(client, db_name=db)
-    parents: dict[str, str] = {}
-
-    async def put(thread: str, step: int) -> None:
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"state": states[step]}
-        configurable = {"thread_id": thread, "checkpoint_ns": ""}
-        if thread in parents:
-            configurable["checkpoint_id"] = parents[thread]
-        await saver.aput({"configurable": configurable}, checkpoint, {"step": step}, {})
-        parents[thread] = checkpoint["id"]
+    put = LangGraphWriter(saver, states).put
 
     async def get_latest(thread: str) -> Any:
         return await saver.aget_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})

@@ -30,6 +30,7 @@ from agentflow.checkpoint.codec import encode
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.redaction import redact_none
 from benchmarks.common import (
+    LangGraphWriter,
     Table,
     median,
     ms,
@@ -129,7 +130,6 @@ async def _agentflow(schema: str, states: list[dict[str, Any]]) -> AsyncIterator
 
 @asynccontextmanager
 async def _langgraph(schema: str, states: list[dict[str, Any]]) -> AsyncIterator[_Subject]:
-    from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     dsn = f"{DSN}?options=-csearch_path%3D{schema}"
@@ -137,18 +137,7 @@ async def _langgraph(schema: str, states: list[dict[str, Any]]) -> AsyncIterator
         await saver.setup()
         s = _Subject()
         s.label = "LangGraph AsyncPostgresSaver (1 conn)"
-        parents: dict[str, str] = {}
-
-        async def put(thread: str, step: int) -> None:
-            checkpoint = empty_checkpoint()
-            checkpoint["channel_values"] = {"state": states[step]}
-            checkpoint["channel_versions"] = {"state": step + 1}
-            configurable = {"thread_id": thread, "checkpoint_ns": ""}
-            if thread in parents:
-                configurable["checkpoint_id"] = parents[thread]
-            config: Any = {"configurable": configurable}
-            await saver.aput(config, checkpoint, {"step": step}, {"state": step + 1})
-            parents[thread] = checkpoint["id"]
+        put = LangGraphWriter(saver, states, versioned=True).put
 
         async def get_latest(thread: str) -> Any:
             config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}

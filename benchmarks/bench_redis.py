@@ -30,7 +30,7 @@ from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import encode
 from agentflow.checkpoint.redaction import redact_none
 from agentflow.checkpoint.redis import RedisCheckpointer
-from benchmarks.common import Table, ms, nested_state, percentile, rate, ratio
+from benchmarks.common import LangGraphWriter, Table, ms, nested_state, percentile, rate, ratio
 
 URL = "redis://127.0.0.1:6379/0"
 _HEADERS = [
@@ -106,23 +106,13 @@ async def _raw_floor(prefix: str, blobs: list[bytes]) -> AsyncIterator[_Saver]:
 
 @asynccontextmanager
 async def _langgraph(prefix: str, states: list[dict[str, Any]]) -> AsyncIterator[_Saver]:
-    from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.checkpoint.redis.aio import AsyncRedisSaver
 
     async with AsyncRedisSaver.from_conn_string(
         URL, checkpoint_prefix=f"{prefix}:cp", checkpoint_write_prefix=f"{prefix}:w"
     ) as saver:
         await saver.asetup()
-        parents: dict[str, str] = {}
-
-        async def put(thread: str, step: int) -> None:
-            checkpoint = empty_checkpoint()
-            checkpoint["channel_values"] = {"state": states[step]}
-            configurable = {"thread_id": thread, "checkpoint_ns": ""}
-            if thread in parents:
-                configurable["checkpoint_id"] = parents[thread]
-            await saver.aput({"configurable": configurable}, checkpoint, {"step": step}, {})
-            parents[thread] = checkpoint["id"]
+        put = LangGraphWriter(saver, states).put
 
         async def get_latest(thread: str) -> Any:
             return await saver.aget_tuple({"configurable": {"thread_id": thread}})

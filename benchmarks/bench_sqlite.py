@@ -28,7 +28,16 @@ import orjson
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from benchmarks.common import Table, median, ms, nested_state, percentile, rate, ratio
+from benchmarks.common import (
+    LangGraphWriter,
+    Table,
+    median,
+    ms,
+    nested_state,
+    percentile,
+    rate,
+    ratio,
+)
 
 _HEADERS = [
     "checkpointer",
@@ -87,19 +96,10 @@ class _Agentflow:
 
 class _LangGraph:
     def __init__(self, saver: Any, states: list[dict[str, Any]]) -> None:
-        self.saver, self.states = saver, states
-        self.parents: dict[str, str] = {}
+        self.saver, self.writer = saver, LangGraphWriter(saver, states)
 
     async def put(self, thread: str, step: int) -> None:
-        from langgraph.checkpoint.base import empty_checkpoint
-
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"state": self.states[step]}
-        configurable = {"thread_id": thread, "checkpoint_ns": ""}
-        if thread in self.parents:
-            configurable["checkpoint_id"] = self.parents[thread]
-        await self.saver.aput({"configurable": configurable}, checkpoint, {"step": step}, {})
-        self.parents[thread] = checkpoint["id"]
+        await self.writer.put(thread, step)
 
     async def get(self, thread: str) -> Any:
         return await self.saver.aget_tuple({"configurable": {"thread_id": thread}})
