@@ -28,4 +28,4 @@ echo "agent-framework-core ${installed}"
 cd "$repo"
 # The repository's src/ must not shadow the installed copy being tested.
 env -u PYTHONPATH "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-    tests/unit tests/contracts tests/integration_persistence
+    tests/agent_framework_mongodb tests/contracts tests/integration_persistence

@@ -20,7 +20,7 @@ from pymongo import AsyncMongoClient
 
 from agent_framework_mongodb import MongoDBCheckpointStorage, MongoDBCheckpointStorageOptions
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND, COUNTER_KIND
-from tests.unit.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME, build_workflow
+from tests.agent_framework_mongodb.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME, build_workflow
 
 pytestmark = [
     pytest.mark.integration_persistence,

@@ -24,9 +24,9 @@ from agent_framework_mongodb import (
     MongoDBTransientRetrievalError,
 )
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
-from tests.unit.af_workflows import WORKFLOW_NAME
-from tests.unit.conftest import StorageFactory, make_checkpoint, scope_options
-from tests.unit.faults import CollectionProxy
+from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
+from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint, scope_options
+from tests.agent_framework_mongodb.faults import CollectionProxy
 
 
 def unused_port() -> int:

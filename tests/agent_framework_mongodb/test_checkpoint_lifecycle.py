@@ -13,9 +13,9 @@ from pymongo.errors import DuplicateKeyError
 
 from agent_framework_mongodb import MongoDBMappingError
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND, COUNTER_KIND, INDEX_SPECS
-from tests.unit.af_workflows import WORKFLOW_NAME
-from tests.unit.conftest import StorageFactory, make_checkpoint
-from tests.unit.faults import CollectionProxy
+from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
+from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
+from tests.agent_framework_mongodb.faults import CollectionProxy
 
 HOUR = datetime.timedelta(hours=1)
 DOCUMENT_FIELDS = {

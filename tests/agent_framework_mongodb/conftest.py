@@ -12,7 +12,7 @@ from pymongo import AsyncMongoClient
 
 from agent_framework_mongodb import MongoDBCheckpointStorage, MongoDBCheckpointStorageOptions
 from tests.support.mongod import mongodb_uri
-from tests.unit.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME
+from tests.agent_framework_mongodb.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME
 
 DATABASE = "agentflow_tests"
 StorageFactory = Callable[..., MongoDBCheckpointStorage]

@@ -5,7 +5,7 @@
 ``Approver`` pauses on ``ctx.request_info`` and, once answered, yields an
 output that can only be right if every kind of state survived the restore.
 
-``tests.unit.af_resume`` resumes a paused run of it in a fresh process.
+``tests.agent_framework_mongodb.af_resume`` resumes a paused run of it in a fresh process.
 """
 
 # No `from __future__ import annotations` here: Agent Framework 1.13 reads
@@ -27,8 +27,8 @@ from agent_framework_mongodb import MongoDBCheckpointStorage, MongoDBCheckpointS
 
 WORKFLOW_NAME = "approval-workflow"
 ALLOWED_TYPES = (
-    "tests.unit.af_workflows:ApprovalRequest",
-    "tests.unit.af_workflows:ReviewState",
+    "tests.agent_framework_mongodb.af_workflows:ApprovalRequest",
+    "tests.agent_framework_mongodb.af_workflows:ReviewState",
 )
 
 

@@ -34,11 +34,11 @@ from agent_framework_mongodb import (
 )
 from agent_framework_mongodb.codec import dumps, loads
 from agent_framework_mongodb.typepolicy import TypePolicy
-from tests.unit import hostile_types
-from tests.unit.conftest import StorageFactory, make_checkpoint
-from tests.unit.hostile_types import SENTINEL_ENV
+from tests.agent_framework_mongodb import hostile_types
+from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
+from tests.agent_framework_mongodb.hostile_types import SENTINEL_ENV
 
-HOSTILE = "tests.unit.hostile_types"
+HOSTILE = "tests.agent_framework_mongodb.hostile_types"
 PROTO = b"\x80\x05"
 
 

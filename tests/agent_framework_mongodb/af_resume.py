@@ -1,6 +1,6 @@
 """Resume a paused ``af_workflows`` run in a fresh process.
 
-    python -m tests.unit.af_resume URI DATABASE COLLECTION TENANT SESSION ANSWER [CHECKPOINT_ID]
+    python -m tests.agent_framework_mongodb.af_resume URI DATABASE COLLECTION TENANT SESSION ANSWER [CHECKPOINT_ID]
 
 prints ``{"outputs": [...], "resumed_from": ID}`` as JSON. Without
 CHECKPOINT_ID it resumes from ``get_latest``. The workflow lives in another
@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from agent_framework_mongodb import MongoDBCheckpointStorage
-from tests.unit.af_workflows import WORKFLOW_NAME, build_workflow, options
+from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME, build_workflow, options
 
 
 async def resume(argv: list[str]) -> dict[str, Any]:

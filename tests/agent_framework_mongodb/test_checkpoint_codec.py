@@ -35,8 +35,8 @@ from agent_framework_mongodb.canonical import canonical_bytes, canonical_hash
 from agent_framework_mongodb.codec import dumps, encode_validated, loads
 from agent_framework_mongodb.documents import encode_checkpoint
 from agent_framework_mongodb.typepolicy import TypePolicy
-from tests.unit.conftest import make_checkpoint, scope_options
-from tests.unit.faults import CollectionProxy
+from tests.agent_framework_mongodb.conftest import make_checkpoint, scope_options
+from tests.agent_framework_mongodb.faults import CollectionProxy
 
 MODULE = __name__
 

@@ -32,10 +32,10 @@ from agent_framework_mongodb import (
 )
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.paging import encode_cursor
-from tests.unit.af_workflows import WORKFLOW_NAME
-from tests.unit.conftest import StorageFactory, make_checkpoint
-from tests.unit.faults import CollectionProxy
-from tests.unit.test_checkpoint_codec import LISTED, rich_state
+from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
+from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
+from tests.agent_framework_mongodb.faults import CollectionProxy
+from tests.agent_framework_mongodb.test_checkpoint_codec import LISTED, rich_state
 
 PACKAGE = Path(agent_framework_mongodb.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
@@ -210,8 +210,8 @@ async def test_identical_retry_returns_same_id_and_conflict_is_refused(
 
 
 HASH_SCRIPT = """
-from tests.unit.test_checkpoint_codec import POLICY, rich_state
-from tests.unit.conftest import make_checkpoint
+from tests.agent_framework_mongodb.test_checkpoint_codec import POLICY, rich_state
+from tests.agent_framework_mongodb.conftest import make_checkpoint
 from agent_framework_mongodb.canonical import canonical_hash
 checkpoint = make_checkpoint(checkpoint_id="fixed", state=rich_state())
 checkpoint.timestamp = "2026-01-01T00:00:00+00:00"

@@ -25,8 +25,8 @@ from agent_framework import WorkflowRunState
 
 from agent_framework_mongodb import MongoDBCheckpointNotFoundError, MongoDBCheckpointStorage
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
-from tests.unit.af_workflows import WORKFLOW_NAME, build_workflow
-from tests.unit.conftest import DATABASE, StorageFactory
+from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME, build_workflow
+from tests.agent_framework_mongodb.conftest import DATABASE, StorageFactory
 
 REPO = Path(__file__).resolve().parents[2]
 EXPECTED = "budget:600:approve|drafted budget|drafts=1"
@@ -48,7 +48,7 @@ async def resume_in_fresh_process(
     env = {**os.environ, "PYTHONHASHSEED": "random"}
     completed = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "tests.unit.af_resume", *argv],
+        [sys.executable, "-m", "tests.agent_framework_mongodb.af_resume", *argv],
         cwd=REPO,
         env=env,
         capture_output=True,
