@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,11 @@ from agentflow.checkpoint.testing import BackendHarness
 BACKENDS = sorted(
     p.stem for p in (Path(__file__).parent / "backends").glob("*.py") if not p.stem.startswith("_")
 )
+#: ``AGENTFLOW_TEST_BACKENDS=sqlite,memory`` runs the harness suites on those only
+#: (for local work; CI leaves it unset and runs every backend).
+_ONLY = os.environ.get("AGENTFLOW_TEST_BACKENDS")
+if _ONLY:
+    BACKENDS = [name for name in BACKENDS if name in _ONLY.split(",")]
 
 
 @pytest.fixture(params=BACKENDS)

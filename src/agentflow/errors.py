@@ -20,7 +20,9 @@ __all__ = [
     "IncompatibleSchema",
     "InvalidArgument",
     "InvalidCursor",
+    "InvalidStoreUrl",
     "InvalidThreadId",
+    "StoreClosed",
     "StoreUnavailable",
 ]
 
@@ -42,6 +44,12 @@ class InvalidArgument(CheckpointError, ValueError):
     """The caller passed a value the API does not accept; nothing was stored."""
 
     code = "invalid_argument"
+
+
+class InvalidStoreUrl(InvalidArgument):
+    """A store URL has an unknown scheme, names nothing, or needs a driver that is missing."""
+
+    code = "invalid_store_url"
 
 
 class InvalidThreadId(InvalidArgument):
@@ -95,6 +103,12 @@ class InvalidCursor(CheckpointError, ValueError):
     """A pagination cursor was tampered with, is foreign, or of an unknown version."""
 
     code = "invalid_cursor"
+
+
+class StoreClosed(CheckpointError):
+    """The checkpointer was closed; open a new one to go on."""
+
+    code = "store_closed"
 
 
 class StoreUnavailable(CheckpointError):

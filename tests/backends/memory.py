@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,8 +14,11 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     store = MemoryStore()
 
     async def corrupt(namespace: str | None, thread: str, step: int) -> None:
-        stored = store._namespace(namespace or "").threads[thread][step]
-        stored.encoded = type(stored.encoded)(**{**_as_dict(stored.encoded), "payload": b"\xff{"})
+        stored = store.namespace(namespace or "").threads[thread][step]
+        stored.encoded = dataclasses.replace(stored.encoded, payload=b"\xff{")
+
+    async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
+        store.namespace(namespace or "").threads[thread][step].revision = -7
 
     yield BackendHarness(
         name="memory",
@@ -22,8 +26,5 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         kwargs={"store": store},
         multiprocess=False,
         corrupt=corrupt,
+        damage_revision=damage_revision,
     )
-
-
-def _as_dict(obj: object) -> dict[str, object]:
-    return {name: getattr(obj, name) for name in obj.__slots__}  # type: ignore[attr-defined]

@@ -1,9 +1,10 @@
 """Checkpointing: durable run state, resume, and time travel.
 
-The model and protocol live in :mod:`agentflow.checkpoint.base`; each backend
-has its own module. Backends with optional dependencies (PostgreSQL, Redis,
+The model and protocol live in :mod:`agentflow.checkpoint.base`, the base every
+backend builds on in :mod:`agentflow.checkpoint.backend`, and each backend in
+its own subpackage. Backends with optional dependencies (PostgreSQL, Redis,
 MongoDB) are imported lazily, so ``import agentflow.checkpoint`` needs none of
-them installed.
+them installed. :func:`open_store` opens any of them from a URL.
 """
 
 from __future__ import annotations
@@ -11,9 +12,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer, Redactor, ThreadInfo, ThreadPage
+from agentflow.checkpoint.backend import CheckpointerBase
+from agentflow.checkpoint.base import (
+    Checkpoint,
+    Checkpointer,
+    Redactor,
+    ThreadInfo,
+    ThreadPage,
+    ThreadStatus,
+    with_defaults,
+)
+from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
 from agentflow.checkpoint.memory import MemoryCheckpointer, MemoryStore
 from agentflow.checkpoint.redaction import DEFAULT_MASK, RedactKeys, redact_none
+from agentflow.checkpoint.stores import open_store, register_scheme
 
 if TYPE_CHECKING:
     from agentflow.checkpoint.file import FileCheckpointer
@@ -25,19 +37,27 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MASK",
     "Checkpoint",
+    "CheckpointCodec",
     "Checkpointer",
+    "CheckpointerBase",
     "FileCheckpointer",
+    "JsonCodec",
     "MemoryCheckpointer",
     "MemoryStore",
     "MongoCheckpointer",
     "PostgresCheckpointer",
+    "RecordKey",
     "RedactKeys",
     "Redactor",
     "RedisCheckpointer",
     "SqliteCheckpointer",
     "ThreadInfo",
     "ThreadPage",
+    "ThreadStatus",
+    "open_store",
     "redact_none",
+    "register_scheme",
+    "with_defaults",
 ]
 
 _LAZY = {

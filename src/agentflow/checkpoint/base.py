@@ -10,13 +10,30 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Self, runtime_checkable
+from datetime import datetime
+from typing import Any, Final, Literal, Protocol, Self, runtime_checkable
 
-__all__ = ["AsyncClosing", "Checkpoint", "Checkpointer", "Redactor", "ThreadInfo", "ThreadPage"]
+__all__ = [
+    "SEED_METHODS",
+    "Checkpoint",
+    "Checkpointer",
+    "Redactor",
+    "ThreadInfo",
+    "ThreadPage",
+    "ThreadStatus",
+    "with_defaults",
+]
 
-#: A function applied to ``state`` and ``interrupt_payload`` before they are
-#: persisted. It must return JSON-serializable data and must not mutate its input.
+#: A function applied to ``state``, ``interrupt_payload`` and ``extra`` before
+#: they are persisted. It must return JSON-serializable data and must not mutate
+#: its input.
 Redactor = Callable[[Any], Any]
+
+#: Where a run stands, from its latest checkpoint: ``"running"`` has nodes left
+#: to run and is not suspended (between steps, or its process died mid-step);
+#: ``"interrupted"`` waits for a human's answer; ``"waiting"`` waits for a timer
+#: (``wake_at``); ``"done"`` finished.
+ThreadStatus = Literal["running", "interrupted", "waiting", "done"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +52,15 @@ class ThreadInfo:
     done: bool
     ts: str = ""
     wake_at: str | None = None
+
+    @property
+    def status(self) -> ThreadStatus:
+        """The :data:`ThreadStatus` of the thread's latest checkpoint."""
+        if self.done:
+            return "done"
+        if self.interrupted:
+            return "waiting" if self.wake_at is not None else "interrupted"
+        return "running"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +131,13 @@ class Checkpoint:
         return "timer" if self.wake_at is not None else "human"
 
 
-class AsyncClosing:
-    """``async with`` for every checkpointer: leaving the block calls ``close()``."""
+#: The methods of the original protocol: a backend that has these six is a
+#: :class:`Checkpointer`, and gets every later method from its defaults.
+SEED_METHODS: Final = ("put", "get", "history", "list_threads", "delete_thread", "prune")
 
-    __slots__ = ()
 
-    async def close(self) -> None:
-        """Release what this object created; safe to call twice."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+def _has_seed_methods(cls: type) -> bool:
+    return all(any(name in base.__dict__ for base in cls.__mro__) for name in SEED_METHODS)
 
 
 @runtime_checkable
@@ -129,14 +149,32 @@ class Checkpointer(Protocol):
     checkpointers with different namespaces on one store never see each
     other's threads. Thread ids must be non-empty strings without NUL
     (:class:`~agentflow.errors.InvalidThreadId` otherwise); ``step`` is a
-    non-negative int.
+    non-negative int below 2**63.
 
-    Errors: bad input raises a subclass of
+    Errors are the same on every backend: bad input raises a subclass of
     :class:`~agentflow.errors.InvalidArgument` and stores nothing; stored data
-    that cannot be decoded raises :class:`~agentflow.errors.CheckpointCorrupted`;
-    a lost connection raises :class:`~agentflow.errors.StoreUnavailable` with
-    the driver error as ``__cause__``.
+    that cannot be decoded or fails its checks raises
+    :class:`~agentflow.errors.CheckpointCorrupted`; a lost connection raises
+    :class:`~agentflow.errors.StoreUnavailable` with the driver error as
+    ``__cause__``; any call after :meth:`close` raises
+    :class:`~agentflow.errors.StoreClosed`.
+
+    The first six methods are the original protocol. Methods added later
+    (:meth:`list_threads_page`, :meth:`list_due`, :meth:`close` and
+    ``async with``) have default implementations in terms of those six, so a
+    backend written against the original protocol still passes
+    ``isinstance(x, Checkpointer)``; subclass this class to inherit the
+    defaults, or pass an instance through :func:`with_defaults`. agentflow's
+    own backends override every default with a native, O(page) version.
     """
+
+    @classmethod
+    def __subclasshook__(cls, other: type) -> Any:
+        # Only the original six methods are required of a backend; the later
+        # ones have defaults. (typing's own hook would demand every member.)
+        if cls is Checkpointer:
+            return _has_seed_methods(other)
+        return NotImplemented
 
     async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
         """Persist ``cp`` and return its id (``"thread:step"``).
@@ -148,8 +186,15 @@ class Checkpointer(Protocol):
         stores nothing. ``None`` (default) is an unconditional upsert. Either
         way a successful write sets the stored revision to the previous one
         plus one, atomically: concurrent writers never lose a revision.
+        ``if_revision`` must be None or an int from 0 to 2**63-1.
 
-        ``state`` and ``interrupt_payload`` must be JSON (dicts with string
+        Every field is checked before anything is stored: ``state`` a mapping
+        with str keys, ``next`` a tuple (or list) of str, ``interrupted`` a
+        bool, ``ts`` (empty: stamped now, UTC) and ``wake_at`` ISO-8601 from
+        1970 on, ``parent`` and ``interrupt_node`` str or None, ``extra`` a
+        dict with str keys; a wrong field raises
+        :class:`~agentflow.errors.InvalidArgument`. ``state``,
+        ``interrupt_payload`` and ``extra`` must be JSON (dicts with string
         keys, lists, strings, finite numbers, booleans, None); anything else
         raises :class:`~agentflow.errors.CheckpointNotSerializable` naming the
         thread, and nothing is written.
@@ -159,7 +204,8 @@ class Checkpointer(Protocol):
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         """Return the checkpoint at ``step``, or the latest when ``step`` is
         None. Returns None if there is no such checkpoint. The returned
-        checkpoint's ``revision`` is how many times that step was written."""
+        checkpoint's ``revision`` is how many times that step was written.
+        A ``step`` that is not a non-negative int raises InvalidArgument."""
         ...
 
     def history(self, thread: str) -> AsyncIterator[Checkpoint]:
@@ -171,16 +217,9 @@ class Checkpointer(Protocol):
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         """Return a summary of each stored thread (latest step + status),
-        ordered by thread id (code point order). ``limit``/``offset``
-        paginate; prefer :meth:`list_threads_page`, whose cost does not grow
-        with the offset."""
-        ...
-
-    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
-        """Return up to ``limit`` thread summaries after ``cursor``, ordered by
-        thread id. A page costs O(limit), not a scan of every checkpoint.
-        A tampered, foreign or unknown-version cursor raises
-        :class:`~agentflow.errors.InvalidCursor`."""
+        ordered by thread id (code point order). ``limit`` (1 to 10,000) and
+        ``offset`` paginate; prefer :meth:`list_threads_page`, whose cost does
+        not grow with the offset."""
         ...
 
     async def delete_thread(self, thread: str) -> None:
@@ -196,5 +235,71 @@ class Checkpointer(Protocol):
         ``ts`` is a strictly earlier instant (offsets compare correctly; a
         timestamp without offset is UTC). Both bounds together delete what
         matches both. Giving neither raises
-        :class:`~agentflow.errors.InvalidArgument`."""
+        :class:`~agentflow.errors.InvalidArgument`, and so does a bound that
+        is not valid; nothing is deleted then."""
         ...
+
+    # -- added after the original protocol: each has a default ---------------
+
+    async def list_threads_page(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: ThreadStatus | None = None,
+    ) -> ThreadPage:
+        """Return up to ``limit`` thread summaries after ``cursor``, ordered by
+        thread id, only those whose :attr:`ThreadInfo.status` is ``status``
+        when it is given. A page costs O(limit), not a scan of every thread or
+        checkpoint. ``next_cursor`` is None on the last page. A tampered,
+        foreign or unknown-version cursor raises
+        :class:`~agentflow.errors.InvalidCursor`.
+
+        The default (for a backend that has only the original methods) pages
+        by offset, its cursor is a plain offset, and a status filter scans.
+        """
+        from agentflow.checkpoint.defaults import list_threads_page
+
+        return await list_threads_page(self, limit=limit, cursor=cursor, status=status)
+
+    async def list_due(
+        self, now: str | datetime, *, limit: int = 100, cursor: str | None = None
+    ) -> ThreadPage:
+        """Return up to ``limit`` threads waiting on a timer that is due: the
+        latest checkpoint is suspended with ``wake_at`` at or before ``now``
+        (ISO-8601 or a datetime; naive means UTC). Ordered by ``wake_at``
+        instant, then thread id. A page costs O(limit), however many threads
+        wait for later timers or a human. Cursors as in
+        :meth:`list_threads_page`.
+
+        The default walks every thread.
+        """
+        from agentflow.checkpoint.defaults import list_due
+
+        return await list_due(self, now, limit=limit, cursor=cursor)
+
+    async def close(self) -> None:
+        """Release what this checkpointer created (an injected client, pool or
+        connection stays the caller's); safe to call twice. Every other call
+        afterwards raises :class:`~agentflow.errors.StoreClosed`."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+def with_defaults(checkpointer: Checkpointer) -> Checkpointer:
+    """``checkpointer`` itself when it has every method of the protocol, else a
+    thin wrapper that adds the defaults to a backend that has only the
+    original six (the runtime and the command line call this on what they are
+    given)."""
+    if all(callable(getattr(checkpointer, name, None)) for name in _LATER_METHODS):
+        return checkpointer
+    from agentflow.checkpoint.defaults import SeedOnly
+
+    return SeedOnly(checkpointer)
+
+
+_LATER_METHODS: Final = ("list_threads_page", "list_due", "close", "__aenter__", "__aexit__")

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from rich.console import Console
 
-from agentflow.checkpoint.codec import parse_instant
+from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointConflict
 from agentflow.runtime import CompiledGraph, RunResult
 from agentflow.runtime.claims import instant_us

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
-from agentflow.checkpoint.codec import parse_instant
+from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointConflict
 
 __all__ = [

@@ -26,7 +26,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
-from agentflow.checkpoint.codec import parse_instant, utc_now_iso, validate_thread
+from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
+from agentflow.checkpoint.validation import validate_thread
 from agentflow.errors import InvalidArgument
 from agentflow.runtime.claims import (
     RUNTIME_KEY,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentflow.checkpoint.base import ThreadInfo
-from agentflow.checkpoint.codec import parse_instant
+from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import (
     AgentflowError,
     CheckpointConflict,

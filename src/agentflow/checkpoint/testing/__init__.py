@@ -1,21 +1,34 @@
 """A reusable conformance suite for :class:`~agentflow.checkpoint.Checkpointer`.
 
-Every agentflow backend passes it, and a third-party backend can too::
-
-    import pytest
-    from agentflow.checkpoint.testing import BackendHarness, CheckpointerConformance
-
-    @pytest.fixture
-    async def harness(tmp_path):
-        yield BackendHarness(name="mine", factory=MyCheckpointer, kwargs={"path": tmp_path})
-
-    class TestMyCheckpointer(CheckpointerConformance):
-        pass
-
-It needs pytest and pytest-asyncio.
+Every agentflow backend passes it, and a third-party backend can too; the
+guide in ``docs/writing-a-backend.md`` has a complete example. It needs pytest
+and pytest-asyncio (run with ``asyncio_mode = "auto"`` or mark the module).
 """
 
-from agentflow.checkpoint.testing.conformance import CheckpointerConformance
-from agentflow.checkpoint.testing.harness import BackendHarness, make_checkpoint
+from agentflow.checkpoint.testing.conformance import (
+    CheckpointerConformance,
+    DeleteConformance,
+    DueConformance,
+    GetConformance,
+    HistoryConformance,
+    LifecycleConformance,
+    ListingConformance,
+    PruneConformance,
+    PutConformance,
+)
+from agentflow.checkpoint.testing.harness import BackendHarness, StoredKeyHook, make_checkpoint
 
-__all__ = ["BackendHarness", "CheckpointerConformance", "make_checkpoint"]
+__all__ = [
+    "BackendHarness",
+    "CheckpointerConformance",
+    "DeleteConformance",
+    "DueConformance",
+    "GetConformance",
+    "HistoryConformance",
+    "LifecycleConformance",
+    "ListingConformance",
+    "PruneConformance",
+    "PutConformance",
+    "StoredKeyHook",
+    "make_checkpoint",
+]

@@ -8,19 +8,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer, Redactor
+from agentflow.checkpoint.codec import CheckpointCodec
 
-__all__ = ["BackendHarness", "make_checkpoint", "open_from_recipe"]
+__all__ = ["BackendHarness", "StoredKeyHook", "make_checkpoint", "open_from_recipe"]
+
+#: An async hook on one stored record: (namespace or None, thread, step).
+StoredKeyHook = Callable[[str | None, str, int], Awaitable[None]]
 
 
 @dataclass
 class BackendHarness:
     """One fresh, empty store and the way to open checkpointers on it.
 
-    ``factory`` builds a checkpointer from ``kwargs`` plus ``namespace`` and
-    ``redact``; every checkpointer it builds shares the one store. When
-    ``factory`` is an importable class and ``kwargs`` are picklable,
-    :attr:`recipe` lets a child process open the same store (for the
-    multi-process races and the crash tests).
+    ``factory`` builds a checkpointer from ``kwargs`` plus ``namespace``,
+    ``redact`` and ``codec``; every checkpointer it builds shares the one
+    store. When ``factory`` is an importable class and ``kwargs`` are
+    picklable, :attr:`recipe` lets a child process open the same store (for
+    the multi-process races and the crash tests).
+
+    The two hooks damage what is stored, directly in the database or files,
+    as a disk fault or a hostile operator would: the suite then checks that a
+    read raises instead of returning other data. A backend that cannot offer
+    one leaves it None and the case that needs it fails, so it is never
+    skipped silently.
     """
 
     name: str
@@ -31,11 +41,23 @@ class BackendHarness:
     #: Several processes may open the store at once.
     multiprocess: bool = True
     #: Overwrite the stored payload of (namespace, thread, step) with garbage.
-    corrupt: Callable[[str | None, str, int], Awaitable[None]] | None = None
+    corrupt: StoredKeyHook | None = None
+    #: Overwrite the stored revision of (namespace, thread, step) with a value no
+    #: write can produce (a negative number, or text where the store allows it).
+    damage_revision: StoredKeyHook | None = None
 
-    def open(self, *, namespace: str | None = None, redact: Redactor | None = None) -> Any:
+    def open(
+        self,
+        *,
+        namespace: str | None = None,
+        redact: Redactor | None = None,
+        codec: CheckpointCodec | None = None,
+    ) -> Checkpointer:
         """A new checkpointer on this store (use it with ``async with``)."""
-        return self.factory(**self.kwargs, namespace=namespace, redact=redact)
+        options: dict[str, Any] = {"namespace": namespace, "redact": redact}
+        if codec is not None:
+            options["codec"] = codec
+        return self.factory(**self.kwargs, **options)
 
     @property
     def recipe(self) -> tuple[str, dict[str, Any]]:
@@ -44,12 +66,15 @@ class BackendHarness:
         return f"{factory.__module__}:{factory.__qualname__}", dict(self.kwargs)
 
 
-def open_from_recipe(recipe: tuple[str, dict[str, Any]], *, namespace: str | None = None) -> Any:
+def open_from_recipe(
+    recipe: tuple[str, dict[str, Any]], *, namespace: str | None = None
+) -> Checkpointer:
     """Open a checkpointer from :attr:`BackendHarness.recipe`, in any process."""
     path, kwargs = recipe
     module, _, name = path.partition(":")
     factory = getattr(importlib.import_module(module), name)
-    return factory(**kwargs, namespace=namespace)
+    opened: Checkpointer = factory(**kwargs, namespace=namespace)
+    return opened
 
 
 def make_checkpoint(thread: str = "t", step: int = 0, **fields: Any) -> Checkpoint:

@@ -1,0 +1,420 @@
+"""The base under every agentflow backend: what they all share, written once.
+
+A backend is a handful of I/O hooks (the ``_``-prefixed abstract methods
+below). The base checks every argument and every checkpoint field before a
+hook runs, binds the namespace, redacts and encodes through the codec, issues
+and checks authenticated cursors (and the ``limit + 1`` peek that tells
+whether another page follows), checks that every row read back is a valid
+record of the key that was asked for, refuses use after :meth:`close`, and
+turns driver errors into agentflow's. So the same call gives the same result,
+and the same error class, on every backend.
+
+Hooks receive checked values only: a thread id that passed
+:func:`~agentflow.checkpoint.validation.validate_thread`, a step that is a
+non-negative int, instants as epoch microseconds. They may raise the driver's
+exceptions; :meth:`_driver_error` maps those.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Final, NamedTuple, NoReturn
+
+from agentflow.checkpoint.base import (
+    Checkpoint,
+    Checkpointer,
+    Redactor,
+    ThreadInfo,
+    ThreadPage,
+    ThreadStatus,
+)
+from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
+from agentflow.checkpoint.cursor import CursorSigner
+from agentflow.checkpoint.redaction import redact_checkpoint, redact_none
+from agentflow.checkpoint.timestamps import instant_of, parse_instant, utc_now_iso
+from agentflow.checkpoint.validation import (
+    MAX_PAGE,
+    check_checkpoint,
+    check_limit,
+    check_offset,
+    check_prune_bounds,
+    check_status,
+    validate_namespace,
+    validate_revision,
+    validate_step,
+    validate_thread,
+)
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointConflict,
+    CheckpointCorrupted,
+    InvalidArgument,
+    InvalidCursor,
+    StoreClosed,
+)
+
+__all__ = ["CheckpointerBase", "EncodedCheckpoint", "StoredRow"]
+
+#: The listings whose cursors are told apart (a cursor of one fails on another).
+_THREADS: Final = "threads"
+_DUE: Final = "due"
+
+
+class StoredRow(NamedTuple):
+    """One stored step as a backend read it: the base checks and decodes it."""
+
+    step: Any
+    revision: Any
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedCheckpoint:
+    """A checkpoint ready for storage: the codec's bytes and the columns stores index."""
+
+    thread: str
+    step: int
+    payload: bytes
+    ts: str
+    #: ``ts`` as microseconds since the epoch, so stores compare instants.
+    ts_us: int
+    interrupted: bool
+    done: bool
+    wake_at: str | None
+    #: ``wake_at`` as microseconds since the epoch, for :meth:`list_due`.
+    wake_us: int | None
+    status: ThreadStatus
+
+    def summary(self) -> ThreadInfo:
+        """The :class:`ThreadInfo` of a thread whose latest step this is."""
+        return ThreadInfo(
+            self.thread, self.step, self.interrupted, self.done, self.ts, self.wake_at
+        )
+
+
+def _status(cp: Checkpoint) -> ThreadStatus:
+    if not cp.next and not cp.interrupted:
+        return "done"
+    if cp.interrupted:
+        return "waiting" if cp.wake_at is not None else "interrupted"
+    return "running"
+
+
+class CheckpointerBase(Checkpointer, abc.ABC):
+    """Every public method of :class:`Checkpointer`, over a backend's I/O hooks.
+
+    Subclasses set :attr:`kind`, call ``super().__init__`` with the namespace,
+    redactor and codec, and implement the abstract hooks.
+    """
+
+    #: The backend's name in cursors and messages ("sqlite", "postgres", ...).
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        redact: Redactor | None = None,
+        codec: CheckpointCodec | None = None,
+    ) -> None:
+        self._namespace = validate_namespace(namespace)
+        if redact is not None and not callable(redact):
+            raise InvalidArgument(f"redact must be callable, got {redact!r}")
+        if codec is not None and not isinstance(codec, CheckpointCodec):
+            raise InvalidArgument(f"codec must have encode() and decode(), got {codec!r}")
+        self._redact: Redactor = redact or redact_none
+        self._codec: CheckpointCodec = codec or JsonCodec()
+        self._closed = False
+        self._signer: CursorSigner | None = None
+
+    @property
+    def namespace(self) -> str | None:
+        """The tenant this checkpointer reads and writes (None: the default one)."""
+        return self._namespace or None
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    # -- the hooks a backend implements -------------------------------------
+
+    @abc.abstractmethod
+    async def _write_step(
+        self,
+        thread: str,
+        step: int,
+        encode: Callable[[], EncodedCheckpoint],
+        if_revision: int | None,
+    ) -> int | None:
+        """Store ``encode()`` at (thread, step), setting its revision to the stored
+        one plus one (1 when new) and the thread's summary to it if it is the
+        highest step, atomically. With ``if_revision`` given, write only when
+        the stored revision equals it (0: nothing stored). Return None when
+        written, else the stored revision that did not match. ``encode`` may
+        be called on any thread and may raise; then nothing is written."""
+
+    @abc.abstractmethod
+    async def _read_step(self, thread: str, step: int | None) -> StoredRow | Checkpoint | None:
+        """The row at ``step`` (None: the highest step), or None. A backend may
+        return the row already passed through :meth:`_decode_row`."""
+
+    @abc.abstractmethod
+    def _read_history(self, thread: str) -> AsyncIterator[StoredRow | Checkpoint]:
+        """Every row of ``thread`` in ascending step order, in bounded batches."""
+
+    @abc.abstractmethod
+    async def _read_threads(
+        self, after: str, limit: int, status: ThreadStatus | None
+    ) -> list[ThreadInfo]:
+        """Up to ``limit`` thread summaries with id greater than ``after`` in code
+        point order, of ``status`` when given, costing O(limit)."""
+
+    @abc.abstractmethod
+    async def _read_due(
+        self, now_us: int, after: tuple[int, str] | None, limit: int
+    ) -> list[ThreadInfo]:
+        """Up to ``limit`` summaries of status "waiting" with wake instant at most
+        ``now_us``, ordered by (wake instant, thread), after ``after`` in that
+        order, costing O(limit)."""
+
+    @abc.abstractmethod
+    async def _delete_steps(
+        self, thread: str, before_step: int | None, cutoff_us: int | None
+    ) -> int:
+        """Delete the steps below ``before_step`` and older than ``cutoff_us``
+        (each bound applies when given; neither: the whole thread), keep the
+        summary right, and return how many were deleted."""
+
+    @abc.abstractmethod
+    async def _cursor_secret(self) -> bytes:
+        """The store's cursor secret, created (random, 32 bytes) on first use and
+        kept in the store, so every process on it issues the same cursors."""
+
+    @abc.abstractmethod
+    async def _close_store(self) -> None:
+        """Release what this checkpointer created; called once."""
+
+    def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
+        """The agentflow error for a driver exception raised during ``operation``
+        (a public method's name), or None to let it pass unchanged."""
+        return None
+
+    # -- shared work ---------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed(f"this {type(self).__name__} is closed")
+
+    def _reraise(self, exc: Exception, operation: str) -> NoReturn:
+        if not isinstance(exc, AgentflowError):
+            error = self._driver_error(exc, operation)
+            if error is not None:
+                raise error from exc
+        raise exc
+
+    def _encode(self, cp: Checkpoint) -> EncodedCheckpoint:
+        """Redact and encode a checked checkpoint; safe on any thread."""
+        ts = cp.ts or utc_now_iso()
+        if not cp.ts:
+            cp = dataclasses.replace(cp, ts=ts)
+        cp = redact_checkpoint(cp, self._redact)
+        key = RecordKey(self._namespace, cp.thread, cp.step)
+        payload = self._codec.encode(cp, key)
+        wake_at = cp.wake_at
+        return EncodedCheckpoint(
+            thread=cp.thread,
+            step=cp.step,
+            payload=payload,
+            ts=ts,
+            ts_us=parse_instant(ts),
+            interrupted=cp.interrupted,
+            done=not cp.next and not cp.interrupted,
+            wake_at=wake_at,
+            wake_us=None if wake_at is None else parse_instant(wake_at),
+            status=_status(cp),
+        )
+
+    def _decode_row(self, thread: str, row: StoredRow | tuple[Any, Any, bytes]) -> Checkpoint:
+        """Check and decode a row read for ``thread``; safe on any thread.
+
+        A revision or step column that is not a positive (resp. non-negative)
+        int, bytes the codec refuses, or a payload of another key all raise
+        :class:`~agentflow.errors.CheckpointCorrupted`, never other data.
+        """
+        step, revision, payload = row
+        if type(step) is not int or step < 0:
+            raise CheckpointCorrupted(f"thread {thread!r}: a stored step number is damaged")
+        if type(revision) is not int or revision < 1:
+            raise CheckpointCorrupted(f"thread {thread!r} step {step}: the revision is damaged")
+        cp = self._codec.decode(payload, RecordKey(self._namespace, thread, step), revision)
+        if cp.thread != thread or cp.step != step:
+            raise CheckpointCorrupted(
+                f"thread {thread!r} step {step} holds the checkpoint of another key"
+            )
+        return cp
+
+    async def _cursors(self) -> CursorSigner:
+        signer = self._signer
+        if signer is None:
+            secret = await self._cursor_secret()
+            signer = self._signer = CursorSigner(secret, self.kind, self._namespace)
+        return signer
+
+    # -- the protocol --------------------------------------------------------
+
+    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
+        self._check_open()
+        check_checkpoint(cp)
+        if if_revision is not None:
+            validate_revision(if_revision)
+        thread, step = cp.thread, cp.step
+        try:
+            found = await self._write_step(thread, step, lambda: self._encode(cp), if_revision)
+        except Exception as exc:
+            self._reraise(exc, "put")
+        if found is not None:
+            raise CheckpointConflict(thread, step, if_revision or 0, found)
+        return f"{thread}:{step}"
+
+    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
+        self._check_open()
+        validate_thread(thread)
+        if step is not None:
+            validate_step(step)
+        try:
+            row = await self._read_step(thread, step)
+        except Exception as exc:
+            self._reraise(exc, "get")
+        if row is None or isinstance(row, Checkpoint):
+            return row
+        if step is not None and row.step != step:
+            raise CheckpointCorrupted(f"thread {thread!r}: asked for step {step}, read another")
+        return self._decode_row(thread, row)
+
+    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+        self._check_open()
+        validate_thread(thread)
+        rows = self._read_history(thread)
+        previous = -1
+        try:
+            async for row in rows:
+                cp = row if isinstance(row, Checkpoint) else self._decode_row(thread, row)
+                if cp.step <= previous:
+                    raise CheckpointCorrupted(f"thread {thread!r}: history is out of step order")
+                previous = cp.step
+                yield cp
+        except Exception as exc:
+            self._reraise(exc, "history")
+        finally:
+            close = getattr(rows, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def _threads(
+        self, after: str, limit: int, status: ThreadStatus | None, operation: str
+    ) -> list[ThreadInfo]:
+        try:
+            return await self._read_threads(after, limit, status)
+        except Exception as exc:
+            self._reraise(exc, operation)
+
+    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
+        self._check_open()
+        check_limit(limit)
+        check_offset(offset)
+        after = ""
+        while offset:
+            size = min(offset, MAX_PAGE)
+            skipped = await self._threads(after, size, None, "list_threads")
+            if len(skipped) < size:
+                return []
+            offset -= size
+            after = skipped[-1].thread
+        return await self._threads(after, limit, None, "list_threads")
+
+    async def list_threads_page(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: ThreadStatus | None = None,
+    ) -> ThreadPage:
+        self._check_open()
+        check_limit(limit)
+        check_status(status)
+        listing = f"{_THREADS}:{status or ''}"
+        after = ""
+        if cursor is not None:
+            body = (await self._cursors()).decode(listing, cursor)
+            after = _thread_in(body.get("after"))
+        infos = await self._threads(after, limit + 1, status, "list_threads_page")
+        if len(infos) <= limit:
+            return ThreadPage(infos, None)
+        del infos[limit:]
+        signer = await self._cursors()
+        return ThreadPage(infos, signer.encode(listing, {"after": infos[-1].thread}))
+
+    async def list_due(
+        self, now: str | datetime, *, limit: int = 100, cursor: str | None = None
+    ) -> ThreadPage:
+        self._check_open()
+        now_us = instant_of(now, what="now")
+        check_limit(limit)
+        after: tuple[int, str] | None = None
+        if cursor is not None:
+            body = (await self._cursors()).decode(_DUE, cursor)
+            wake_us = body.get("wake_us")
+            if type(wake_us) is not int:
+                raise InvalidCursor("cursor body is malformed")
+            after = (wake_us, _thread_in(body.get("after")))
+        try:
+            infos = await self._read_due(now_us, after, limit + 1)
+        except Exception as exc:
+            self._reraise(exc, "list_due")
+        if len(infos) <= limit:
+            return ThreadPage(infos, None)
+        del infos[limit:]
+        last = infos[-1]
+        body = {"wake_us": parse_instant(last.wake_at), "after": last.thread}
+        return ThreadPage(infos, (await self._cursors()).encode(_DUE, body))
+
+    async def delete_thread(self, thread: str) -> None:
+        self._check_open()
+        validate_thread(thread)
+        try:
+            await self._delete_steps(thread, None, None)
+        except Exception as exc:
+            self._reraise(exc, "delete_thread")
+
+    async def prune(
+        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
+    ) -> int:
+        self._check_open()
+        validate_thread(thread)
+        cutoff_us = check_prune_bounds(before_step, older_than)
+        try:
+            return await self._delete_steps(thread, before_step, cutoff_us)
+        except Exception as exc:
+            self._reraise(exc, "prune")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._close_store()
+        except Exception as exc:
+            self._reraise(exc, "close")
+
+
+def _thread_in(value: object) -> str:
+    """The thread id a cursor carries; a cursor is only as good as its content."""
+    try:
+        return validate_thread(value)
+    except InvalidArgument as exc:
+        raise InvalidCursor("cursor body is malformed") from exc

@@ -1,0 +1,198 @@
+"""An in-process checkpointer over plain dicts and sorted lists."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
+from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.cursor import SECRET_BYTES
+
+__all__ = ["MemoryCheckpointer", "MemoryStore", "from_url"]
+
+
+@dataclass
+class _StoredStep:
+    encoded: EncodedCheckpoint
+    revision: int
+
+
+@dataclass
+class _Namespace:
+    threads: dict[str, dict[int, _StoredStep]] = field(default_factory=dict)
+    #: Thread ids in code point order, for O(page) listing.
+    sorted_threads: list[str] = field(default_factory=list)
+    #: (wake instant, thread) of every thread whose latest step waits on a timer.
+    due: list[tuple[int, str]] = field(default_factory=list)
+    #: Thread ids in code point order per status of their latest step.
+    by_status: dict[str, list[str]] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """Shared storage for several :class:`MemoryCheckpointer` (one per namespace)."""
+
+    def __init__(self) -> None:
+        self._namespaces: dict[str, _Namespace] = {}
+        self.cursor_secret = os.urandom(SECRET_BYTES)
+
+    def namespace(self, name: str) -> _Namespace:
+        """The data of namespace ``name`` ("" for the default one)."""
+        return self._namespaces.setdefault(name, _Namespace())
+
+
+class MemoryCheckpointer(CheckpointerBase):
+    """Keeps encoded checkpoints in memory.
+
+    Checkpoints are stored as the same bytes a durable backend would write,
+    so a caller mutating its state after ``put`` changes nothing stored, and
+    non-JSON state fails here exactly as it would on disk. Pass one
+    :class:`MemoryStore` to several checkpointers to share it across namespaces.
+    """
+
+    kind = "memory"
+
+    def __init__(
+        self,
+        *,
+        redact: Redactor | None = None,
+        namespace: str | None = None,
+        store: MemoryStore | None = None,
+        codec: CheckpointCodec | None = None,
+    ) -> None:
+        super().__init__(namespace=namespace, redact=redact, codec=codec)
+        self._store = store or MemoryStore()
+        self._data = self._store.namespace(self._namespace)
+
+    def __repr__(self) -> str:
+        return f"MemoryCheckpointer(namespace={self.namespace!r})"
+
+    def _latest(self, thread: str) -> EncodedCheckpoint | None:
+        steps = self._data.threads.get(thread)
+        return steps[max(steps)].encoded if steps else None
+
+    def _unindex(self, latest: EncodedCheckpoint | None) -> None:
+        if latest is None:
+            return
+        names = self._data.by_status[latest.status]
+        del names[bisect.bisect_left(names, latest.thread)]
+        if latest.wake_us is not None and latest.interrupted:
+            due = self._data.due
+            del due[bisect.bisect_left(due, (latest.wake_us, latest.thread))]
+
+    def _index(self, latest: EncodedCheckpoint | None) -> None:
+        if latest is None:
+            return
+        bisect.insort(self._data.by_status.setdefault(latest.status, []), latest.thread)
+        if latest.wake_us is not None and latest.interrupted:
+            bisect.insort(self._data.due, (latest.wake_us, latest.thread))
+
+    async def _write_step(
+        self,
+        thread: str,
+        step: int,
+        encode: Callable[[], EncodedCheckpoint],
+        if_revision: int | None,
+    ) -> int | None:
+        steps = self._data.threads.get(thread)
+        existing = steps.get(step) if steps else None
+        current = existing.revision if existing else 0
+        if if_revision is not None and if_revision != current:
+            return current
+        encoded = encode()
+        if steps is None:
+            steps = self._data.threads[thread] = {}
+            bisect.insort(self._data.sorted_threads, thread)
+        before = self._latest(thread)
+        steps[step] = _StoredStep(encoded, current + 1)
+        if before is None or step >= before.step:
+            self._unindex(before)
+            self._index(encoded)
+        return None
+
+    async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
+        steps = self._data.threads.get(thread)
+        if not steps:
+            return None
+        stored = steps.get(max(steps) if step is None else step)
+        if stored is None:
+            return None
+        return StoredRow(stored.encoded.step, stored.revision, stored.encoded.payload)
+
+    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
+        steps = self._data.threads.get(thread, {})
+        for step in sorted(steps):
+            stored = steps.get(step)
+            if stored is not None:
+                yield StoredRow(step, stored.revision, stored.encoded.payload)
+
+    def _info(self, thread: str) -> ThreadInfo:
+        latest = self._latest(thread)
+        assert latest is not None
+        return latest.summary()
+
+    async def _read_threads(
+        self, after: str, limit: int, status: ThreadStatus | None
+    ) -> list[ThreadInfo]:
+        names = (
+            self._data.sorted_threads if status is None else self._data.by_status.get(status, [])
+        )
+        start = bisect.bisect_right(names, after)
+        return [self._info(t) for t in names[start : start + limit]]
+
+    async def _read_due(
+        self, now_us: int, after: tuple[int, str] | None, limit: int
+    ) -> list[ThreadInfo]:
+        due = self._data.due
+        start = 0 if after is None else bisect.bisect_right(due, after)
+        found: list[ThreadInfo] = []
+        for wake_us, thread in due[start:]:
+            if wake_us > now_us or len(found) == limit:
+                break
+            found.append(self._info(thread))
+        return found
+
+    async def _delete_steps(
+        self, thread: str, before_step: int | None, cutoff_us: int | None
+    ) -> int:
+        steps = self._data.threads.get(thread)
+        if not steps:
+            return 0
+        before = self._latest(thread)
+        doomed = [
+            step
+            for step, stored in steps.items()
+            if (before_step is None or step < before_step)
+            and (cutoff_us is None or stored.encoded.ts_us < cutoff_us)
+        ]
+        for step in doomed:
+            del steps[step]
+        after = self._latest(thread)
+        if after is not before:
+            self._unindex(before)
+            self._index(after)
+        if not steps:
+            del self._data.threads[thread]
+            del self._data.sorted_threads[bisect.bisect_left(self._data.sorted_threads, thread)]
+        return len(doomed)
+
+    async def _cursor_secret(self) -> bytes:
+        return self._store.cursor_secret
+
+    async def _close_store(self) -> None:
+        """Nothing to release; the shared :class:`MemoryStore` stays usable."""
+
+
+#: The stores ``memory://NAME`` URLs name, one per name, for this process.
+_NAMED_STORES: dict[str, MemoryStore] = {}
+
+
+def from_url(url: str, *, namespace: str | None = None) -> MemoryCheckpointer:
+    """``memory://NAME``: every checkpointer opened on one name in this process
+    shares one store (``memory://`` is the name "")."""
+    name = url.split("://", 1)[1]
+    store = _NAMED_STORES.setdefault(name, MemoryStore())
+    return MemoryCheckpointer(namespace=namespace, store=store)

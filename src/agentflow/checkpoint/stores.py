@@ -1,0 +1,94 @@
+"""Opening a checkpointer from a store URL: the one registry of URL schemes.
+
+Each backend is imported only when its scheme is used, so a missing optional
+driver fails only the call that needs it, with the ``pip install`` line that
+fixes it. A backend registers here, in :data:`_SCHEMES`, and nowhere else;
+a third-party backend calls :func:`register_scheme`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Final
+from urllib.parse import urlsplit, urlunsplit
+
+from agentflow.checkpoint.base import Checkpointer
+from agentflow.errors import InvalidStoreUrl
+
+__all__ = ["DEFAULT_STORE", "StoreOpener", "open_store", "register_scheme", "safe_url"]
+
+#: The store the command line uses when none is named.
+DEFAULT_STORE: Final = "sqlite:///.runs/checkpoints.db"
+
+#: Builds a checkpointer from a URL and a namespace.
+StoreOpener = Callable[..., Checkpointer]
+
+#: scheme -> (module with ``from_url``, optional-dependency extra)
+_SCHEMES: Final[dict[str, tuple[str, str | None]]] = {
+    "memory": ("agentflow.checkpoint.memory", None),
+    "sqlite": ("agentflow.checkpoint.sqlite", None),
+    "file": ("agentflow.checkpoint.file", None),
+    "postgresql": ("agentflow.checkpoint.postgres", "postgres"),
+    "postgres": ("agentflow.checkpoint.postgres", "postgres"),
+    "redis": ("agentflow.checkpoint.redis", "redis"),
+    "rediss": ("agentflow.checkpoint.redis", "redis"),
+    "mongodb": ("agentflow.checkpoint.mongodb", "mongodb"),
+    "mongodb+srv": ("agentflow.checkpoint.mongodb", "mongodb"),
+}
+_REGISTERED: dict[str, StoreOpener] = {}
+
+
+def register_scheme(scheme: str, opener: StoreOpener) -> None:
+    """Let :func:`open_store` open ``scheme://...`` URLs with ``opener(url, namespace=)``."""
+    if not scheme.isascii() or not scheme.replace("+", "").isalnum() or scheme.lower() != scheme:
+        raise InvalidStoreUrl(f"a scheme is lower-case letters, digits and '+', not {scheme!r}")
+    _REGISTERED[scheme] = opener
+
+
+def safe_url(url: str) -> str:
+    """``url`` with any password masked, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<unparseable store URL>"
+    if password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def scheme_of(url: object) -> str:
+    """The lower-cased scheme of ``url``; raises InvalidStoreUrl when it has none."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidStoreUrl(f"a store URL looks like scheme://..., got {url!r:.80}")
+    return url.split("://", 1)[0].lower()
+
+
+def _opener(scheme: str, url: str) -> StoreOpener:
+    registered = _REGISTERED.get(scheme)
+    if registered is not None:
+        return registered
+    if scheme not in _SCHEMES:
+        known = ", ".join(sorted({*_SCHEMES, *_REGISTERED}))
+        raise InvalidStoreUrl(f"unsupported store URL {safe_url(url)!r}; known schemes: {known}")
+    module_name, extra = _SCHEMES[scheme]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with: pip install 'agentflow[{extra}]'" if extra else ""
+        raise InvalidStoreUrl(f"the {scheme} backend is not available ({exc}){hint}") from exc
+    opener: StoreOpener = module.from_url
+    return opener
+
+
+def open_store(url: str, *, namespace: str | None = None) -> Checkpointer:
+    """A checkpointer for ``url``, bound to ``namespace``; the caller closes it.
+
+    ``memory://NAME`` (one in-process store per name), ``sqlite:///PATH``
+    (``sqlite:////abs/path`` for an absolute one), ``file://DIR``,
+    ``postgresql://...``, ``redis://...`` and ``mongodb://...``.
+    """
+    return _opener(scheme_of(url), url)(url, namespace=namespace)
