@@ -14,10 +14,10 @@ from agentflow.checkpoint.testing import BackendHarness
 async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     path = str(tmp_path / "checkpoints.db")
 
-    def overwrite(namespace: str | None, thread: str, step: int) -> None:
+    def overwrite(change: str, namespace: str | None, thread: str, step: int) -> None:
         with sqlite3.connect(path) as conn:
             changed = conn.execute(
-                "UPDATE agentflow_checkpoints SET payload = x'ff7b' "
+                f"UPDATE agentflow_checkpoints SET {change} "
                 "WHERE namespace = ? AND thread = ? AND step = ?",
                 (namespace or "", thread, step),
             ).rowcount
@@ -25,8 +25,15 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         assert changed == 1, f"no stored row for {(namespace, thread, step)}"
 
     async def corrupt(namespace: str | None, thread: str, step: int) -> None:
-        await asyncio.to_thread(overwrite, namespace, thread, step)
+        await asyncio.to_thread(overwrite, "payload = x'ff7b'", namespace, thread, step)
+
+    async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
+        await asyncio.to_thread(overwrite, "revision = 'abc'", namespace, thread, step)
 
     yield BackendHarness(
-        name="sqlite", factory=SqliteCheckpointer, kwargs={"path": path}, corrupt=corrupt
+        name="sqlite",
+        factory=SqliteCheckpointer,
+        kwargs={"path": path},
+        corrupt=corrupt,
+        damage_revision=damage_revision,
     )

@@ -9,14 +9,15 @@ Why it is shaped this way (the full story, with figures, is docs/sqlite.md):
   about one fsync, not eight, and every put is still durable before it returns.
 * Reads run on **their own thread and connection**, so a read never waits behind
   the writer's fsync (WAL lets readers proceed during a write).
-* The event loop only validates arguments and parks on a future; encoding,
+* The event loop only checks arguments and parks on a future; encoding,
   redaction and SQL run on the worker threads, so a many-megabyte state or a slow
   redactor never stalls other tasks.
 * A thread-summary table is updated in the same transaction as each put, prune
-  and delete, so listing threads costs O(page), not a scan of every checkpoint.
+  and delete, so listing threads (by status too) and finding due timers cost
+  O(page), not a scan of every checkpoint.
 
-The threads live in :mod:`~agentflow.checkpoint.sqlite_workers`, the tables, SQL
-text and opening of a file in :mod:`~agentflow.checkpoint.sqlite_schema`.
+The threads live in :mod:`~agentflow.checkpoint.sqlite.workers`, the tables, SQL
+text and opening of a file in :mod:`~agentflow.checkpoint.sqlite.schema`.
 """
 
 from __future__ import annotations
@@ -28,38 +29,33 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
-from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
-from agentflow.checkpoint.codec import (
-    EncodedCheckpoint,
-    decode,
-    encode,
-    parse_instant,
-    validate_namespace,
-    validate_step,
-    validate_thread,
-)
-from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
-from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
-from agentflow.checkpoint.redaction import redact_none
-from agentflow.checkpoint.sqlite_schema import (
+from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadStatus
+from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.sqlite.schema import (
+    DUE,
     GET_LATEST,
     GET_STEP,
     HISTORY,
     KEY,
     LIST_AFTER,
-    LIST_OFFSET,
+    LIST_STATUS_AFTER,
+    READ_SECRET,
     REBUILD_SUMMARY,
     REVISION,
     SCHEMA_VERSION,
+    STORE_SECRET,
     UPSERT,
     UPSERT_SUMMARY,
 )
-from agentflow.checkpoint.sqlite_workers import Pair, PairKey, acquire_pair, release_pair
+from agentflow.checkpoint.sqlite.workers import Pair, PairKey, acquire_pair, release_pair
 from agentflow.errors import (
-    CheckpointConflict,
+    AgentflowError,
     CheckpointCorrupted,
     CheckpointError,
     InvalidArgument,
+    StoreUnavailable,
 )
 
 __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer"]
@@ -67,7 +63,6 @@ __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer"]
 #: Accepted values of ``synchronous``, weakest to strongest (SQLite's PRAGMA).
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 
-_BACKEND: Final = "sqlite"
 #: Rows per history read: bounds memory while keeping thread hops rare.
 _HISTORY_BATCH: Final = 256
 #: History payloads above this are decoded on the reader thread, smaller ones as yielded.
@@ -75,32 +70,39 @@ _DECODE_ON_LOOP_MAX: Final = 64 * 1024
 #: SQLite's default SQLITE_MAX_LENGTH: a larger payload would fail its whole group.
 _MAX_PAYLOAD: Final = 1_000_000_000
 
+# Primary result codes (the low byte of an extended code) and what they mean to a caller.
+_CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+_UNAVAILABLE_CODES: Final = frozenset(
+    getattr(sqlite3, f"SQLITE_{name}")
+    for name in ("BUSY", "LOCKED", "IOERR", "FULL", "CANTOPEN", "PROTOCOL", "NOMEM")
+)
+
 
 def _put_rows(
     conn: sqlite3.Connection, namespace: str, cp: EncodedCheckpoint, if_revision: int | None
-) -> str:
+) -> int | None:
     if if_revision is not None:
         rows = conn.execute(REVISION, (namespace, cp.thread, cp.step)).fetchall()
         current = rows[0][0] if rows else 0
         if current != if_revision:
-            raise CheckpointConflict(cp.thread, cp.step, if_revision, current)
+            return int(current)
     key, status = (namespace, cp.thread, cp.step), (cp.interrupted, cp.done)
-    conn.execute(UPSERT, (*key, cp.ts_us, cp.ts, *status, cp.wake_at, cp.payload))
-    conn.execute(UPSERT_SUMMARY, (*key, *status, cp.ts, cp.wake_at))
-    return f"{cp.thread}:{cp.step}"
+    waiting_us = cp.wake_us if cp.status == "waiting" else None
+    conn.execute(
+        UPSERT, (*key, cp.ts_us, cp.ts, *status, cp.wake_at, cp.payload, waiting_us, cp.status)
+    )
+    conn.execute(UPSERT_SUMMARY, (*key, *status, cp.ts, cp.wake_at, cp.status, waiting_us))
+    return None
 
 
-def _decoded(thread: str, row: tuple[int, int, bytes]) -> Checkpoint:
-    step, revision, payload = row
-    cp = decode(payload, revision)
-    if cp.thread != thread or cp.step != step:
-        raise CheckpointCorrupted(
-            f"row ({thread!r}, {step}) holds the checkpoint of ({cp.thread!r}, {cp.step})"
-        )
-    return cp
+def _summaries(rows: Any) -> list[ThreadInfo]:
+    return [
+        ThreadInfo(thread, step, bool(interrupted), bool(done), ts, wake_at)
+        for thread, step, interrupted, done, ts, wake_at in rows
+    ]
 
 
-class SqliteCheckpointer(AsyncClosing):
+class SqliteCheckpointer(CheckpointerBase):
     """Durable checkpointer backed by one SQLite file in WAL mode.
 
     ``synchronous`` is SQLite's durability knob: ``"FULL"`` (default) syncs the
@@ -109,7 +111,9 @@ class SqliteCheckpointer(AsyncClosing):
     on power loss; ``"OFF"`` leaves flushing to the OS; ``"EXTRA"`` also syncs
     the directory. ``busy_timeout`` (seconds) is how long a write waits for
     another process holding the file's write lock before raising
-    :class:`~agentflow.errors.StoreUnavailable`.
+    :class:`~agentflow.errors.StoreUnavailable`. With ``secure_permissions``
+    (default) a new file is created owner-only (0600, and its WAL files with
+    it) in directories created owner-only (0700).
 
     The two worker threads and their connections start on first use, are
     shared by every checkpointer open on the same file in this process, and
@@ -119,15 +123,20 @@ class SqliteCheckpointer(AsyncClosing):
     state until ``put`` returns.
     """
 
+    kind = "sqlite"
+
     def __init__(
         self,
         path: str | os.PathLike[str] = ".runs/checkpoints.db",
         *,
         redact: Redactor | None = None,
         namespace: str | None = None,
+        codec: CheckpointCodec | None = None,
         synchronous: str = "FULL",
         busy_timeout: float = 5.0,
+        secure_permissions: bool = True,
     ) -> None:
+        super().__init__(namespace=namespace, redact=redact, codec=codec)
         if not isinstance(path, str | os.PathLike) or str(path) in {"", ":memory:"}:
             raise InvalidArgument(f"path must name a database file, got {path!r}")
         mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
@@ -139,28 +148,17 @@ class SqliteCheckpointer(AsyncClosing):
             raise InvalidArgument(f"busy_timeout must be 0 to 86400 seconds, not {busy_timeout}")
         self.path = Path(path)
         self.synchronous: str = mode
-        self._busy_timeout = float(busy_timeout)
-        self._redact = redact or redact_none
-        self._namespace = validate_namespace(namespace)
-        self._key: PairKey = (os.path.abspath(self.path), mode, self._busy_timeout)
+        private = bool(secure_permissions)
+        self._key: PairKey = (os.path.abspath(self.path), mode, float(busy_timeout), private)
         self._pair: Pair | None = None
-        self._closed = False
 
-    async def close(self) -> None:
-        """Finish queued writes, then close both connections and stop both threads
-        (unless another open checkpointer on the same file still uses them)."""
-        if self._closed:
-            return
-        self._closed = True
-        pair, self._pair = self._pair, None
-        if pair is not None:
-            await release_pair(self._key, pair)
+    def __repr__(self) -> str:
+        return f"SqliteCheckpointer({str(self.path)!r}, namespace={self.namespace!r})"
 
     def _started(self) -> Pair:
         pair = self._pair
         if pair is None:
-            if self._closed:
-                raise CheckpointError("the SqliteCheckpointer is closed")
+            self._check_open()
             pair = self._pair = acquire_pair(self._key)
         return pair
 
@@ -170,51 +168,40 @@ class SqliteCheckpointer(AsyncClosing):
     async def _read(self, read: Callable[[sqlite3.Connection], Any]) -> Any:
         return await self._started().reader.submit(read)
 
-    # -- writes ------------------------------------------------------------
+    # -- hooks ---------------------------------------------------------------
 
-    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
-        if if_revision is not None and (
-            isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0
-        ):
-            raise InvalidArgument(f"if_revision must be None or an int >= 0, got {if_revision!r}")
-        if not isinstance(cp, Checkpoint):
-            raise InvalidArgument(f"put takes a Checkpoint, got {type(cp).__name__}")
-        validate_thread(cp.thread)
-        namespace, redact = self._namespace, self._redact
+    async def _write_step(
+        self,
+        thread: str,
+        step: int,
+        encode: Callable[[], EncodedCheckpoint],
+        if_revision: int | None,
+    ) -> int | None:
+        namespace = self._namespace
 
-        def prepare() -> Callable[[sqlite3.Connection], str]:
-            encoded = encode(cp, redact)
+        def prepare() -> Callable[[sqlite3.Connection], int | None]:
+            encoded = encode()
             if len(encoded.payload) > _MAX_PAYLOAD:
                 raise InvalidArgument(
-                    f"checkpoint of thread {cp.thread!r} encodes to {len(encoded.payload):,} "
+                    f"checkpoint of thread {thread!r} encodes to {len(encoded.payload):,} "
                     f"bytes; SQLite stores at most {_MAX_PAYLOAD:,}"
                 )
             return lambda conn: _put_rows(conn, namespace, encoded, if_revision)
 
-        result: str = await self._write(prepare)
-        return result
+        found: int | None = await self._write(prepare)
+        return found
 
-    async def delete_thread(self, thread: str) -> None:
-        key = (self._namespace, validate_thread(thread))
-
-        def apply(conn: sqlite3.Connection) -> None:
-            conn.execute(f"DELETE FROM agentflow_checkpoints WHERE {KEY}", key)
-            conn.execute(f"DELETE FROM agentflow_threads WHERE {KEY}", key)
-
-        await self._write(lambda: apply)
-
-    async def prune(
-        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
+    async def _delete_steps(
+        self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
-        check_prune_bounds(before_step, older_than)
-        key: tuple[object, ...] = (self._namespace, validate_thread(thread))
+        key: tuple[object, ...] = (self._namespace, thread)
         delete, bounds = f"DELETE FROM agentflow_checkpoints WHERE {KEY}", list[object](key)
         if before_step is not None:
             delete += " AND step < ?"
             bounds.append(before_step)
-        if older_than is not None:
+        if cutoff_us is not None:
             delete += " AND ts_us < ?"
-            bounds.append(parse_instant(older_than, what="older_than"))
+            bounds.append(cutoff_us)
 
         def apply(conn: sqlite3.Connection) -> int:
             removed: int = conn.execute(delete, bounds).rowcount
@@ -223,23 +210,21 @@ class SqliteCheckpointer(AsyncClosing):
                 conn.execute(REBUILD_SUMMARY, key)
             return removed
 
-        result: int = await self._write(lambda: apply)
-        return result
+        removed: int = await self._write(lambda: apply)
+        return removed
 
-    # -- reads -------------------------------------------------------------
-
-    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
-        key = (self._namespace, validate_thread(thread))
-        sql, args = (GET_LATEST, key) if step is None else (GET_STEP, (*key, validate_step(step)))
+    async def _read_step(self, thread: str, step: int | None) -> Checkpoint | None:
+        key = (self._namespace, thread)
+        sql, args = (GET_LATEST, key) if step is None else (GET_STEP, (*key, step))
 
         def read(conn: sqlite3.Connection) -> Checkpoint | None:
             rows = conn.execute(sql, args).fetchall()
-            return _decoded(key[1], rows[0]) if rows else None
+            return self._decode_row(thread, rows[0]) if rows else None
 
-        result: Checkpoint | None = await self._read(read)
-        return result
+        found: Checkpoint | None = await self._read(read)
+        return found
 
-    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow | Checkpoint]:
         """Stream in keyset batches, reading the next batch while this one is consumed.
 
         Rows are decoded one at a time as they are yielded, so only what the
@@ -248,13 +233,16 @@ class SqliteCheckpointer(AsyncClosing):
         ``_DECODE_ON_LOOP_MAX`` bytes is decoded on the reader thread instead,
         so no single step stalls the event loop.
         """
-        key = (self._namespace, validate_thread(thread))
+        key = (self._namespace, thread)
 
         def batch_after(after: int) -> Callable[[sqlite3.Connection], list[Any]]:
             def read(conn: sqlite3.Connection) -> list[Any]:
                 rows = conn.execute(HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
                 big = _DECODE_ON_LOOP_MAX
-                return [_decoded(key[1], row) if len(row[2]) > big else row for row in rows]
+                return [
+                    self._decode_row(thread, row) if len(row[2]) > big else StoredRow(*row)
+                    for row in rows
+                ]
 
             return read
 
@@ -264,34 +252,60 @@ class SqliteCheckpointer(AsyncClosing):
             while pending is not None:
                 batch, pending = await pending, None
                 if len(batch) == _HISTORY_BATCH:
-                    last = batch[-1]
-                    step = last.step if isinstance(last, Checkpoint) else last[0]
-                    pending = reader.submit(batch_after(step))
+                    pending = reader.submit(batch_after(batch[-1].step))
                 for item in batch:
-                    yield item if isinstance(item, Checkpoint) else _decoded(key[1], item)
+                    yield item
         finally:
             if pending is not None:
                 pending.cancel()
 
-    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
-        check_page_args(limit, offset)
-        return await self._summaries(LIST_OFFSET, (self._namespace, limit, offset))
+    async def _read_threads(
+        self, after: str, limit: int, status: ThreadStatus | None
+    ) -> list[ThreadInfo]:
+        sql, args = (
+            (LIST_AFTER, (self._namespace, after, limit))
+            if status is None
+            else (LIST_STATUS_AFTER, (self._namespace, status, after, limit))
+        )
+        found: list[ThreadInfo] = await self._read(lambda conn: _summaries(conn.execute(sql, args)))
+        return found
 
-    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
-        check_page_args(limit)
-        after = "" if cursor is None else decode_cursor(_BACKEND, self._namespace, cursor)
-        infos = await self._summaries(LIST_AFTER, (self._namespace, after, limit + 1))
-        if len(infos) <= limit:
-            return ThreadPage(infos, None)
-        del infos[limit:]
-        return ThreadPage(infos, encode_cursor(_BACKEND, self._namespace, infos[-1].thread))
+    async def _read_due(
+        self, now_us: int, after: tuple[int, str] | None, limit: int
+    ) -> list[ThreadInfo]:
+        wake_us, thread = after if after is not None else (-(2**63), "")
+        args = (self._namespace, now_us, wake_us, thread, limit)
+        found: list[ThreadInfo] = await self._read(lambda conn: _summaries(conn.execute(DUE, args)))
+        return found
 
-    async def _summaries(self, sql: str, args: tuple[object, ...]) -> list[ThreadInfo]:
-        def read(conn: sqlite3.Connection) -> list[ThreadInfo]:
-            return [
-                ThreadInfo(thread, step, bool(interrupted), bool(done), ts, wake_at)
-                for thread, step, interrupted, done, ts, wake_at in conn.execute(sql, args)
-            ]
+    async def _cursor_secret(self) -> bytes:
+        def read(conn: sqlite3.Connection) -> Any:
+            rows = conn.execute(READ_SECRET).fetchall()
+            return rows[0][0] if rows else None
 
-        result: list[ThreadInfo] = await self._read(read)
-        return result
+        secret = await self._read(read)
+        if secret is None:
+            fresh = os.urandom(SECRET_BYTES)
+            await self._write(lambda: lambda conn: conn.execute(STORE_SECRET, (fresh,)))
+            secret = await self._read(read)
+        if not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
+            raise CheckpointCorrupted(f"{self.path}: the stored cursor secret is damaged")
+        return secret
+
+    async def _close_store(self) -> None:
+        """Finish queued writes, then close both connections and stop both threads
+        (unless another open checkpointer on the same file still uses them)."""
+        pair, self._pair = self._pair, None
+        if pair is not None:
+            await release_pair(self._key, pair)
+
+    def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
+        if not isinstance(exc, sqlite3.Error | OSError):
+            return None
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        kind: type[CheckpointError] = CheckpointError
+        if code in _CORRUPT_CODES:
+            kind = CheckpointCorrupted
+        elif code in _UNAVAILABLE_CODES or isinstance(exc, OSError):
+            kind = StoreUnavailable
+        return kind(f"sqlite {operation} on {self.path}: {exc}")

@@ -1,31 +1,42 @@
-"""The tables and SQL text of :mod:`agentflow.checkpoint.sqlite`, and opening a file for them.
+"""The tables and SQL text of the SQLite backend, and opening a file for them.
 
 Opening switches a new file to WAL (waiting out processes that open it at the
-same moment), sets ``synchronous``, and creates the tables or refuses a file
-whose schema version is newer than this agentflow understands.
+same moment), sets ``synchronous``, and creates the tables, migrates a file of
+an older schema version, or refuses one whose version is newer than this
+agentflow understands.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from agentflow.errors import CheckpointCorrupted, CheckpointError, IncompatibleSchema
+from agentflow.checkpoint.timestamps import parse_instant
+from agentflow.errors import (
+    CheckpointCorrupted,
+    CheckpointError,
+    IncompatibleSchema,
+    InvalidArgument,
+)
 
 __all__ = [
+    "DUE",
     "GET_LATEST",
     "GET_STEP",
     "HISTORY",
     "KEY",
     "LIST_AFTER",
-    "LIST_OFFSET",
+    "LIST_STATUS_AFTER",
+    "READ_SECRET",
     "REBUILD_SUMMARY",
     "REVISION",
     "SCHEMA_VERSION",
+    "STORE_SECRET",
     "UPSERT",
     "UPSERT_SUMMARY",
     "open_connection",
@@ -33,18 +44,45 @@ __all__ = [
 ]
 
 #: Version of the tables below, kept in ``agentflow_meta``. A file written by a
-#: newer agentflow is refused rather than misread.
-SCHEMA_VERSION: Final = 1
+#: newer agentflow is refused rather than misread; an older one is migrated.
+SCHEMA_VERSION: Final = 2
 
 # Payload last: reading the small columns never touches its overflow pages.
+# A thread's summary carries its latest step's status, and its wake instant only
+# while it waits on a timer, so the two indexes below hold just what the status
+# listing and list_due read.
 _SCHEMA: Final = (
     """CREATE TABLE agentflow_checkpoints (namespace TEXT NOT NULL, thread TEXT NOT NULL,
     step INTEGER NOT NULL, revision INTEGER NOT NULL, ts_us INTEGER NOT NULL, ts TEXT NOT NULL,
     interrupted INTEGER NOT NULL, done INTEGER NOT NULL, wake_at TEXT, payload BLOB NOT NULL,
+    wake_us INTEGER, status TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (namespace, thread, step))""",
     """CREATE TABLE agentflow_threads (namespace TEXT NOT NULL, thread TEXT NOT NULL,
     latest_step INTEGER NOT NULL, interrupted INTEGER NOT NULL, done INTEGER NOT NULL,
-    ts TEXT NOT NULL, wake_at TEXT, PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
+    ts TEXT NOT NULL, wake_at TEXT, status TEXT NOT NULL DEFAULT '', wake_us INTEGER,
+    PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
+)
+_INDEXES: Final = (
+    """CREATE INDEX IF NOT EXISTS agentflow_threads_by_status
+    ON agentflow_threads (namespace, status, thread)""",
+    """CREATE INDEX IF NOT EXISTS agentflow_threads_due
+    ON agentflow_threads (namespace, wake_us, thread) WHERE wake_us IS NOT NULL""",
+)
+_STATUS_OF_ROW: Final = """CASE WHEN done THEN 'done'
+    WHEN interrupted AND wake_at IS NOT NULL THEN 'waiting'
+    WHEN interrupted THEN 'interrupted' ELSE 'running' END"""
+#: From version 1 to 2: the status and wake instant of every row and summary.
+_MIGRATE_1_TO_2: Final = (
+    "ALTER TABLE agentflow_checkpoints ADD COLUMN wake_us INTEGER",
+    "ALTER TABLE agentflow_checkpoints ADD COLUMN status TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE agentflow_threads ADD COLUMN status TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE agentflow_threads ADD COLUMN wake_us INTEGER",
+    f"""UPDATE agentflow_checkpoints SET status = {_STATUS_OF_ROW},
+    wake_us = CASE WHEN interrupted AND wake_at IS NOT NULL
+    THEN agentflow_instant(wake_at) END""",
+    f"""UPDATE agentflow_threads SET status = {_STATUS_OF_ROW},
+    wake_us = CASE WHEN interrupted AND wake_at IS NOT NULL
+    THEN agentflow_instant(wake_at) END""",
 )
 _META: Final = "SELECT value FROM agentflow_meta WHERE key = 'schema_version'"
 KEY: Final = "namespace = ? AND thread = ?"
@@ -53,22 +91,30 @@ GET_LATEST: Final = f"{_ROWS} ORDER BY step DESC LIMIT 1"
 GET_STEP: Final = f"{_ROWS} AND step = ?"
 HISTORY: Final = f"{_ROWS} AND step > ? ORDER BY step LIMIT ?"
 REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {KEY} AND step = ?"
-UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
+UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (namespace, thread, step) DO UPDATE SET revision = revision + 1,
     ts_us = excluded.ts_us, ts = excluded.ts, interrupted = excluded.interrupted,
-    done = excluded.done, wake_at = excluded.wake_at, payload = excluded.payload"""
-UPSERT_SUMMARY: Final = """INSERT INTO agentflow_threads VALUES (?, ?, ?, ?, ?, ?, ?)
+    done = excluded.done, wake_at = excluded.wake_at, payload = excluded.payload,
+    wake_us = excluded.wake_us, status = excluded.status"""
+UPSERT_SUMMARY: Final = """INSERT INTO agentflow_threads VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = excluded.latest_step,
     interrupted = excluded.interrupted, done = excluded.done, ts = excluded.ts,
-    wake_at = excluded.wake_at WHERE excluded.latest_step >= agentflow_threads.latest_step"""
+    wake_at = excluded.wake_at, status = excluded.status, wake_us = excluded.wake_us
+    WHERE excluded.latest_step >= agentflow_threads.latest_step"""
 REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads SELECT namespace, thread, step,
-    interrupted, done, ts, wake_at FROM agentflow_checkpoints WHERE {KEY}
+    interrupted, done, ts, wake_at, status, wake_us FROM agentflow_checkpoints WHERE {KEY}
     ORDER BY step DESC LIMIT 1"""
 _SUMMARIES: Final = (
     "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM agentflow_threads"
 )
-LIST_OFFSET: Final = f"{_SUMMARIES} WHERE namespace = ? ORDER BY thread LIMIT ? OFFSET ?"
 LIST_AFTER: Final = f"{_SUMMARIES} WHERE namespace = ? AND thread > ? ORDER BY thread LIMIT ?"
+LIST_STATUS_AFTER: Final = (
+    f"{_SUMMARIES} WHERE namespace = ? AND status = ? AND thread > ? ORDER BY thread LIMIT ?"
+)
+DUE: Final = f"""{_SUMMARIES} WHERE namespace = ? AND wake_us IS NOT NULL AND wake_us <= ?
+    AND (wake_us, thread) > (?, ?) ORDER BY wake_us, thread LIMIT ?"""
+STORE_SECRET: Final = "INSERT OR IGNORE INTO agentflow_meta VALUES ('cursor_secret', ?)"
+READ_SECRET: Final = "SELECT value FROM agentflow_meta WHERE key = 'cursor_secret'"
 
 _BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 #: Pause between attempts to switch a contended new file to WAL.
@@ -96,29 +142,50 @@ def _schema_version(conn: sqlite3.Connection) -> Any:
     return rows[0][0] if rows else None
 
 
+def _instant_or_null(text: object) -> int | None:
+    try:
+        return parse_instant(text)
+    except InvalidArgument:
+        return None
+
+
+def _create(conn: sqlite3.Connection) -> None:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS agentflow_meta "
+        "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
+    )
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    conn.execute("INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+
+
+def _migrate_from_1(conn: sqlite3.Connection) -> None:
+    conn.create_function("agentflow_instant", 1, _instant_or_null, deterministic=True)
+    for statement in _MIGRATE_1_TO_2:
+        conn.execute(statement)
+    conn.execute("UPDATE agentflow_meta SET value = 2 WHERE key = 'schema_version'")
+
+
 def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Create the tables in a new file, or refuse a file whose schema we do not know.
+    """Create the tables in a new file, migrate an older one, or refuse a newer one.
 
     The version lives in our own ``agentflow_meta`` table rather than
     ``PRAGMA user_version``, so a file shared with another application keeps
-    its version slot. Creation re-checks under the write lock, so processes
-    opening a new file at once create it exactly once.
+    its version slot. Creation and migration re-check under the write lock, so
+    processes opening a file at once change it exactly once.
     """
     version = _schema_version(conn)
-    if version is None:
+    if version != SCHEMA_VERSION:
         with transaction(conn):
             version = _schema_version(conn)
             if version is None:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS agentflow_meta "
-                    "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
-                )
-                for statement in _SCHEMA:
+                _create(conn)
+            elif version == 1:
+                _migrate_from_1(conn)
+            version = _schema_version(conn)
+            if version == SCHEMA_VERSION:
+                for statement in _INDEXES:
                     conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,)
-                )
-                version = SCHEMA_VERSION
     if not isinstance(version, int) or version < 1:
         raise CheckpointCorrupted(f"{path} holds an invalid agentflow schema version {version!r}")
     if version > SCHEMA_VERSION:
@@ -151,10 +218,24 @@ def _use_wal(conn: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
         raise CheckpointError(f"{path} cannot use WAL (journal_mode={journal})")
 
 
+def _create_private(path: Path) -> None:
+    """Create a missing file owner-only (its WAL and shared-memory files inherit the
+    mode) in directories created owner-only; an existing file keeps its mode."""
+    missing = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+
+
 def open_connection(
-    path: Path, synchronous: str, busy_timeout: float, *, read_only: bool
+    path: Path, synchronous: str, busy_timeout: float, *, read_only: bool, private: bool
 ) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if private:
+        _create_private(path)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
     try:
         _use_wal(conn, path, busy_timeout)

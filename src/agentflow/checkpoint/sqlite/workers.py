@@ -1,10 +1,14 @@
-"""The writer and reader threads behind :class:`~agentflow.checkpoint.sqlite.SqliteCheckpointer`.
+"""The writer and reader threads behind the SQLite checkpointer.
 
 Each file has one writer and one reader thread per process, each owning one
 connection and fed through a queue; every checkpointer open on that file
 shares them (reference-counted in a per-process registry that a forked child
 forgets). Results go back to the callers' event loops in one hand-off per loop,
-and driver errors become agentflow's typed errors on the way.
+driver errors untranslated (the checkpointer maps them, naming its operation).
+
+A thread that others share must outlive anything a job does: whatever a job
+raises, even a ``BaseException`` from a user's redactor, is delivered to that
+job's caller and the thread goes on serving the others.
 """
 
 from __future__ import annotations
@@ -20,53 +24,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from agentflow.checkpoint.sqlite_schema import open_connection, transaction
-from agentflow.errors import (
-    CheckpointConflict,
-    CheckpointCorrupted,
-    CheckpointError,
-    StoreUnavailable,
-)
+from agentflow.checkpoint.sqlite.schema import open_connection, transaction
+from agentflow.errors import StoreClosed
 
 __all__ = ["Pair", "PairKey", "acquire_pair", "release_pair"]
 
 #: Most jobs one transaction takes, so one commit never holds the lock for long.
 _MAX_GROUP: Final = 128
 
-# Primary result codes (the low byte of an extended code) and what they mean to a caller.
-_CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-_UNAVAILABLE_CODES: Final = frozenset(
-    getattr(sqlite3, f"SQLITE_{name}")
-    for name in ("BUSY", "LOCKED", "IOERR", "FULL", "CANTOPEN", "PROTOCOL", "NOMEM")
-)
-
 #: A queued job: the caller's loop, its future, and the work (None asks the thread to stop).
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any] | None]
 _Outcome = tuple["asyncio.Future[Any]", Any]
-#: What a pair is shared by: (absolute path, synchronous, busy_timeout).
-PairKey = tuple[str, str, float]
+#: What a pair is shared by: (absolute path, synchronous, busy_timeout, owner-only files).
+PairKey = tuple[str, str, float, bool]
 
 
-def _typed(exc: BaseException, *, shared: bool = False) -> BaseException:
-    """The error a caller sees: a driver error becomes a typed one (the driver's as
-    ``__cause__``); anything else passes through.
-
-    ``shared`` errors (a failed open or group, reported to every caller in it)
-    are copied, so the tracebacks of callers that failed together do not pile
-    onto one object.
-    """
-    if isinstance(exc, sqlite3.Error | OSError):
-        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        kind: type[CheckpointError] = CheckpointError
-        if code in _CORRUPT_CODES:
-            kind = CheckpointCorrupted
-        elif code in _UNAVAILABLE_CODES or isinstance(exc, OSError):
-            kind = StoreUnavailable
-        error: BaseException = kind(f"sqlite: {exc}")
-        error.__cause__ = exc
-        return error
-    if not shared:
-        return exc
+def _shared(exc: BaseException) -> BaseException:
+    """A copy of an error reported to every caller of a failed group or open, so
+    the tracebacks of callers that failed together do not pile onto one object."""
     error = copy.copy(exc)
     error.__cause__ = exc.__cause__
     return error
@@ -77,7 +52,12 @@ def _settle(outcomes: list[_Outcome]) -> None:
         if future.done():  # the caller was cancelled; nobody is waiting
             continue
         if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
+            try:
+                future.set_exception(outcome)
+            except TypeError:  # StopIteration cannot travel through a future
+                error = RuntimeError(f"{type(outcome).__name__} raised in the sqlite worker")
+                error.__cause__ = outcome
+                future.set_exception(error)
         else:
             future.set_result(outcome)
 
@@ -138,10 +118,10 @@ class _Worker:
                 continue
             try:
                 conn = conn or self._connect()
-            except Exception as exc:
-                _deliver(work, [_typed(exc, shared=True) for _ in work])
-            else:
-                _deliver(work, self._run_group(conn, [job[2] for job in work]))  # type: ignore[misc]
+                outcomes = self._run_group(conn, [job[2] for job in work])  # type: ignore[misc]
+            except BaseException as exc:  # the thread serves others: it must not die
+                outcomes = [_shared(exc) for _ in work]
+            _deliver(work, outcomes)
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
@@ -149,7 +129,7 @@ class _Worker:
         with contextlib.suppress(queue.Empty):
             while True:
                 late.append(self._queue.get_nowait())
-        _deliver(late, [CheckpointError("the SqliteCheckpointer is closed") for _ in late])
+        _deliver(late, [StoreClosed("the SqliteCheckpointer is closed") for _ in late])
         _deliver(stop, [None] * len(stop))
 
 
@@ -161,15 +141,19 @@ class Pair:
     off by sleeping whole milliseconds.
     """
 
-    def __init__(self, path: Path, synchronous: str, busy_timeout: float) -> None:
+    def __init__(self, path: Path, synchronous: str, busy_timeout: float, private: bool) -> None:
         self.writer = _Worker(
             "agentflow-sqlite-writer",
-            lambda: open_connection(path, synchronous, busy_timeout, read_only=False),
+            lambda: open_connection(
+                path, synchronous, busy_timeout, read_only=False, private=private
+            ),
             _write_group,
         )
         self.reader = _Worker(
             "agentflow-sqlite-reader",
-            lambda: open_connection(path, synchronous, busy_timeout, read_only=True),
+            lambda: open_connection(
+                path, synchronous, busy_timeout, read_only=True, private=private
+            ),
             _read_each,
         )
         self.users = 0
@@ -195,7 +179,7 @@ def acquire_pair(key: PairKey) -> Pair:
     with _PAIRS_LOCK:
         pair = _PAIRS.get(key)
         if pair is None:
-            pair = _PAIRS[key] = Pair(Path(key[0]), *key[1:])
+            pair = _PAIRS[key] = Pair(Path(key[0]), key[1], key[2], key[3])
         pair.users += 1
     return pair
 
@@ -219,8 +203,8 @@ def _read_each(conn: sqlite3.Connection, reads: list[Callable[..., Any]]) -> lis
     for read in reads:
         try:
             outcomes.append(read(conn))
-        except Exception as exc:
-            outcomes.append(_typed(exc))
+        except BaseException as exc:
+            outcomes.append(exc)
     return outcomes
 
 
@@ -229,27 +213,24 @@ def _write_group(conn: sqlite3.Connection, writes: list[Callable[..., Any]]) -> 
 
     Each write is a *prepare* callable, run before the lock is taken (encoding,
     redaction: bad input fails only its own write), returning the callable to
-    run inside the transaction. A :class:`CheckpointConflict` fails only its
-    write, which changed nothing; any other error rolls the whole group back,
-    so every write in it fails and none of it persisted.
+    run inside the transaction. A lost compare-and-set is a result, not an
+    error, and changes nothing; any error inside the transaction rolls the
+    whole group back, so every write in it fails and none of it persisted.
     """
     outcomes: list[Any] = [None] * len(writes)
     ready: list[tuple[int, Callable[[sqlite3.Connection], Any]]] = []
     for index, prepare in enumerate(writes):
         try:
             ready.append((index, prepare()))
-        except Exception as exc:
+        except BaseException as exc:
             outcomes[index] = exc
     if not ready:
         return outcomes
     try:
         with transaction(conn):
             for index, apply in ready:
-                try:
-                    outcomes[index] = apply(conn)
-                except CheckpointConflict as exc:
-                    outcomes[index] = exc
-    except Exception as exc:
+                outcomes[index] = apply(conn)
+    except BaseException as exc:
         for index, _ in ready:
-            outcomes[index] = _typed(exc, shared=True)
+            outcomes[index] = _shared(exc)
     return outcomes
