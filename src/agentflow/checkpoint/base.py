@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Final, Literal, Protocol, Self, runtime_checkable
 
 __all__ = [
-    "SEED_METHODS",
+    "CORE_METHODS",
     "Checkpoint",
     "Checkpointer",
     "Redactor",
@@ -42,7 +42,7 @@ class ThreadInfo:
 
     Derived from the thread's latest checkpoint so a caller can enumerate runs
     (running / interrupted / finished) without reading full state. ``wake_at``
-    (beyond the seed, defaulted) lets a timer worker find due runs from the
+    (defaulted) lets a timer worker find due runs from the
     listing alone.
     """
 
@@ -133,11 +133,11 @@ class Checkpoint:
 
 #: The methods of the original protocol: a backend that has these six is a
 #: :class:`Checkpointer`, and gets every later method from its defaults.
-SEED_METHODS: Final = ("put", "get", "history", "list_threads", "delete_thread", "prune")
+CORE_METHODS: Final = ("put", "get", "history", "list_threads", "delete_thread", "prune")
 
 
-def _has_seed_methods(cls: type) -> bool:
-    return all(any(name in base.__dict__ for base in cls.__mro__) for name in SEED_METHODS)
+def _has_core_methods(cls: type) -> bool:
+    return all(any(name in base.__dict__ for base in cls.__mro__) for name in CORE_METHODS)
 
 
 @runtime_checkable
@@ -173,7 +173,7 @@ class Checkpointer(Protocol):
         # Only the original six methods are required of a backend; the later
         # ones have defaults. (typing's own hook would demand every member.)
         if cls is Checkpointer:
-            return _has_seed_methods(other)
+            return _has_core_methods(other)
         return NotImplemented
 
     async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
@@ -282,6 +282,7 @@ class Checkpointer(Protocol):
         """Release what this checkpointer created (an injected client, pool or
         connection stays the caller's); safe to call twice. Every other call
         afterwards raises :class:`~agentflow.errors.StoreClosed`."""
+        return None
 
     async def __aenter__(self) -> Self:
         return self
@@ -290,16 +291,21 @@ class Checkpointer(Protocol):
         await self.close()
 
 
-def with_defaults(checkpointer: Checkpointer) -> Checkpointer:
+def with_defaults(checkpointer: object) -> Checkpointer:
     """``checkpointer`` itself when it has every method of the protocol, else a
-    thin wrapper that adds the defaults to a backend that has only the
-    original six (the runtime and the command line call this on what they are
-    given)."""
+    thin wrapper that adds the defaults to a backend that has only the core
+    six (the runtime and the command line call this on what they are given).
+    Anything without the core six raises :class:`TypeError`."""
+    if not _has_core_methods(type(checkpointer)):
+        raise TypeError(
+            f"{type(checkpointer).__name__} is not a Checkpointer: "
+            f"it needs {', '.join(CORE_METHODS)}"
+        )
     if all(callable(getattr(checkpointer, name, None)) for name in _LATER_METHODS):
-        return checkpointer
-    from agentflow.checkpoint.defaults import SeedOnly
+        return checkpointer  # type: ignore[return-value]
+    from agentflow.checkpoint.defaults import CoreOnlyCheckpointer
 
-    return SeedOnly(checkpointer)
+    return CoreOnlyCheckpointer(checkpointer)  # type: ignore[arg-type]
 
 
 _LATER_METHODS: Final = ("list_threads_page", "list_due", "close", "__aenter__", "__aexit__")

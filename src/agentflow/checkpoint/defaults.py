@@ -17,7 +17,7 @@ from agentflow.checkpoint.timestamps import instant_of, parse_instant
 from agentflow.checkpoint.validation import check_limit, check_status
 from agentflow.errors import InvalidCursor
 
-__all__ = ["SeedOnly", "list_due", "list_threads_page"]
+__all__ = ["CoreOnlyCheckpointer", "list_due", "list_threads_page"]
 
 #: Threads per ``list_threads`` call while a default walks the store.
 _WALK_PAGE: Final = 1_000
@@ -99,7 +99,7 @@ async def list_due(
     return ThreadPage(page, _due_cursor(page[-1]))
 
 
-class SeedOnly(Checkpointer):
+class CoreOnlyCheckpointer(Checkpointer):
     """A backend with only the original six methods, given every later one."""
 
     __slots__ = ("_inner",)
@@ -108,7 +108,7 @@ class SeedOnly(Checkpointer):
         self._inner = inner
 
     def __repr__(self) -> str:
-        return f"SeedOnly({self._inner!r})"
+        return f"CoreOnlyCheckpointer({self._inner!r})"
 
     async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
         return await self._inner.put(cp, if_revision=if_revision)
