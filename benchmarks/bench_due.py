@@ -105,9 +105,9 @@ async def _postgres() -> AsyncIterator[Checkpointer]:
 @asynccontextmanager
 async def _mongodb() -> AsyncIterator[Checkpointer]:
     from pymongo import AsyncMongoClient
+    from tests.support.mongod import mongodb_uri
 
     from agentflow.checkpoint.mongodb import MongoCheckpointer
-    from tests.support.mongod import mongodb_uri
 
     database = f"bench_due_{uuid.uuid4().hex[:10]}"
     uri = mongodb_uri()

@@ -8,8 +8,9 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.testing import BackendHarness
@@ -20,20 +21,26 @@ DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:
 TABLE_SUFFIXES = ("", "_threads", "_meta")
 
 
-async def admin_connection() -> asyncpg.Connection:
+#: An asyncpg connection (asyncpg has no type hints).
+Connection = Any
+
+
+async def admin_connection() -> Connection:
     """A plain connection for inspecting and sabotaging the store, or a skip."""
     try:
-        return await asyncpg.connect(DSN, timeout=5)
+        conn: Connection = await asyncpg.connect(DSN, timeout=5)
+        return conn
     except (OSError, asyncpg.PostgresError) as exc:
         server_missing("PostgreSQL", exc)
         raise
 
 
 def unique_table() -> str:
+    """A table name no other test uses."""
     return f"t_{uuid.uuid4().hex[:16]}"
 
 
-async def drop_tables(conn: asyncpg.Connection, table: str) -> None:
+async def drop_tables(conn: Connection, table: str) -> None:
     names = ", ".join(f'"{table}{suffix}"' for suffix in TABLE_SUFFIXES)
     await conn.execute(f"DROP TABLE IF EXISTS {names}")
 
@@ -43,14 +50,20 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     admin = await admin_connection()
     table = unique_table()
 
-    async def corrupt(namespace: str | None, thread: str, step: int) -> None:
-        await admin.execute(
-            f'UPDATE "{table}" SET payload = $4 WHERE namespace = $1 AND thread = $2 AND step = $3',
+    async def overwrite(change: str, namespace: str | None, thread: str, step: int) -> None:
+        status = await admin.execute(
+            f'UPDATE "{table}" SET {change} WHERE namespace = $1 AND thread = $2 AND step = $3',
             namespace or "",
             thread,
             step,
-            b"\xff{",
         )
+        assert status == "UPDATE 1", f"no stored row for {(namespace, thread, step)}"
+
+    async def corrupt(namespace: str | None, thread: str, step: int) -> None:
+        await overwrite("payload = '\\xff7b'", namespace, thread, step)
+
+    async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
+        await overwrite("revision = -7", namespace, thread, step)
 
     try:
         yield BackendHarness(
@@ -58,32 +71,33 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
             factory=PostgresCheckpointer,
             kwargs={"dsn": DSN, "table": table},
             corrupt=corrupt,
+            damage_revision=damage_revision,
         )
     finally:
         await drop_tables(admin, table)
         await admin.close()
 
 
-async def logging_pool(log: list[tuple[str, tuple[object, ...]]]) -> asyncpg.Pool:
+async def logging_pool(log: list[tuple[str, tuple[object, ...]]]) -> Any:
     """A caller's pool that records every statement its connections send.
 
     Its release does not run asyncpg's reset query, like the pool the
     checkpointer creates, so the log holds exactly what the checkpointer sent.
     """
 
-    def record(query: asyncpg.connection.LoggedQuery) -> None:
+    def record(query: Any) -> None:
         log.append((query.query, tuple(query.args)))
 
-    async def init(conn: asyncpg.Connection) -> None:
+    async def init(conn: Connection) -> None:
         conn.add_query_logger(record)
 
-    async def keep(conn: asyncpg.Connection) -> None:
+    async def keep(conn: Connection) -> None:
         return None
 
     return await asyncpg.create_pool(DSN, min_size=1, max_size=4, init=init, reset=keep)
 
 
-async def blocked_backend(admin: asyncpg.Connection, locker: asyncpg.Connection) -> int:
+async def blocked_backend(admin: Connection, locker: Connection) -> int:
     """The pid of the backend waiting on a lock that ``locker`` holds."""
     locker_pid = locker.get_server_pid()
     for _ in range(500):
@@ -96,19 +110,25 @@ async def blocked_backend(admin: asyncpg.Connection, locker: asyncpg.Connection)
     raise AssertionError("no backend ever waited on the locker")
 
 
-async def summary_drift(admin: asyncpg.Connection, table: str) -> list[asyncpg.Record]:
+#: A thread's status from its latest step, as ThreadInfo.status defines it.
+_STATUS = """CASE WHEN l.done THEN 'done' WHEN NOT l.interrupted THEN 'running'
+    WHEN l.wake_at IS NULL THEN 'interrupted' ELSE 'waiting' END"""
+
+
+async def summary_drift(admin: Connection, table: str) -> list[Any]:
     """Rows where the thread summary differs from the latest checkpoint (should be none)."""
-    rows: list[asyncpg.Record] = await admin.fetch(
+    rows: list[Any] = await admin.fetch(
         f"""
         WITH latest AS (
             SELECT DISTINCT ON (namespace, thread)
-                namespace, thread, step, interrupted, done, ts, wake_at
+                namespace, thread, step, interrupted, done, ts, wake_at, wake_us
             FROM "{table}" ORDER BY namespace, thread, step DESC
         )
         SELECT * FROM latest l FULL JOIN "{table}_threads" s USING (namespace, thread)
         WHERE l.step IS DISTINCT FROM s.latest_step OR l.interrupted IS DISTINCT FROM s.interrupted
            OR l.done IS DISTINCT FROM s.done OR l.ts IS DISTINCT FROM s.ts
-           OR l.wake_at IS DISTINCT FROM s.wake_at
+           OR l.wake_at IS DISTINCT FROM s.wake_at OR l.wake_us IS DISTINCT FROM s.wake_us
+           OR {_STATUS} IS DISTINCT FROM s.status
         """
     )
     return rows

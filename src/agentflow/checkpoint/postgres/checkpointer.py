@@ -1,284 +1,177 @@
 """A durable checkpointer on PostgreSQL, through asyncpg.
 
 Three tables: the checkpoints (key ``(namespace, thread, step)``, so "latest" is
-one backward index probe), a one-row-per-thread summary that listing pages by
-keyset, written in the same statement or transaction as the checkpoints, and a
-meta table recording the schema version. Payloads are the codec's bytes in
+one backward index probe), a one-row-per-thread summary that listings page by
+keyset (by thread, by status and thread, or by wake instant), written in the
+same statement or transaction as the checkpoints, and a meta table holding the
+schema version and the cursor secret. Payloads are the codec's bytes in
 ``BYTEA`` (lz4): ``JSONB`` measured slower both ways and refuses ``\\u0000`` in
-strings, which agent state may hold (docs/postgres.md has the numbers). Table
-names and statement text are in :mod:`~agentflow.checkpoint.postgres_sql`.
+strings, which agent state may hold (docs/postgres.md has the numbers).
+Statement text is in :mod:`~agentflow.checkpoint.postgres.sql`, setup and
+migrations in :mod:`~agentflow.checkpoint.postgres.schema`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+import os
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
 
-from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
-from agentflow.checkpoint.codec import (
-    decode,
-    encode,
-    parse_instant,
-    validate_namespace,
-    validate_step,
-    validate_thread,
-)
-from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
-from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
-from agentflow.checkpoint.postgres_sql import LZ4_AVAILABLE, SETUP_LOCK_KEY, statements
-from agentflow.checkpoint.redaction import redact_none
+from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadPage, ThreadStatus
+from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.postgres.connections import CLIENT_LOSS, KeptConnections
+from agentflow.checkpoint.postgres.schema import prepare
+from agentflow.checkpoint.postgres.sql import statements
 from agentflow.errors import (
-    CheckpointConflict,
+    AgentflowError,
     CheckpointCorrupted,
     CheckpointError,
-    IncompatibleSchema,
     InvalidArgument,
     StoreUnavailable,
 )
 
-__all__ = ["SCHEMA_VERSION", "PostgresCheckpointer"]
+__all__ = ["DEFAULT_DSN", "PostgresCheckpointer", "from_url"]
 
-_BACKEND = "postgres"
-
-#: Version of the tables this module creates; a store recording a newer one is refused.
-SCHEMA_VERSION = 1
+DEFAULT_DSN: Final = "postgresql://postgres@127.0.0.1:5432/test"
 
 #: History reads batches of about this many payload bytes, whatever the state size.
-_HISTORY_BATCH_BYTES = 2 * 1024 * 1024
-_HISTORY_FIRST_ROWS = 8
-_HISTORY_MAX_ROWS = 1_024
-
-_POOL_MAX_SIZE = 10
-#: A kept connection idle longer than this is closed rather than reused, as
-#: asyncpg's pool does (same default), so that a firewall or load balancer that
-#: silently drops idle TCP connections costs a reconnect, not a failed call.
-_KEEP_IDLE_SECONDS = 300.0
+_HISTORY_BATCH_BYTES: Final = 2 * 1024 * 1024
+_HISTORY_FIRST_ROWS: Final = 8
+_HISTORY_MAX_ROWS: Final = 1_024
+#: Sorts before every stored wake instant: where the first page of list_due starts.
+_BEFORE_ANY_WAKE: Final = (-(2**63), "")
 
 
-def _check_revision(if_revision: object) -> None:
-    if isinstance(if_revision, bool) or not isinstance(if_revision, int):
-        raise InvalidArgument(f"if_revision must be None or an int, got {if_revision!r}")
-    if not 0 <= if_revision < 2**63:
-        raise InvalidArgument(f"if_revision must be from 0 to 2**63-1, got {if_revision}")
-
-
-#: Client-side failures that leave a connection unusable. InternalClientError is
-#: what asyncpg raises when the server closed an idle connection it has not yet
-#: noticed ("another operation is in progress").
-_CLIENT_LOSS = (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError)
-
-
-def _lost_connection(exc: Exception) -> bool:
-    if isinstance(exc, _CLIENT_LOSS):
+def _lost_connection(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.ClientConfigurationError):
+        return False
+    if isinstance(exc, CLIENT_LOSS):
         return True
     state = getattr(exc, "sqlstate", None) or ""
     return state.startswith(("08", "57P")) or state == "53300"
 
 
-_DRIVER_ERRORS = (*_CLIENT_LOSS, asyncpg.PostgresError)
+def _address(dsn: object) -> str:
+    """``host:port`` of a DSN, without user or password."""
+    if not isinstance(dsn, str):
+        return "the caller's pool"
+    parts = urlsplit(dsn)
+    hosts = parts.netloc.rpartition("@")[2] or ",".join(parse_qs(parts.query).get("host", []))
+    hosts = hosts or "localhost"
+    return hosts if ":" in hosts or hosts.startswith("/") else f"{hosts}:5432"
 
 
-def _reraise(exc: Exception, action: str) -> NoReturn:
-    """Raise the agentflow error for driver failure ``exc``, its root as the cause.
-
-    Lost connections (client-side errors, SQLSTATE 08 and 57P, too many
-    connections) are retryable; a server limit hit by the input (class 54, an
-    index entry too large) is bad input, its statement rolled back.
-    """
-    # A transaction that lost its connection fails again in its rollback; the
-    # loss itself is the context of that second error, and the news.
-    context = exc.__context__
-    if isinstance(context, Exception) and _lost_connection(context):
-        exc = context
-    state = getattr(exc, "sqlstate", None) or ""
-    if _lost_connection(exc):
-        raise StoreUnavailable(f"PostgreSQL connection failed during {action}: {exc}") from exc
-    if state.startswith("54"):
-        raise InvalidArgument(f"PostgreSQL refused the {action}: {exc}") from exc
-    raise CheckpointError(f"PostgreSQL error during {action} ({state}): {exc}") from exc
+def _pool_address(pool: Any) -> str:
+    """Where an injected asyncpg pool connects (it keeps its connect arguments)."""
+    args = getattr(pool, "_connect_args", None) or (None,)
+    kwargs = getattr(pool, "_connect_kwargs", None) or {}
+    if isinstance(args[0], str):
+        return _address(args[0])
+    host = kwargs.get("host")
+    return _address(None) if host is None else f"{host}:{kwargs.get('port') or 5432}"
 
 
-async def _keep_session(conn: Any) -> None:
-    """Skip asyncpg's reset query, a round trip per release: we leave no session
-    state (SET, LISTEN, cursors, session locks). Transactions still roll back."""
-
-
-class PostgresCheckpointer(AsyncClosing):
+class PostgresCheckpointer(CheckpointerBase):
     """Checkpoints in PostgreSQL, safe under concurrent writers and processes.
 
     Pass a ``dsn`` or an existing asyncpg ``pool``; an injected pool stays the
     caller's (``close()`` leaves it open), one created here is closed by
     ``close()``. ``table`` (and optionally ``schema``) name the tables; they
-    are created by :meth:`setup`, which also runs once on first use. A
-    ``namespace`` confines every call to one tenant. ``redact`` masks values
-    before they are stored (a redacted checkpoint cannot be resumed exactly).
+    are created, or migrated from an older version, by :meth:`setup`, which
+    also runs once on first use. A ``namespace`` confines every call to one
+    tenant; ``redact`` masks values before they are stored; ``codec`` turns
+    checkpoints into the stored bytes (JSON by default).
     """
+
+    kind = "postgres"
 
     def __init__(
         self,
-        dsn: str = "postgresql://postgres@127.0.0.1:5432/test",
+        dsn: str = DEFAULT_DSN,
         *,
         pool: Any = None,
         table: str = "checkpoints",
         schema: str | None = None,
         redact: Redactor | None = None,
         namespace: str | None = None,
+        codec: CheckpointCodec | None = None,
     ) -> None:
+        super().__init__(namespace=namespace, redact=redact, codec=codec)
         names, self._sql = statements(table, schema)
         self._table, self._meta = names["cp"], names["meta"]
-        self._ns = validate_namespace(namespace)
-        self._redact = redact or redact_none
-        self._dsn = dsn
-        self._pool: Any = pool
-        self._owns_pool = pool is None
-        #: Connections of our own pool kept between calls (see _Lease).
-        self._idle: list[tuple[Any, float]] = []
-        self._waiting = 0
-        self._ready = False
-        self._lock = asyncio.Lock()
+        self._where = _address(dsn) if pool is None else _pool_address(pool)
+        self._connections = KeptConnections(dsn, pool, self._prepare)
 
     def __repr__(self) -> str:
-        return f"PostgresCheckpointer(table={self._table}, namespace={self._ns!r})"
-
-    # -- lifecycle --------------------------------------------------------------
-
-    async def close(self) -> None:
-        """Close the pool if this checkpointer created it; idempotent."""
-        pool, idle = self._pool, self._idle
-        if self._owns_pool and pool is not None:
-            self._pool, self._idle = None, []
-            try:
-                for conn, _ in idle:
-                    await pool.release(conn)
-            finally:
-                await pool.close()
+        return f"PostgresCheckpointer(table={self._table}, namespace={self.namespace!r})"
 
     async def setup(self) -> None:
-        """Create the tables if absent and check the recorded schema version.
+        """Create the tables if absent, migrate a store of an older version, and
+        refuse one of a newer version (:class:`~agentflow.errors.IncompatibleSchema`).
 
-        Idempotent and safe from many processes at once: one transaction under
-        a transaction-scoped advisory lock, which cannot outlive it on a pooled
-        connection. A current version executes no DDL, so a role without
-        CREATE privilege may run it once an owner has created the tables.
+        Idempotent and safe from many processes at once. A current version
+        executes no DDL, so a role without CREATE privilege may run it once an
+        owner has created the tables.
         """
+        self._check_open()
         try:
-            async with self._lock:
-                await self._setup(await self._open_pool())
-        except _DRIVER_ERRORS as exc:
-            _reraise(exc, "setup")
+            await self._connections.setup()
+        except Exception as exc:
+            self._reraise(exc, "setup")
 
-    async def _open_pool(self) -> Any:
-        """Call with ``self._lock`` held: creating the pool twice would leak one."""
-        if self._pool is None:
-            self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=1, max_size=_POOL_MAX_SIZE, reset=_keep_session
-            )
-        return self._pool
-
-    async def _setup(self, pool: Any) -> None:
-        sql = self._sql
-        conn = await self._acquire(pool)
-        try:
-            async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock($1)", SETUP_LOCK_KEY)
-                version = None
-                if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._meta):
-                    version = await conn.fetchval(sql["read_version"])
-                if version is None:
-                    await conn.execute(sql["create"])
-                    if await conn.fetchval(LZ4_AVAILABLE):
-                        await conn.execute(sql["use_lz4"])
-                    await conn.execute(sql["record_version"], SCHEMA_VERSION)
-                elif version > SCHEMA_VERSION:
-                    raise IncompatibleSchema(
-                        f"{self._table} has agentflow schema version {version}, newer than version"
-                        f" {SCHEMA_VERSION} that this agentflow understands: upgrade agentflow"
-                    )
-        finally:
-            await pool.release(conn)
-        self._ready = True
-
-    async def _pool_ready(self) -> Any:
-        """The pool, with the schema checked once per checkpointer, not per call."""
-        pool = self._pool
-        if pool is not None and self._ready:
-            return pool
-        async with self._lock:
-            pool = await self._open_pool()
-            if not self._ready:
-                await self._setup(pool)
-        return pool
-
-    async def _acquire(self, pool: Any) -> Any:
-        """A kept connection, else one from the pool (every caller must use this:
-        once all our connections are kept, ``pool.acquire()`` alone would wait forever)."""
-        while self._idle:
-            conn, since = self._idle.pop()
-            if time.monotonic() - since < _KEEP_IDLE_SECONDS:
-                return conn
-            conn.terminate()
-            await pool.release(conn)
-        self._waiting += 1
-        try:
-            return await pool.acquire()
-        finally:
-            self._waiting -= 1
+    async def _prepare(self, conn: Any) -> None:
+        await prepare(conn, self._sql, self._meta, self._table)
 
     async def _query(self, method: str, key: str, *args: Any) -> Any:
         """Run statement ``key`` of this namespace with ``conn.<method>``."""
-        async with _Lease(self, key) as conn:
-            return await getattr(conn, method)(self._sql[key], self._ns, *args)
+        async with self._connections.lease() as conn:
+            return await getattr(conn, method)(self._sql[key], self._namespace, *args)
 
     # -- writes -----------------------------------------------------------------
 
-    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
-        validate_thread(cp.thread)
-        if if_revision is not None:
-            _check_revision(if_revision)
-        enc = encode(cp, self._redact)
-        ns, thread, step = self._ns, enc.thread, enc.step
+    async def _write_step(
+        self,
+        thread: str,
+        step: int,
+        encode: Callable[[], EncodedCheckpoint],
+        if_revision: int | None,
+    ) -> int | None:
+        enc, sql, ns = encode(), self._sql, self._namespace
         args = (ns, thread, step, enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at)
-        async with _Lease(self, "put") as conn:
+        async with self._connections.lease() as conn:
             if if_revision is None:
-                await conn.fetchval(self._sql["put_upsert"], *args, enc.payload)
-                return f"{thread}:{step}"
+                await conn.fetchval(sql["put_upsert"], *args, enc.payload, enc.wake_us)
+                return None
             if if_revision == 0:
-                written = await conn.fetchval(self._sql["put_create"], *args, enc.payload)
+                written = await conn.fetchval(sql["put_create"], *args, enc.payload, enc.wake_us)
             else:
-                sql = self._sql["put_expected"]
-                written = await conn.fetchval(sql, *args, enc.payload, if_revision)
+                guarded = sql["put_expected"]
+                written = await conn.fetchval(guarded, *args, enc.payload, enc.wake_us, if_revision)
             if written is not None:
-                return f"{thread}:{step}"
-            actual = await conn.fetchval(self._sql["revision"], ns, thread, step)
-        raise CheckpointConflict(thread, step, if_revision, actual or 0)
+                return None
+            # Only a lost compare-and-set pays a second round trip, for its message.
+            actual: int | None = await conn.fetchval(sql["revision"], ns, thread, step)
+        return actual or 0
 
-    async def delete_thread(self, thread: str) -> None:
-        await self._delete(validate_thread(thread), None, None, "delete_thread")
-
-    async def prune(
-        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
-    ) -> int:
-        check_prune_bounds(before_step, older_than)
-        cutoff = parse_instant(older_than, what="older_than") if older_than is not None else None
-        return await self._delete(validate_thread(thread), before_step, cutoff, "prune")
-
-    async def _delete(
-        self, thread: str, before_step: int | None, cutoff_us: int | None, action: str
+    async def _delete_steps(
+        self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         """Delete matching rows, then rebuild the thread's summary row.
 
         The summary row is locked only after the rows are deleted (the order
-        ``put`` takes its locks in, so the two cannot deadlock), and rebuilt by
-        a later statement whose snapshot therefore includes every ``put`` that
-        touched the summary before us. A ``put`` still in flight moves the
+        a put takes its locks in, so the two cannot deadlock), and rebuilt by
+        a later statement whose snapshot therefore includes every put that
+        touched the summary before us. A put still in flight moves the
         summary after we commit, through its own ``latest_step`` guard.
         """
-        sql, ns = self._sql, self._ns
-        async with _Lease(self, action) as conn, conn.transaction():
+        sql, ns = self._sql, self._namespace
+        async with self._connections.lease() as conn, conn.transaction():
             deleted: int = await conn.fetchval(
                 sql["delete_rows"], ns, thread, before_step, cutoff_us
             )
@@ -289,30 +182,17 @@ class PostgresCheckpointer(AsyncClosing):
 
     # -- reads ------------------------------------------------------------------
 
-    @staticmethod
-    def _decode(row: Any, thread: str) -> Checkpoint:
-        step, revision, payload = row
-        cp = decode(payload, revision)
-        if cp.thread != thread or cp.step != step:
-            raise CheckpointCorrupted(
-                f"row ({thread!r}, {step}) holds the payload of ({cp.thread!r}, {cp.step})"
-            )
-        return cp
-
-    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
-        thread = validate_thread(thread)
-        if step is not None:
-            validate_step(step)
-            row = await self._query("fetchrow", "get_step", thread, step)
-        else:
+    async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
+        if step is None:
             row = await self._query("fetchrow", "get_latest", thread)
-        return None if row is None else self._decode(row, thread)
+        else:
+            row = await self._query("fetchrow", "get_step", thread, step)
+        return None if row is None else StoredRow(*row)
 
-    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
         """Keyset batches of about 2 MiB of payload: memory stays bounded for
         5 MB states and round trips stay few for small ones, and no connection
         is held while the caller consumes a batch."""
-        thread = validate_thread(thread)
         after, limit = -1, _HISTORY_FIRST_ROWS
         while True:
             rows = await self._query("fetch", "history", thread, after, limit)
@@ -322,63 +202,82 @@ class PostgresCheckpointer(AsyncClosing):
                 average = max(1, sum(len(row[2]) for row in rows) // len(rows))
                 limit = max(1, min(_HISTORY_MAX_ROWS, _HISTORY_BATCH_BYTES // average))
             for row in rows:
-                yield self._decode(row, thread)
+                yield StoredRow(*row)
             if last_batch:
                 return
             del rows  # never hold two batches while the next one is fetched
 
-    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
-        check_page_args(limit, offset)
-        rows = await self._query("fetch", "list_offset", limit, offset)
+    async def _read_threads(
+        self, after: str, limit: int, status: ThreadStatus | None
+    ) -> list[ThreadInfo]:
+        if status is None:
+            rows = await self._query("fetch", "list_after", after, limit)
+        else:
+            rows = await self._query("fetch", "list_status_after", after, limit, status)
         return [ThreadInfo(*row) for row in rows]
 
-    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
-        check_page_args(limit)
-        # Thread ids are never empty, so "" sorts before every one of them.
-        after = "" if cursor is None else decode_cursor(_BACKEND, self._ns, cursor)
-        rows = await self._query("fetch", "list_after", after, limit + 1)
-        infos = [ThreadInfo(*row) for row in rows[:limit]]
-        last = infos[-1].thread if len(rows) > limit else None
-        return ThreadPage(infos, None if last is None else encode_cursor(_BACKEND, self._ns, last))
+    async def _read_due(
+        self, now_us: int, after: tuple[int, str] | None, limit: int
+    ) -> list[ThreadInfo]:
+        wake_us, thread = after or _BEFORE_ANY_WAKE
+        rows = await self._query("fetch", "list_due", now_us, wake_us, thread, limit)
+        return [ThreadInfo(*row) for row in rows]
 
+    # -- cursors, errors, lifecycle -----------------------------------------------
 
-class _Lease:
-    """One call's connection, as ``async with``, with driver errors mapped.
+    async def _cursor_secret(self) -> bytes:
+        async with self._connections.lease() as conn:
+            secret = await conn.fetchval(self._sql["cursor_secret"], os.urandom(SECRET_BYTES))
+        if not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
+            raise CheckpointCorrupted(f"the cursor secret in {self._meta} is damaged")
+        return secret
 
-    A connection of our own pool is kept between calls: asyncpg's release
-    spawns a shielded task and costs a quarter of a put's client CPU. It goes
-    back when a task waits for one, when the call failed or was cancelled
-    (asyncpg then cleans it up), and on ``close()``. An injected pool gets
-    every connection back at once. A class, because a generator-based context
-    manager alone cost 26 µs a call.
-    """
-
-    __slots__ = ("_action", "_conn", "_owner", "_pool")
-
-    def __init__(self, owner: PostgresCheckpointer, action: str) -> None:
-        self._owner, self._action = owner, action
-
-    async def __aenter__(self) -> Any:
-        owner = self._owner
+    # The base reads the cursor secret outside its error mapping: map it here.
+    async def list_threads_page(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: ThreadStatus | None = None,
+    ) -> ThreadPage:
         try:
-            pool = self._pool = await owner._pool_ready()
-            self._conn = await owner._acquire(pool)
-        except _DRIVER_ERRORS as exc:
-            _reraise(exc, self._action)
-        return self._conn
+            return await super().list_threads_page(limit=limit, cursor=cursor, status=status)
+        except Exception as exc:
+            self._reraise(exc, "list_threads_page")
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        owner, pool = self._owner, self._pool
-        if exc is None and owner._owns_pool and not owner._waiting and owner._pool is pool:
-            owner._idle.append((self._conn, time.monotonic()))
-            return
+    async def list_due(
+        self, now: str | datetime, *, limit: int = 100, cursor: str | None = None
+    ) -> ThreadPage:
         try:
-            await pool.release(self._conn)
-        except _DRIVER_ERRORS as release_error:
-            if exc is None:
-                _reraise(release_error, self._action)
-            # Otherwise the call's own failure below is the one worth raising.
-        if isinstance(exc, _DRIVER_ERRORS):
-            _reraise(exc, self._action)
+            return await super().list_due(now, limit=limit, cursor=cursor)
+        except Exception as exc:
+            self._reraise(exc, "list_due")
+
+    def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
+        """Lost connections (client-side errors, SQLSTATE 08 and 57P, too many
+        connections) are retryable; a server limit hit by the input (class 54,
+        an index entry too large) or a value it refuses (class 22) is bad
+        input, its statement rolled back; XX001/XX002 is damaged storage."""
+        # A transaction that lost its connection fails again in its rollback; the
+        # loss itself is the context of that second error, and the news.
+        context = exc.__context__
+        if isinstance(context, Exception) and _lost_connection(context):
+            exc = context
+        if not isinstance(exc, asyncpg.PostgresError | CLIENT_LOSS):
+            return None
+        where, state = self._where, getattr(exc, "sqlstate", None) or ""
+        if _lost_connection(exc):
+            return StoreUnavailable(f"PostgreSQL at {where} failed during {operation}: {exc}")
+        if state.startswith(("54", "22")):
+            return InvalidArgument(f"PostgreSQL at {where} refused the {operation}: {exc}")
+        if state in ("XX001", "XX002"):
+            return CheckpointCorrupted(f"PostgreSQL at {where} holds damaged data: {exc}")
+        return CheckpointError(f"PostgreSQL at {where} failed {operation} ({state}): {exc}")
+
+    async def _close_store(self) -> None:
+        await self._connections.close()
+
+
+def from_url(url: str, *, namespace: str | None = None) -> PostgresCheckpointer:
+    """``postgresql://user@host:port/db`` (or ``postgres://``): the URL is asyncpg's DSN."""
+    return PostgresCheckpointer(url, namespace=namespace)
