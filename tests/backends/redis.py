@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,13 +53,47 @@ def unique_prefix() -> str:
 
 
 @asynccontextmanager
+async def private_redis(directory: Path, *flags: str) -> AsyncIterator[str]:
+    """A redis-server of our own on a unix socket in ``directory`` (nobody else
+    can take it), started with ``flags``; yields its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        server_missing("redis-server", "not on PATH")
+        raise AssertionError("unreachable")
+    socket = directory / "redis.sock"
+    process = await asyncio.create_subprocess_exec(
+        binary,
+        *("--port", "0", "--unixsocket", str(socket), "--save", "", "--appendonly", "no"),
+        *("--dir", str(directory), *flags),
+        stdout=asyncio.subprocess.DEVNULL,
+    )
+    url = f"unix://{socket}"
+    try:
+        for _ in range(500):
+            if socket.exists():
+                break
+            await asyncio.sleep(0.01)
+        yield url
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+@asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     admin = await admin_client()
     prefix = unique_prefix()
 
     async def corrupt(namespace: str | None, thread: str, step: int) -> None:
         data = thread_keys(prefix, namespace or "", thread)[1]
+        assert await admin.hexists(data, b"%020d" % step)
         await admin.hset(data, b"%020d" % step, b"\xff{")
+
+    async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
+        data = thread_keys(prefix, namespace or "", thread)[1]
+        meta = await admin.hget(data, b"%020dm" % step)
+        assert isinstance(meta, bytes), f"no stored step {(namespace, thread, step)}"
+        await admin.hset(data, b"%020dm" % step, b"-7:" + meta.split(b":", 1)[1])
 
     try:
         yield BackendHarness(
@@ -65,6 +101,7 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
             factory=RedisCheckpointer,
             kwargs={"url": REDIS_URL, "prefix": prefix},
             corrupt=corrupt,
+            damage_revision=damage_revision,
         )
     finally:
         await drop_prefix(admin, prefix)
