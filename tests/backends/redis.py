@@ -9,11 +9,13 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agentflow.checkpoint.redis import RedisCheckpointer, thread_keys
+from agentflow.checkpoint.redis import RedisCheckpointer, namespace_keys, thread_keys
+from agentflow.checkpoint.redis.migration import upgrade_summary
 from agentflow.checkpoint.testing import BackendHarness
 from tests.backends import server_missing
 
@@ -50,6 +52,63 @@ async def _scan_batches(client: aioredis.Redis, pattern: str) -> AsyncIterator[l
 
 def unique_prefix() -> str:
     return f"aftest-{uuid.uuid4().hex}"
+
+
+async def admin_session() -> AsyncIterator[aioredis.Redis]:
+    """Fixture body (``admin = pytest.fixture(admin_session)``): a raw client."""
+    client = await admin_client()
+    yield client
+    await client.aclose()
+
+
+async def scratch_prefix(admin: aioredis.Redis) -> AsyncIterator[str]:
+    """Fixture body (``prefix = pytest.fixture(scratch_prefix)``): a key prefix,
+    its keys removed after."""
+    name = unique_prefix()
+    yield name
+    await drop_prefix(admin, name)
+
+
+def named_url(name: str) -> str:
+    """The test server's URL for a client that names its connections ``name``."""
+    return f"{REDIS_URL}?client_name={name}"
+
+
+async def connections(admin: aioredis.Redis, name: str) -> list[dict[str, str]]:
+    """The server's connections named ``name``."""
+    return [c for c in await admin.client_list() if c.get("name") == name]
+
+
+async def stored_keys(admin: aioredis.Redis, prefix: str) -> set[bytes]:
+    """Every key starting with ``prefix`` (which holds no glob characters)."""
+    return {cast(bytes, k) async for k in admin.scan_iter(match=f"{prefix}*")}
+
+
+async def assert_consistent(
+    admin: aioredis.Redis, prefix: str, namespace: str, threads: list[str]
+) -> None:
+    """No orphans: the namespace indexes agree with the summaries, every
+    summary is its thread's latest step's, and an empty thread has no key."""
+    idx, _, sums, st, due, _ = namespace_keys(prefix, namespace)
+    indexed = set(await admin.zrange(idx, 0, -1))
+    summaries = cast(dict[bytes, bytes], await admin.hgetall(sums))
+    assert set(summaries) == indexed
+    assert set(await admin.zrange(st, 0, -1)) == {s[:1] + t for t, s in summaries.items()}
+    waits = {s[1:19] + t for t, s in summaries.items() if s[:1] == b"w"}
+    assert set(await admin.zrange(due, 0, -1)) == waits
+    for thread in threads:
+        s, d = thread_keys(prefix, namespace, thread)
+        steps = set(cast(list[bytes], await admin.zrange(s, 0, -1)))
+        if not steps:
+            assert await admin.exists(s, d) == 0, thread
+            assert thread.encode() not in indexed, thread
+            continue
+        data = cast(dict[bytes, bytes], await admin.hgetall(d))
+        assert set(data) == steps | {step + b"m" for step in steps}
+        latest = data[max(steps) + b"m"].split(b":", 3)[3]
+        if latest.startswith(b"{"):  # written by layout 1
+            latest = upgrade_summary(latest)
+        assert summaries[thread.encode()] == latest
 
 
 @asynccontextmanager

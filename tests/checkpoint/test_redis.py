@@ -5,102 +5,44 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agentflow.checkpoint import open_store
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.redis import RedisCheckpointer, namespace_keys, thread_keys
 from agentflow.checkpoint.redis import checkpointer as redis_module
-from agentflow.checkpoint.redis.migration import upgrade_summary
 from agentflow.checkpoint.redis.scripts import instant_bound, secret_key, sortable_instant
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
     CheckpointConflict,
-    CheckpointCorrupted,
-    CheckpointError,
     InvalidArgument,
     InvalidCursor,
     InvalidThreadId,
-    StoreUnavailable,
 )
 from tests.backends.redis import (
     REDIS_URL,
-    admin_client,
+    admin_session,
+    assert_consistent,
+    connections,
     drop_prefix,
-    private_redis,
+    named_url,
+    scratch_prefix,
+    stored_keys,
     unique_prefix,
 )
 
+admin = pytest.fixture(admin_session)
+prefix = pytest.fixture(scratch_prefix)
 HOSTILE = ["a:b:cp:1", "*", "{x}", "}{", "\\", "a.b", "a", "b", "?[a]", "t.YQ.Yg"]
 NOW = "2026-06-01T12:00:00Z"
 
 
-@pytest.fixture
-async def admin() -> AsyncIterator[aioredis.Redis]:
-    client = await admin_client()
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def prefix(admin: aioredis.Redis) -> AsyncIterator[str]:
-    name = unique_prefix()
-    yield name
-    await drop_prefix(admin, name)
-
-
-async def _all(items: AsyncIterator[Checkpoint]) -> list[Checkpoint]:
-    return [item async for item in items]
-
-
-def _url(name: str) -> str:
-    return f"{REDIS_URL}?client_name={name}"
-
-
-async def _connections(admin: aioredis.Redis, name: str) -> list[dict[str, str]]:
-    return [c for c in await admin.client_list() if c.get("name") == name]
-
-
-async def _keys(admin: aioredis.Redis, prefix: str) -> set[bytes]:
-    return {cast(bytes, k) async for k in admin.scan_iter(match=f"{prefix}*")}
-
-
 def _waiting(thread: str, step: int, wake_at: str, **fields: Any) -> Checkpoint:
     return make_checkpoint(thread, step, next=("n",), interrupted=True, wake_at=wake_at, **fields)
-
-
-async def assert_consistent(
-    admin: aioredis.Redis, prefix: str, namespace: str, threads: list[str]
-) -> None:
-    """No orphans: the namespace indexes agree with the summaries, every
-    summary is its thread's latest step's, and an empty thread has no key."""
-    idx, _, sums, st, due, _ = namespace_keys(prefix, namespace)
-    indexed = set(await admin.zrange(idx, 0, -1))
-    summaries = cast(dict[bytes, bytes], await admin.hgetall(sums))
-    assert set(summaries) == indexed
-    assert set(await admin.zrange(st, 0, -1)) == {s[:1] + t for t, s in summaries.items()}
-    waits = {s[1:19] + t for t, s in summaries.items() if s[:1] == b"w"}
-    assert set(await admin.zrange(due, 0, -1)) == waits
-    for thread in threads:
-        s, d = thread_keys(prefix, namespace, thread)
-        steps = set(cast(list[bytes], await admin.zrange(s, 0, -1)))
-        if not steps:
-            assert await admin.exists(s, d) == 0, thread
-            assert thread.encode() not in indexed, thread
-            continue
-        data = cast(dict[bytes, bytes], await admin.hgetall(d))
-        assert set(data) == steps | {step + b"m" for step in steps}
-        latest = data[max(steps) + b"m"].split(b":", 3)[3]
-        if latest.startswith(b"{"):  # written by layout 1
-            latest = upgrade_summary(latest)
-        assert summaries[thread.encode()] == latest
 
 
 # -- ownership and arguments ----------------------------------------------------
@@ -117,16 +59,16 @@ async def test_injected_client_stays_open_and_owned_one_is_closed(
     await client.aclose()
 
     name = f"aftest-own-{uuid.uuid4().hex}"
-    owned = RedisCheckpointer(_url(name), prefix=prefix)
+    owned = RedisCheckpointer(named_url(name), prefix=prefix)
     assert (await owned.get("t")) is not None
-    assert len(await _connections(admin, name)) == 1
+    assert len(await connections(admin, name)) == 1
     await owned.close()
     await owned.close()
     for _ in range(50):
-        if not await _connections(admin, name):
+        if not await connections(admin, name):
             break
         await asyncio.sleep(0.01)
-    assert await _connections(admin, name) == []
+    assert await connections(admin, name) == []
 
 
 async def test_bad_arguments_are_refused_and_store_nothing(
@@ -148,7 +90,7 @@ async def test_bad_arguments_are_refused_and_store_nothing(
                 await cp.put(make_checkpoint("t", 0), if_revision=revision)  # type: ignore[arg-type]
         with pytest.raises(InvalidThreadId):
             await cp.get("lone-\ud800")
-    assert await _keys(admin, f"{prefix}:") == set()
+    assert await stored_keys(admin, f"{prefix}:") == set()
 
 
 async def test_open_store_opens_a_namespaced_checkpointer(prefix: str) -> None:
@@ -185,7 +127,7 @@ async def test_hostile_ids_never_shape_or_share_keys(admin: aioredis.Redis, pref
     for ns in namespaces:
         idx, _, sums, st, _, version = namespace_keys(prefix, ns or "")
         expected |= {idx, sums, st, version}
-    assert await _keys(admin, f"{prefix}:") == expected
+    assert await stored_keys(admin, f"{prefix}:") == expected
     for ns, thread in pairs:
         async with RedisCheckpointer(REDIS_URL, prefix=prefix, namespace=ns) as cp:
             got = await cp.get(thread)
@@ -214,7 +156,7 @@ async def test_prefixes_that_extend_each_other_stay_apart(
             await cp.delete_thread("t")
             await cp.delete_thread("u")
             await admin.unlink(*namespace_keys(p, ""), secret_key(p))
-    assert await _keys(admin, prefix) == set()
+    assert await stored_keys(admin, prefix) == set()
 
 
 async def test_steps_beyond_double_precision_keep_their_order(prefix: str) -> None:
@@ -238,7 +180,7 @@ async def test_instants_before_1970_never_reach_a_key(admin: aioredis.Redis, pre
                 await cp.put(make_checkpoint("t", 0, ts=ts))
             with pytest.raises(InvalidArgument):
                 await cp.put(_waiting("t", 0, ts))
-        assert await _keys(admin, f"{prefix}:") == set()
+        assert await stored_keys(admin, f"{prefix}:") == set()
         await cp.put(_waiting("t", 0, "1970-01-01T00:00:00Z", ts="1970-01-01T00:00:00Z"))
         assert await cp.prune("t", older_than=early[0]) == 0
         far_east = timezone(timedelta(hours=14))
@@ -371,55 +313,6 @@ async def test_prune_of_the_latest_step_rewrites_the_summary(
         await assert_consistent(admin, prefix, "", ["t"])
         assert await admin.zcard(namespace_keys(prefix, "")[0]) == 0
         assert (await cp.list_due(NOW)).threads == []
-
-
-async def test_a_failing_prune_deletes_nothing(admin: aioredis.Redis, prefix: str) -> None:
-    s, d = thread_keys(prefix, "", "t")
-    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
-        for step in range(4):
-            await cp.put(make_checkpoint("t", step, ts=f"2026-01-01T00:00:0{step}Z"))
-        before = await admin.hgetall(d)
-        # damaged metadata among the steps the cutoff must read
-        await admin.hset(d, b"%020dm" % 1, b"garbage")
-        damaged = await admin.hgetall(d)
-        with pytest.raises(CheckpointCorrupted):
-            await cp.prune("t", before_step=3, older_than="2026-01-02T00:00:00Z")
-        assert await admin.zcard(s) == 4 and await admin.hgetall(d) == damaged
-        await admin.hset(d, mapping=cast(dict[Any, Any], before))
-        # a namespace index of the wrong type, written only after the deletes
-        summaries = namespace_keys(prefix, "")[2]
-        kept = await admin.hgetall(summaries)
-        await admin.unlink(summaries)
-        await admin.set(summaries, b"not a hash")
-        for prune in (
-            cp.prune("t", before_step=2),
-            cp.prune("t", before_step=10),
-            cp.delete_thread("t"),
-        ):
-            with pytest.raises(CheckpointCorrupted):
-                await prune
-            assert await admin.zcard(s) == 4 and await admin.hgetall(d) == before
-        await admin.unlink(summaries)
-        await admin.hset(summaries, mapping=cast(dict[Any, Any], kept))
-        assert await cp.prune("t", before_step=2) == 2
-        await assert_consistent(admin, prefix, "", ["t"])
-
-
-async def test_a_failing_put_writes_nothing(admin: aioredis.Redis, prefix: str) -> None:
-    s, d = thread_keys(prefix, "", "t")
-    statuses = namespace_keys(prefix, "")[3]
-    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
-        await cp.put(make_checkpoint("t", 0, next=("n",)))
-        await admin.unlink(statuses)
-        await admin.set(statuses, b"not a sorted set")
-        with pytest.raises(CheckpointCorrupted):
-            await cp.put(make_checkpoint("t", 1))  # would move t from running to done
-        with pytest.raises(CheckpointCorrupted):
-            await cp.put(make_checkpoint("new", 0))
-        assert await admin.zrange(s, 0, -1) == [b"%020d" % 0]
-        assert await admin.exists(*thread_keys(prefix, "", "new")) == 0
-        await cp.put(make_checkpoint("t", 1, next=("n",)))  # status unchanged: no index write
-        assert await admin.zcard(s) == 2 and await admin.hlen(d) == 4
 
 
 @pytest.mark.parametrize("budget", [1, 10**9])
@@ -610,147 +503,3 @@ async def test_expired_threads_leave_every_listing(admin: aioredis.Redis, prefix
         assert set(await admin.zrange(idx, 0, -1)) == {b"a", b"back", b"y", b"z"}
         assert await admin.zcard(exp) == 0
         await assert_consistent(admin, prefix, "", ["a", "back", "x000", "x299"])
-
-
-# -- faults ----------------------------------------------------------------------
-
-
-async def _kill_when_blocked(admin: aioredis.Redis, name: str) -> None:
-    for _ in range(500):
-        blocked = [c for c in await _connections(admin, name) if "b" in c["flags"]]
-        if blocked:
-            for conn in blocked:
-                await admin.client_kill_filter(_id=conn["id"])
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the write never reached the server")
-
-
-@pytest.mark.parametrize("call", ["put", "prune", "delete_thread"])
-async def test_connection_killed_mid_call(admin: aioredis.Redis, prefix: str, call: str) -> None:
-    name = f"aftest-fault-{uuid.uuid4().hex}"
-    async with RedisCheckpointer(_url(name), prefix=prefix) as cp:
-        # A driver retry would re-send the script once the pause lifts.
-        assert cp._client.connection_pool.connection_kwargs["retry"].get_retries() == 0
-        await cp.put(make_checkpoint("t", 0))
-        await cp.put(make_checkpoint("t", 1))
-        operations: dict[str, Callable[[], Awaitable[object]]] = {
-            "put": lambda: cp.put(make_checkpoint("t", 1, state={"lost": True})),
-            "prune": lambda: cp.prune("t", before_step=5),
-            "delete_thread": lambda: cp.delete_thread("t"),
-        }
-        await admin.client_pause(5_000, all=False)
-        try:
-            task = asyncio.ensure_future(operations[call]())
-            await _kill_when_blocked(admin, name)
-        finally:
-            await admin.client_unpause()
-        with pytest.raises(StoreUnavailable) as info:
-            await task
-        assert info.value.retryable and isinstance(info.value.__cause__, RedisConnectionError)
-        assert str(info.value).startswith(f"redis {call} on 127.0.0.1:6379 failed")
-        assert [(c.step, c.revision, c.state) async for c in cp.history("t")] == [
-            (0, 1, {"step": 0}),
-            (1, 1, {"step": 1}),
-        ]
-        await cp.put(make_checkpoint("t", 1), if_revision=1)
-        assert await cp.prune("t", before_step=1) == 1
-
-
-async def test_unreachable_server_is_store_unavailable_without_the_password() -> None:
-    url = "redis://agent:hunter2-secret@127.0.0.1:1/0"
-    async with RedisCheckpointer(url, prefix="nowhere") as cp:
-        for call, run in (("get", cp.get("t")), ("put", cp.put(make_checkpoint("t", 0)))):
-            with pytest.raises(StoreUnavailable) as info:
-                await run
-            assert isinstance(info.value.__cause__, RedisConnectionError)
-            message = str(info.value)
-            assert message.startswith(f"redis {call} on 127.0.0.1:1 failed")
-            assert "hunter2" not in message and "_setup" not in message
-
-
-async def test_a_wrong_password_is_not_retryable(tmp_path: Path) -> None:
-    async with private_redis(tmp_path, "--requirepass", "right-one") as url:
-        client = aioredis.Redis.from_url(url, password="wrong-one")
-        async with RedisCheckpointer(client=client) as cp:
-            with pytest.raises(CheckpointError) as info:
-                await cp.get("t")
-        await client.aclose()
-    assert not isinstance(info.value, StoreUnavailable) and not info.value.retryable
-    assert str(info.value).startswith(f"redis get on {tmp_path / 'redis.sock'} failed")
-    assert "wrong-one" not in str(info.value)
-
-
-async def test_a_payload_over_the_servers_limit_is_invalid_and_stores_nothing(
-    tmp_path: Path,
-) -> None:
-    async with (
-        private_redis(tmp_path, "--proto-max-bulk-len", "1mb") as url,
-        RedisCheckpointer(url) as cp,
-    ):
-        await cp.put(make_checkpoint("t", 0, state={"small": "x" * 1_000}))
-        with pytest.raises(InvalidArgument) as info:
-            await cp.put(make_checkpoint("t", 1, state={"big": "x" * 1_100_000}))
-        assert "proto-max-bulk-len" in str(info.value)
-        assert [c.step async for c in cp.history("t")] == [0]
-        assert [i.latest_step for i in await cp.list_threads()] == [0]
-
-
-async def test_a_server_without_config_keeps_working(tmp_path: Path) -> None:
-    async with (
-        private_redis(tmp_path, "--rename-command", "CONFIG", "") as url,
-        RedisCheckpointer(url) as cp,
-    ):
-        await cp.put(make_checkpoint("t", 0))
-        got = await cp.get("t")
-        assert got is not None and got.revision == 1
-
-
-# -- corruption ------------------------------------------------------------------
-
-
-async def test_damaged_metadata_summary_and_types_raise_corrupted(
-    admin: aioredis.Redis, prefix: str
-) -> None:
-    s, d = thread_keys(prefix, "", "t")
-    idx, _, summaries = namespace_keys(prefix, "")[:3]
-    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
-        for thread in ("t", "u"):
-            await cp.put(make_checkpoint(thread, 0))
-            await cp.put(make_checkpoint(thread, 1))
-        await admin.hset(d, b"%020dm" % 1, b"garbage")
-        late = "2100-01-01T00:00:00Z"
-        for call in (cp.get("t"), cp.put(make_checkpoint("t", 1)), cp.prune("t", older_than=late)):
-            with pytest.raises(CheckpointCorrupted):
-                await call
-        await admin.hdel(d, b"%020dm" % 1)
-        with pytest.raises(CheckpointCorrupted):
-            await cp.get("t", 1)
-        await admin.hdel(d, b"%020d" % 1)
-        for read in (cp.get("t"), _all(cp.history("t"))):
-            with pytest.raises(CheckpointCorrupted):
-                await read
-        assert await cp.get("t", 1) is None
-        other = await admin.hget(thread_keys(prefix, "", "u")[1], b"%020d" % 0)
-        assert isinstance(other, bytes)
-        await admin.hset(d, b"%020d" % 0, other)
-        with pytest.raises(CheckpointCorrupted):
-            await cp.get("t", 0)
-        await admin.hset(summaries, b"t", b"r" + b"0" * 18 + b"{not json")
-        with pytest.raises(CheckpointCorrupted):
-            await cp.list_threads()
-        await admin.hdel(summaries, b"t")
-        with pytest.raises(CheckpointCorrupted):
-            await cp.list_threads()
-        await admin.zrem(idx, b"t")
-        await admin.zadd(idx, {b"\xff": 0})
-        with pytest.raises(CheckpointCorrupted):
-            await cp.list_threads_page()
-        await admin.unlink(s)
-        await admin.set(s, b"a string, not a sorted set")
-        with pytest.raises(CheckpointCorrupted):
-            await cp.get("t")
-        assert (await cp.get("u")) is not None
-        await admin.set(secret_key(prefix), b"short")
-        with pytest.raises(CheckpointCorrupted):
-            await cp.list_due(NOW, cursor="x")

@@ -9,7 +9,6 @@ the namespace's thread index and expiry set. No status or due index.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import orjson
@@ -21,24 +20,13 @@ from agentflow.checkpoint.redis.scripts import sortable_instant, thread_base
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import IncompatibleSchema
-from tests.backends.redis import REDIS_URL, admin_client, drop_prefix, unique_prefix
-from tests.checkpoint.test_redis import assert_consistent
+from tests.backends.redis import REDIS_URL, admin_session, assert_consistent, scratch_prefix
 
 NOW = "2026-06-01T12:00:00Z"
 
 
-@pytest.fixture
-async def admin() -> AsyncIterator[aioredis.Redis]:
-    client = await admin_client()
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def prefix(admin: aioredis.Redis) -> AsyncIterator[str]:
-    name = unique_prefix()
-    yield name
-    await drop_prefix(admin, name)
+admin = pytest.fixture(admin_session)
+prefix = pytest.fixture(scratch_prefix)
 
 
 def _info_json(step: int, fields: dict[str, Any]) -> bytes:
