@@ -16,6 +16,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator, Sequence
 from typing import Final
 
@@ -50,12 +51,15 @@ def link_refused(what: str) -> CheckpointCorrupted:
 
 
 def refused(what: str, exc: OSError) -> CheckpointCorrupted | None:
-    """The error for a link (or a file) found where ``what`` should be, else None."""
-    if exc.errno == errno.ELOOP:
+    """The error for a link found where the file ``what`` should be, else None."""
+    return link_refused(what) if exc.errno == errno.ELOOP else None
+
+
+def _not_a_directory(parent: int, name: str, what: str) -> CheckpointCorrupted:
+    # With O_DIRECTORY | O_NOFOLLOW, Linux reports a link as ENOTDIR, not ELOOP.
+    if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
         return link_refused(what)
-    if exc.errno == errno.ENOTDIR:
-        return CheckpointCorrupted(f"{what} is not a directory")
-    return None
+    return CheckpointCorrupted(f"{what} is not a directory")
 
 
 def open_dir(parent: int, name: str, what: str) -> int | None:
@@ -64,6 +68,8 @@ def open_dir(parent: int, name: str, what: str) -> int | None:
         return os.open(name, DIR_FLAGS, dir_fd=parent)
     except FileNotFoundError:
         return None
+    except NotADirectoryError as exc:
+        raise _not_a_directory(parent, name, what) from exc
     except OSError as exc:
         raise (refused(what, exc) or exc) from exc
 
