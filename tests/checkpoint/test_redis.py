@@ -405,6 +405,7 @@ async def test_due_and_status_pages_read_what_they_return(
         running = await cp.list_threads_page(limit=5, status="running")
         assert [i.thread for i in running.threads] == [f"run-{i}" for i in range(5)]
         assert sum(read) <= 6
+        assert len(await cp.list_threads(limit=10_000)) == 10_000  # in several scripts
 
 
 async def test_one_cursor_secret_per_prefix_even_when_created_at_once(

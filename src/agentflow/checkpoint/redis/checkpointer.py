@@ -60,6 +60,9 @@ _BATCH = 128
 _HISTORY_BYTES = 4 * 1024 * 1024
 #: Steps removed per prune script, bounding how long one call holds the server.
 _PRUNE_BATCH = 1024
+#: Index members one listing script reads at most (Lua unpacks them, and
+#: unpack takes at most ~8,000 values).
+_PAGE_READ = 1_000
 #: Redis's default ``proto-max-bulk-len``: the largest payload it accepts,
 #: used when the server does not tell its own.
 _DEFAULT_MAX_BULK = 512 * 1024 * 1024
@@ -243,14 +246,14 @@ class RedisCheckpointer(CheckpointerBase):
     async def _scan(
         self, target: bytes, bounds: tuple[bytes, bytes, int], limit: int
     ) -> list[ThreadInfo]:
-        """Up to ``limit`` unexpired threads of one namespace index, from one
-        script per ``limit`` members read: an expired member not yet swept
-        is skipped and the scan goes on, so a page stays full."""
+        """Up to ``limit`` unexpired threads of one namespace index, in scripts
+        of at most ``_PAGE_READ`` members each: an expired member not yet
+        swept is skipped and the scan goes on, so a page stays full."""
         await self._setup()
         start, stop, skip = bounds
         infos: list[ThreadInfo] = []
         while True:
-            args = (start, stop, limit - len(infos), skip)
+            args = (start, stop, min(limit - len(infos), _PAGE_READ), skip)
             last, *found = await self._page(keys=[*self._ns[:5], target], args=args)
             infos += [thread_info(n, s) for n, s in zip(found[::2], found[1::2], strict=True)]
             if not last or len(infos) == limit:

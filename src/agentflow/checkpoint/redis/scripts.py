@@ -157,7 +157,12 @@ if latest then
     expect('zset', {IDX, ST, DUE})
   end
 end
-if ttl ~= '' or not top then expect('zset', {EXP}) end
+if ttl ~= '' then
+  expect('zset', {EXP, IDX, ST, DUE})
+  expect('hash', {SUM})
+elseif not top then
+  expect('zset', {EXP})
+end
 rev = rev + 1
 redis.call('HSET', D, step, ARGV[2], meta, string.format('%d:', rev) .. ARGV[3])
 if not old then redis.call('ZADD', S, 0, step) end
