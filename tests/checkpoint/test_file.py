@@ -6,8 +6,9 @@ import asyncio
 import os
 import random
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -213,7 +214,9 @@ async def test_delete_is_one_rename_and_leaves_no_trash(root: Path) -> None:
 
 async def test_deletes_and_prunes_racing_puts_never_fail_or_tear(root: Path) -> None:
     async with FileCheckpointer(root) as cp, FileCheckpointer(root) as other:
-        calls = [cp.put(make_checkpoint("t", i % 5, state={"i": i})) for i in range(60)]
+        calls: list[Coroutine[Any, Any, object]] = [
+            cp.put(make_checkpoint("t", i % 5, state={"i": i})) for i in range(60)
+        ]
         calls += [other.delete_thread("t") for _ in range(10)]
         calls += [other.prune("t", before_step=3) for _ in range(10)]
         random.Random(7).shuffle(calls)
