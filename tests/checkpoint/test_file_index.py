@@ -78,15 +78,15 @@ async def _due(cp: FileCheckpointer, now: str) -> list[str]:
 
 
 async def _assert_indexes_match(cp: FileCheckpointer, base: Path) -> None:
-    """The listings agree with every thread's latest step, and no entry is extra."""
+    """The listings agree with every thread's latest step, and leave no extra entry."""
     infos = await cp.list_threads(limit=10_000)
-    assert _entries(base) == _expected(infos)
     for status in STATUSES:
         assert await _pages(cp, status) == [i.thread for i in infos if i.status == status]
     waiting = sorted(
         (parse_instant(i.wake_at), i.thread) for i in infos if i.status == "waiting" and i.wake_at
     )
     assert await _due(cp, "9999-01-01T00:00:00Z") == [thread for _, thread in waiting]
+    assert _entries(base) == _expected(infos)
 
 
 async def test_racing_writers_leave_the_indexes_exact(tmp_path: Path) -> None:
@@ -107,7 +107,9 @@ async def test_racing_writers_leave_the_indexes_exact(tmp_path: Path) -> None:
                 status = rng.choice(STATUSES)
                 calls.append(cp.put(_with_status(thread, step, status, rng.choice(wakes))))
         await asyncio.gather(*calls)
-        assert {i.status for i in await a.list_threads()} == set(STATUSES)
+        infos = await a.list_threads()
+        assert {i.status for i in infos} == set(STATUSES)
+        assert _entries(root) == _expected(infos)  # exact before any listing repairs
         await _assert_indexes_match(b, root)
 
 
@@ -328,3 +330,61 @@ async def test_processes_creating_the_cursor_secret_at_once_share_it(tmp_path: P
         page = await cp.list_threads_page(limit=5, cursor=cursors[0])
         assert [i.thread for i in page.threads] == ["b", "c"]
     assert oct((root / ".cursor-secret").stat().st_mode & 0o777) == "0o600"
+
+
+# -- a writer killed at any instant -------------------------------------------------
+
+KILLS = 25
+CRASH_THREADS = [f"crash-{i}" for i in range(4)]
+
+
+def status_writer(root: str, seed: int, ready: Any) -> None:
+    """Change statuses, wake instants, steps, prune and delete until SIGKILLed."""
+
+    async def run() -> None:
+        rng = random.Random(seed)
+        async with FileCheckpointer(root) as cp:
+            ready.set()
+            while True:
+                thread, step = rng.choice(CRASH_THREADS), rng.randrange(6)
+                roll = rng.random()
+                if roll < 0.05:
+                    await cp.delete_thread(thread)
+                elif roll < 0.15:
+                    await cp.prune(thread, before_step=rng.randrange(7))
+                else:
+                    wake = f"2026-06-01T{rng.randrange(8, 16):02d}:00:00+00:00"
+                    await cp.put(_with_status(thread, step, rng.choice(STATUSES), wake))
+
+    asyncio.run(run())
+
+
+@pytest.mark.slow
+async def test_a_killed_writer_never_leaves_an_index_entry_missing(tmp_path: Path) -> None:
+    import multiprocessing
+
+    root = tmp_path / "store"
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    statuses_seen: set[str] = set()
+    extra_left = 0
+    for seed in range(KILLS):
+        ready = ctx.Event()
+        child = ctx.Process(target=status_writer, args=(str(root), seed, ready), daemon=True)
+        child.start()
+        try:
+            assert await asyncio.to_thread(ready.wait, 60), "the writer never opened the store"
+            await asyncio.sleep(random.Random(seed).uniform(0.01, 0.08))
+        finally:
+            child.kill()
+            await asyncio.to_thread(child.join, 60)
+        async with FileCheckpointer(root) as cp:
+            infos = await cp.list_threads()
+            missing = _expected(infos) - _entries(root)
+            assert not missing, f"kill {seed} left index entries missing: {missing}"
+            extra_left += bool(_entries(root) - _expected(infos))
+            await _assert_indexes_match(cp, root)  # the listings also removed any extra
+        statuses_seen |= {info.status for info in infos}
+    assert statuses_seen == set(STATUSES)
+    # About one kill in four lands between a new entry and the old one's removal.
+    assert extra_left, "no kill landed mid-write: the claim was never tested"
