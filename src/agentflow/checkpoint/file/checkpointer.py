@@ -214,7 +214,7 @@ class FileCheckpointer(CheckpointerBase):
 
     def _migrate(self, base: int) -> None:
         """Index every thread of a namespace written before the indexes existed."""
-        for thread in self._thread_names(base):
+        for thread in filter(_usable, self._thread_names(base)):
             with self._locked(base, thread):
                 state = self._state(base, thread)
                 if state is not None:
@@ -243,7 +243,7 @@ class FileCheckpointer(CheckpointerBase):
             return sorted(
                 entry.name
                 for entry in entries
-                if _usable(entry.name)
+                if not entry.name.startswith(_MARKER)
                 and (entry.is_dir(follow_symlinks=False) or entry.is_symlink())
             )
 
@@ -421,14 +421,13 @@ class FileCheckpointer(CheckpointerBase):
         base = self._namespace_dir(create=False)
         if base is None:
             return []
-        if status is None:
-            names = self._thread_names(base)
-        else:
-            names = [name for name in index.with_status(base, status) if _usable(name)]
+        names = self._thread_names(base) if status is None else index.with_status(base, status)
         found: list[ThreadInfo] = []
         for thread in names[bisect.bisect_right(names, after) :]:
             if len(found) == limit:
                 break
+            if not _usable(thread):
+                continue
             info = self._summary(base, thread)
             if info is not None and status in (None, info.status):
                 found.append(info)
