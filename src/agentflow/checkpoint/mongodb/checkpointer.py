@@ -17,12 +17,12 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Final
 
-from bson import Binary, MaxKey, MinKey
+from bson import Binary
 from pymongo import AsyncMongoClient, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import ConfigurationError, DuplicateKeyError, InvalidName
+from pymongo.errors import ConfigurationError, InvalidName
 from pymongo.write_concern import WriteConcern
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
@@ -31,25 +31,18 @@ from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.mongodb import schema
 from agentflow.checkpoint.mongodb.documents import (
-    DUE_INDEX,
-    INFO_FIELDS,
-    LISTING_INDEX,
     PAYLOAD,
-    STATUS_FIELDS,
-    STATUS_INDEX,
-    SUMMARY_KEYS,
     Document,
     check_size,
+    checkpoint_key,
     driver_error,
     new_checkpoint,
-    newer_wins,
     plain,
     rewrite,
+    steps,
     stored_row,
-    summary_of,
-    summary_of_stored,
-    thread_info,
 )
+from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument
 
 __all__ = ["MongoCheckpointer"]
@@ -62,9 +55,6 @@ _TTL_BUCKET_S: Final = 60.0
 #: Threads whose expiry this checkpointer refreshed in the current bucket; the
 #: memo is dropped when it grows past this, costing one refresh per thread.
 _REFRESH_MEMO: Final = 10_000
-#: Attempts to bring a summary in line with the thread's checkpoints while other
-#: writers change both; a writer that keeps winning writes summaries itself.
-_RECONCILE_TRIES: Final = 8
 _CURSOR_SECRET_ID: Final = {"m": "cursor"}
 
 
@@ -120,6 +110,7 @@ class MongoCheckpointer(CheckpointerBase):
                 write_concern=WriteConcern(**{**coll.write_concern.document, "j": True})
             )
         self._coll = coll
+        self._summaries = Summaries(coll, self._namespace)
         seeds = self._client.topology_description.server_descriptions()
         self._where = ",".join(h if p is None else f"{h}:{p}" for h, p in sorted(seeds, key=str))
         self._setup_lock = asyncio.Lock()
@@ -151,25 +142,10 @@ class MongoCheckpointer(CheckpointerBase):
                 await schema.prepare(self._coll, self._ttl is not None)
                 self._set_up = True
 
-    # -- keys --------------------------------------------------------------
-
-    def _key(self, thread: str, step: Any) -> Document:
-        """A checkpoint's ``_id``. BSON compares embedded documents field by field,
-        so a thread's checkpoints are one step-ordered range of the ``_id`` index."""
-        return {"n": self._namespace, "t": thread, "s": step}
-
-    def _entry(self, thread: str) -> Document:
-        """A summary's ``_id``: a prefix of its checkpoints', sorting just before them."""
-        return {"n": self._namespace, "t": thread}
-
-    def _steps(self, thread: str, before: int | None = None) -> Document:
-        """An ``_id`` range over the thread's checkpoints (below step ``before`` if given)."""
-        low = self._key(thread, MinKey())
-        if before is None:
-            return {"$gte": low, "$lte": self._key(thread, MaxKey())}
-        return {"$gte": low, "$lt": self._key(thread, before)}
-
     # -- writes ------------------------------------------------------------
+
+    def _key(self, thread: str, step: int) -> Document:
+        return checkpoint_key(self._namespace, thread, step)
 
     async def _write_step(
         self,
@@ -182,7 +158,6 @@ class MongoCheckpointer(CheckpointerBase):
         enc = encode()
         check_size(enc, self._namespace)
         expires = self._expiry() if self._ttl is not None else None
-        summary = self._summary_write
         if if_revision:
             # A compare-and-set rewrites a stored step: its next revision is known,
             # but the summary may follow only once the write is known to have won.
@@ -190,7 +165,7 @@ class MongoCheckpointer(CheckpointerBase):
             result = await self._coll.update_one(key, rewrite(self._namespace, enc, expires))
             if result.matched_count != 1:
                 return await self._revision(thread, step)
-            await summary(enc, if_revision + 1, expires)
+            await self._summaries.write(enc, if_revision + 1, expires)
             return None
         created, summarized = await self._create(enc, expires)
         if created:
@@ -198,7 +173,7 @@ class MongoCheckpointer(CheckpointerBase):
         if if_revision == 0:
             if summarized:
                 # Our summary statement assumed revision 1 of content that did not win.
-                await self._reconcile(thread)
+                await self._summaries.reconcile(thread)
             return await self._revision(thread, step)
         # The step exists: one atomic increment. Equality on _id only, so if a delete
         # removed the step meanwhile the upsert inserts revision 1, and the server
@@ -210,7 +185,7 @@ class MongoCheckpointer(CheckpointerBase):
             upsert=True,
             return_document=ReturnDocument.AFTER,
         )
-        await summary(enc, _revision_of(stored, thread, step), expires)
+        await self._summaries.write(enc, _revision_of(stored, thread, step), expires)
         return None
 
     async def _create(self, enc: EncodedCheckpoint, expires: datetime | None) -> tuple[bool, bool]:
@@ -229,8 +204,7 @@ class MongoCheckpointer(CheckpointerBase):
             stale = {"n": self._namespace, "t": thread, "expires_at": {"$not": {"$gte": expires}}}
             ops.append(UpdateMany(stale, {"$set": {"expires_at": expires}}))
         ops.append(UpdateOne({"_id": key}, {"$setOnInsert": doc}, upsert=True))
-        summary = newer_wins(summary_of(self._namespace, enc, 1), expires)
-        ops.append(UpdateOne({"_id": self._entry(thread)}, summary, upsert=True))
+        ops.append(self._summaries.raise_to(enc, 1, expires))
         result = await self._coll.bulk_write(ops)
         if expires is not None:
             if len(self._refreshed) >= _REFRESH_MEMO:
@@ -239,12 +213,6 @@ class MongoCheckpointer(CheckpointerBase):
         upserted = result.upserted_ids or {}
         created = len(ops) - 2 in upserted
         return created, len(ops) - 1 in upserted or result.modified_count > 0
-
-    async def _summary_write(
-        self, enc: EncodedCheckpoint, revision: int, expires: datetime | None
-    ) -> None:
-        summary = newer_wins(summary_of(self._namespace, enc, revision), expires)
-        await self._coll.update_one({"_id": self._entry(enc.thread)}, summary, upsert=True)
 
     async def _revision(self, thread: str, step: int) -> int:
         """The revision stored at (thread, step) now, 0 if none: a lost race's answer."""
@@ -261,48 +229,13 @@ class MongoCheckpointer(CheckpointerBase):
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         await self._ready()
-        query: Document = {"_id": self._steps(thread, before_step)}
+        query: Document = {"_id": steps(self._namespace, thread, before_step)}
         if cutoff_us is not None:
             query["ts_us"] = {"$lt": cutoff_us}
         deleted = (await self._coll.delete_many(query)).deleted_count
         if deleted or (before_step is None and cutoff_us is None):
-            await self._reconcile(thread)
+            await self._summaries.reconcile(thread)
         return deleted
-
-    async def _reconcile(self, thread: str) -> None:
-        """Make the thread's summary that of its latest checkpoint (or remove it).
-
-        Each change is a compare-and-set on the summary as read, so a put that
-        raised the summary meanwhile is never undone; a put whose checkpoint
-        lands after the read writes its own summary after it.
-        """
-        entry = self._entry(thread)
-        for _ in range(_RECONCILE_TRIES):
-            current = await self._coll.find_one({"_id": entry}, dict.fromkeys(SUMMARY_KEYS, 1))
-            latest = await self._coll.find_one(
-                {"_id": self._steps(thread)}, STATUS_FIELDS, sort=[("_id", -1)]
-            )
-            wanted = None if latest is None else summary_of_stored(self._namespace, latest)
-            if _same(current, wanted):
-                return
-            if current is None:
-                assert wanted is not None and latest is not None
-                if latest.get("expires_at") is not None:
-                    wanted["expires_at"] = latest["expires_at"]
-                try:
-                    await self._coll.insert_one(wanted)
-                    return
-                except DuplicateKeyError:
-                    continue
-            seen = {"_id": entry} | {k: current.get(k) for k in SUMMARY_KEYS}
-            if wanted is None:
-                changed = (await self._coll.delete_one(seen)).deleted_count
-            else:
-                if latest is not None and latest.get("expires_at") is not None:
-                    wanted["expires_at"] = latest["expires_at"]
-                changed = (await self._coll.replace_one(seen, wanted)).matched_count
-            if changed:
-                return
 
     # -- reads -------------------------------------------------------------
 
@@ -310,15 +243,13 @@ class MongoCheckpointer(CheckpointerBase):
         if step is not None:
             doc = await self._coll.find_one({"_id": self._key(thread, step)}, PAYLOAD)
         else:
-            doc = await self._coll.find_one(
-                {"_id": self._steps(thread)}, PAYLOAD, sort=[("_id", -1)]
-            )
+            latest = {"_id": steps(self._namespace, thread)}
+            doc = await self._coll.find_one(latest, PAYLOAD, sort=[("_id", -1)])
         return None if doc is None else stored_row(doc)
 
     async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
-        cursor = self._coll.find(
-            {"_id": self._steps(thread)}, PAYLOAD, sort=[("_id", 1)], batch_size=_HISTORY_BATCH
-        )
+        every = {"_id": steps(self._namespace, thread)}
+        cursor = self._coll.find(every, PAYLOAD, sort=[("_id", 1)], batch_size=_HISTORY_BATCH)
         try:
             while docs := await cursor.to_list(_HISTORY_BATCH):
                 for doc in docs:
@@ -326,45 +257,17 @@ class MongoCheckpointer(CheckpointerBase):
         finally:
             await cursor.close()
 
-    async def _summaries(
-        self, query: Document, order: list[tuple[str, int]], index: str, limit: int
-    ) -> list[ThreadInfo]:
-        await self._ready()
-        docs = await self._coll.find(
-            query, INFO_FIELDS, sort=order, limit=limit, hint=index
-        ).to_list()
-        return [thread_info(doc) for doc in docs]
-
     async def _read_threads(
         self, after: str, limit: int, status: ThreadStatus | None
     ) -> list[ThreadInfo]:
-        ns, later = self._namespace, {"$gt": after}
-        if status is None:
-            return await self._summaries(
-                {"tn": ns, "tt": later}, [("tn", 1), ("tt", 1)], LISTING_INDEX, limit
-            )
-        order = [("tn", 1), ("st", 1), ("tt", 1)]
-        return await self._summaries(
-            {"tn": ns, "st": status, "tt": later}, order, STATUS_INDEX, limit
-        )
+        await self._ready()
+        return await self._summaries.page(after, limit, status)
 
     async def _read_due(
         self, now_us: int, after: tuple[int, str] | None, limit: int
     ) -> list[ThreadInfo]:
         await self._ready()
-        # One range of the due index, bounded by its keys (min inclusive, max
-        # exclusive): an $or of the keyset's two cases may be planned as a filter.
-        ns = self._namespace
-        if after is None:
-            low: list[tuple[str, Any]] = [("tn", ns), ("wk", MinKey()), ("tt", MinKey())]
-        else:
-            # The smallest id above ``after``: ids never hold NUL, so none lies between.
-            low = [("tn", ns), ("wk", after[0]), ("tt", after[1] + "\x00")]
-        high: list[tuple[str, Any]] = [("tn", ns), ("wk", now_us), ("tt", MaxKey())]
-        order = [("tn", 1), ("wk", 1), ("tt", 1)]
-        cursor = self._coll.find({"tn": ns}, INFO_FIELDS, sort=order, limit=limit, hint=DUE_INDEX)
-        docs = await cursor.min(low).max(high).to_list()
-        return [thread_info(doc) for doc in docs]
+        return await self._summaries.due(now_us, after, limit)
 
     async def _cursor_secret(self) -> bytes:
         doc = await self._coll.find_one_and_update(
@@ -391,12 +294,6 @@ def _revision_of(doc: Document | None, thread: str, step: int) -> int:
     if type(revision) is not int or revision < 1:
         raise CheckpointCorrupted(f"thread {thread!r} step {step}: the revision is damaged")
     return revision
-
-
-def _same(current: Document | None, wanted: Document | None) -> bool:
-    if current is None or wanted is None:
-        return current is wanted
-    return all(current.get(k) == wanted.get(k) for k in SUMMARY_KEYS)
 
 
 def from_url(url: str, *, namespace: str | None = None) -> MongoCheckpointer:

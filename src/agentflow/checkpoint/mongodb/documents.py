@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, get_args
 
+from bson import MaxKey, MinKey
 from bson.errors import BSONError, InvalidBSON
 from bson.int64 import Int64
 from pymongo import IndexModel
@@ -108,6 +109,26 @@ def check_size(enc: EncodedCheckpoint, namespace: str) -> None:
         )
 
 
+def checkpoint_key(namespace: str, thread: str, step: Any) -> Document:
+    """A checkpoint's ``_id``. BSON compares embedded documents field by field, so
+    a thread's checkpoints are one step-ordered range of the ``_id`` index."""
+    return {"n": namespace, "t": thread, "s": step}
+
+
+def summary_key(namespace: str, thread: str) -> Document:
+    """A summary's ``_id``: a prefix of its checkpoints', sorting just before them
+    and outside every range of :func:`steps`."""
+    return {"n": namespace, "t": thread}
+
+
+def steps(namespace: str, thread: str, before: int | None = None) -> Document:
+    """An ``_id`` range over a thread's checkpoints (below step ``before`` if given)."""
+    low = checkpoint_key(namespace, thread, MinKey())
+    if before is None:
+        return {"$gte": low, "$lte": checkpoint_key(namespace, thread, MaxKey())}
+    return {"$gte": low, "$lt": checkpoint_key(namespace, thread, before)}
+
+
 def plain(value: object) -> object:
     """``value`` with BSON's 64-bit integer type read back as a plain int, as stored."""
     return int(value) if type(value) is Int64 else value
@@ -130,7 +151,7 @@ def new_checkpoint(namespace: str, enc: EncodedCheckpoint, expires: datetime | N
     top level, where the ``(n, t, s desc)`` index can see them.
     """
     thread, step = enc.thread, enc.step
-    doc: Document = {"_id": {"n": namespace, "t": thread, "s": step}}
+    doc: Document = {"_id": checkpoint_key(namespace, thread, step)}
     doc |= {"n": namespace, "t": thread, "s": step, "rev": 1, "payload": enc.payload}
     doc |= _status_fields(enc)
     if expires is not None:
@@ -163,7 +184,7 @@ def summary(
     ``wk`` is present only while the thread waits on a timer, so the partial
     due index holds exactly the threads ``list_due`` can return.
     """
-    doc: Document = {"_id": {"n": namespace, "t": thread}, "tn": namespace, "tt": thread}
+    doc: Document = {"_id": summary_key(namespace, thread), "tn": namespace, "tt": thread}
     doc |= {"ls": step, "lr": revision, "st": status, "ts": ts, "wa": wake_at}
     if status == "waiting":
         doc["wk"] = wake_us
