@@ -43,7 +43,7 @@ from tests.support.mongod import mongodb_uri
 from agentflow.checkpoint.base import Checkpoint, ThreadStatus
 from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.mongodb import MongoCheckpointer
-from benchmarks.bench_due import NOW, _fill, _list_due_pass
+from benchmarks.bench_due import _fill, _list_due_pass
 from benchmarks.common import (
     LangGraphWriter,
     Table,
