@@ -146,8 +146,8 @@ def _langgraph(stack: AsyncExitStack, uri: str, db: str, states: list[Doc]) -> _
         return await saver.aget_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
 
     async def history(thread: str) -> int:
-        config = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-        return sum([1 async for _ in saver.alist(config)])  # type: ignore[arg-type]
+        config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        return len([checkpoint async for checkpoint in saver.alist(config)])
 
     return _Contestant(_FAST, put, get_latest, history)
 
