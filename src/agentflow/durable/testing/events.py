@@ -38,13 +38,14 @@ class EventStoreConformance:
         async with durable_harness.events() as store:
             await store.append_once("evt-1", digest, payload)
             codes = []
+            not_an_object: Any = ["not", "an", "object"]
             calls: tuple[tuple[str, str, Any], ...] = (
                 ("evt-1", event_payload_digest(changed), changed),
                 ("evt-1", "b" * 64, payload),
                 ("evt-2", "b" * 64, payload),
                 ("", digest, payload),
                 ("evt-3", digest.upper(), payload),
-                ("evt-4", digest, ["not", "an", "object"]),
+                ("evt-4", digest, not_an_object),
             )
             for call in calls:
                 with pytest.raises(DurableError) as caught:
