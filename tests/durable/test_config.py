@@ -34,11 +34,17 @@ def test_wire_strings_become_enums_and_unknown_ones_fail() -> None:
     ("kwargs", "code"),
     [
         ({}, "checkpoint_store_selection_invalid"),
-        ({"store": STORE, "store_ref": CapabilityRef("s", "1")}, "checkpoint_store_selection_invalid"),
+        (
+            {"store": STORE, "store_ref": CapabilityRef("s", "1")},
+            "checkpoint_store_selection_invalid",
+        ),
         ({"store_ref": CapabilityRef("s", " ")}, "checkpoint_capability_ref_invalid"),
         ({"store": STORE, "resume_policy": "require_existing"}, "checkpoint_key_required"),
         ({"store": STORE, "key": "\t"}, "checkpoint_key_invalid"),
-        ({"store": STORE, "max_extension_state_bytes": 2**53}, "checkpoint_extension_limit_invalid"),
+        (
+            {"store": STORE, "max_extension_state_bytes": 2**53},
+            "checkpoint_extension_limit_invalid",
+        ),
         ({"store": STORE, "max_extension_state_bytes": -1}, "checkpoint_extension_limit_invalid"),
         ({"store": STORE, "credential_slots": ["/b", "/a"]}, "checkpoint_credential_slots_invalid"),
         ({"store": STORE, "credential_slots": ["/a", "/a"]}, "checkpoint_credential_slots_invalid"),

@@ -58,7 +58,10 @@ def test_model_request_digest_changes_with_the_request() -> None:
     ("envelope", "code"),
     [
         ([], "operation_request_invalid"),
-        ({"schema_version": OPERATION_REQUEST_SCHEMA, "kind": "model"}, "operation_request_invalid"),
+        (
+            {"schema_version": OPERATION_REQUEST_SCHEMA, "kind": "model"},
+            "operation_request_invalid",
+        ),
         ({**model_request(), "extra": 1}, "operation_request_invalid"),
         ({**model_request(), "schema_version": "v0"}, "operation_request_schema_unsupported"),
         ({**model_request(), "kind": 7}, "operation_request_invalid"),

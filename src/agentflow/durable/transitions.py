@@ -61,6 +61,8 @@ __all__ = [
 ]
 
 _CLAIM = "checkpoint_claim_invalid"
+#: The states a new entry may be written in: planned, or one legal move from it.
+_FIRST_STATES = frozenset({OperationState.PLANNED, OperationState.STARTED, OperationState.FAILED})
 _CLAIMABLE = frozenset({CheckpointStatus.RUNNING, CheckpointStatus.RECONCILIATION_REQUIRED})
 
 
@@ -255,14 +257,11 @@ def plan_finalize(snapshot: DurableCheckpoint) -> Write:
 
 def _check_successor(previous: OperationJournalEntry | None, entry: OperationJournalEntry) -> None:
     if previous is None:
-        if entry.state not in (
-            OperationState.PLANNED,
-            OperationState.STARTED,
-            OperationState.FAILED,
-        ):
+        if entry.attempt != 1 or entry.state not in _FIRST_STATES:
             raise DurableError(
                 "operation_transition_invalid",
-                f"a new journal entry cannot start as {entry.state.value}",
+                f"a new journal entry starts at attempt 1 as planned, started or failed,"
+                f" not at attempt {entry.attempt} as {entry.state.value}",
             )
         return
     if not previous.same_call(entry):
