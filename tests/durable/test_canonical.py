@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentflow.durable import DurableError, canonical_json, es6_number, parse_json
+from agentflow.durable.canonical_walk import canonical_by_walk
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
@@ -92,6 +93,24 @@ def test_the_integer_limits_are_inclusive() -> None:
     assert canonical_json([2**53 - 1, -(2**53 - 1)]) == b"[9007199254740991,-9007199254740991]"
 
 
+def test_nesting_deeper_than_orjson_allows_still_encodes() -> None:
+    deep: object = 1.5
+    for _ in range(400):
+        deep = [deep]
+    assert canonical_json(deep) == b"[" * 400 + b"1.5" + b"]" * 400
+
+
+def test_both_paths_agree_on_hard_documents() -> None:
+    class Key(str):
+        pass
+
+    doc = {"\ue000": [1e-6, 2.0**70, -0.0], "\U0001f600": {"t": (1e16, 5e-7)}, "a": None}
+    fast = canonical_json(doc)
+    assert fast == canonical_by_walk(doc, "doc")
+    assert canonical_json({Key(k): v for k, v in doc.items()}) == fast
+    assert fast.startswith('{"a":null,"\U0001f600":{"t":[10000000000000000,5e-7]}'.encode())
+
+
 def test_cycles_are_refused() -> None:
     cyclic: list[object] = []
     cyclic.append(cyclic)
@@ -133,4 +152,6 @@ def test_bytes_equal_the_rfc8785_package(value: object) -> None:
         if IN_CI:
             pytest.fail("rfc8785 must be installed (dev extra) for the byte-identity check")
         pytest.skip("rfc8785 is not installed")
-    assert canonical_json(value) == rfc8785.dumps(value)
+    expected = rfc8785.dumps(value)
+    assert canonical_json(value) == expected
+    assert canonical_by_walk(value, "value") == expected

@@ -10,6 +10,7 @@ from agentflow.durable import (
     ClaimActive,
     ClaimMode,
     CycleConflict,
+    DurableCheckpoint,
     DurableConflict,
     DurableCorrupted,
     DurableError,
@@ -19,22 +20,20 @@ from agentflow.durable import (
     RevisionConflict,
     TerminalImmutable,
 )
+from agentflow.durable.leases import claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.rows import RunHead, decode_row, encode_row, head_of
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.transitions import (
     JournalPut,
-    claim_refusal,
-    claimed_head,
     plan_acknowledge,
     plan_commit,
     plan_progress,
     plan_record_operation,
     refusal,
-    renew_refusal,
 )
 
 
-def claimed_record():  # type: ignore[no-untyped-def]
+def claimed_record() -> DurableCheckpoint:
     return replace(
         make_record(), claim_token="a", claimed_cycle=1, lease_expires_at_ms=1_000, revision=1
     )

@@ -29,6 +29,7 @@ from agentflow.durable.events import (
     resolve_append,
 )
 from agentflow.durable.journal import OperationJournalEntry
+from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunRow, RunSummary, decode_row, encode_row
@@ -37,9 +38,6 @@ from agentflow.durable.transitions import (
     JournalPut,
     JournalReplace,
     Write,
-    check_claim_request,
-    claim_refusal,
-    claimed_head,
     plan_acknowledge,
     plan_commit,
     plan_event_delivery,
@@ -49,7 +47,6 @@ from agentflow.durable.transitions import (
     plan_record_operation,
     plan_suspend,
     refusal,
-    renew_refusal,
 )
 from agentflow.durable.validators import CapabilityRef, require_non_empty, validate_checkpoint_key
 from agentflow.errors import InvalidCursor

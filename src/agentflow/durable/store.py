@@ -97,7 +97,7 @@ class DurableStore(Protocol):
         non-positive cycle or lease, else :class:`CheckpointNotFound`,
         :class:`TerminalImmutable`, :class:`CycleConflict`,
         :class:`ClaimActive` or :class:`RecoveryRequired`, in that order of
-        precedence (see :func:`~agentflow.durable.transitions.claim_refusal`).
+        precedence (see :func:`~agentflow.durable.leases.claim_refusal`).
         """
         ...
 

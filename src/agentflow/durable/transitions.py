@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
-from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind, OperationState
+from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
 from agentflow.durable.errors import (
     CheckpointNotFound,
     ClaimActive,
@@ -30,7 +30,6 @@ from agentflow.durable.errors import (
     DurableConflict,
     DurableError,
     LeaseLost,
-    RecoveryRequired,
     RevisionConflict,
     TerminalImmutable,
 )
@@ -45,9 +44,7 @@ __all__ = [
     "JournalPut",
     "JournalReplace",
     "Write",
-    "check_claim_request",
-    "claim_refusal",
-    "claimed_head",
+    "next_revision",
     "plan_acknowledge",
     "plan_commit",
     "plan_event_delivery",
@@ -57,13 +54,11 @@ __all__ = [
     "plan_record_operation",
     "plan_suspend",
     "refusal",
-    "renew_refusal",
 ]
 
 _CLAIM = "checkpoint_claim_invalid"
 #: The states a new entry may be written in: planned, or one legal move from it.
 _FIRST_STATES = frozenset({OperationState.PLANNED, OperationState.STARTED, OperationState.FAILED})
-_CLAIMABLE = frozenset({CheckpointStatus.RUNNING, CheckpointStatus.RECONCILIATION_REQUIRED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +128,7 @@ class Write:
     record: DurableCheckpoint
 
 
-def _next_revision(revision: int) -> int:
+def next_revision(revision: int) -> int:
     if revision >= MAX_WIRE_INTEGER:
         raise DurableError("checkpoint_revision_overflow", "revision overflow")
     return revision + 1
@@ -178,7 +173,7 @@ def _write(guard: Guard, record: DurableCheckpoint, *, keep_lease: bool) -> Writ
 def plan_progress(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     """Replace the claimed record's content; claim and lease stay as stored."""
     guard = _claimed_guard(snapshot, claim_token)
-    record = replace(snapshot, claim_token=claim_token, revision=_next_revision(snapshot.revision))
+    record = replace(snapshot, claim_token=claim_token, revision=next_revision(snapshot.revision))
     return _write(guard, record, keep_lease=True)
 
 
@@ -193,7 +188,7 @@ def plan_suspend(snapshot: DurableCheckpoint, claim_token: str) -> Write:
         claim_token=None,
         claimed_cycle=None,
         lease_expires_at_ms=None,
-        revision=_next_revision(snapshot.revision),
+        revision=next_revision(snapshot.revision),
     )
     return _write(guard, record, keep_lease=False)
 
@@ -210,7 +205,7 @@ def plan_commit(snapshot: DurableCheckpoint, claim_token: str) -> Write:
         claim_token=None,
         claimed_cycle=None,
         lease_expires_at_ms=None,
-        revision=_next_revision(snapshot.revision),
+        revision=next_revision(snapshot.revision),
     )
     return _write(guard, record, keep_lease=False)
 
@@ -230,7 +225,7 @@ def _terminal(snapshot: DurableCheckpoint) -> DurableCheckpoint:
         claim_token=None,
         claimed_cycle=None,
         lease_expires_at_ms=None,
-        revision=_next_revision(snapshot.revision),
+        revision=next_revision(snapshot.revision),
     )
 
 
@@ -304,7 +299,7 @@ def plan_record_operation(
     record = replace(
         snapshot,
         claim_token=claim_token,
-        revision=_next_revision(snapshot.revision),
+        revision=next_revision(snapshot.revision),
         **{field: journal},  # type: ignore[arg-type]
     )
     return Write(
@@ -362,7 +357,7 @@ def plan_event_delivery(
         event_outbox=outbox,
         event_cursor=cursor,
         claim_token=claim_token,
-        revision=_next_revision(snapshot.revision),
+        revision=next_revision(snapshot.revision),
     )
     write = _write(guard, record, keep_lease=True)
     return replace(write, journal=None)
@@ -382,7 +377,7 @@ def plan_acknowledge(snapshot: DurableCheckpoint) -> Write:
         terminal_acknowledged=False,
     )
     record = replace(
-        snapshot, terminal_acknowledged=True, revision=_next_revision(snapshot.revision)
+        snapshot, terminal_acknowledged=True, revision=next_revision(snapshot.revision)
     )
     return Write(record.checkpoint_key, guard, head_of(record), False, None, None, record)
 
@@ -407,83 +402,3 @@ def refusal(head: RunHead | None, guard: Guard) -> DurableError:
             "the snapshot's run identity differs from the stored one",
         )
     return DurableConflict("the stored record is not in the state this write requires")
-
-
-def check_claim_request(cycle_index: int, claim_token: str, lease_ms: int) -> None:
-    """Refuse (``checkpoint_claim_invalid``) a malformed claim before any I/O."""
-    if not isinstance(claim_token, str) or is_blank(claim_token):
-        raise DurableError(_CLAIM, "claim token must be non-empty")
-    for value, what in ((cycle_index, "claimed cycle"), (lease_ms, "lease_ms")):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or not 0 < value <= MAX_WIRE_INTEGER
-        ):
-            raise DurableError(_CLAIM, f"{what} must be positive and JSON-safe")
-
-
-def claim_refusal(
-    head: RunHead | None, cycle_index: int, now_ms: int, mode: ClaimMode
-) -> DurableError | None:
-    """Why a claim of ``cycle_index`` at ``now_ms`` must fail, or None when it may proceed.
-
-    A claim needs a live (non-terminal) record whose committed cycle is the
-    one before; a lease still running (expiry > now) blocks every claim; a
-    lapsed lease, an ambiguous journal or ``reconciliation_required`` admit
-    only a recovery claim.
-    """
-    if head is None:
-        return CheckpointNotFound("no record under this key")
-    if head.terminal or head.status not in _CLAIMABLE:
-        return TerminalImmutable("a terminal record cannot be claimed")
-    if head.cycle_index + 1 != cycle_index:
-        return CycleConflict(f"the next cycle is {head.cycle_index + 1}, not {cycle_index}")
-    lease = head.lease_expires_at_ms
-    if lease is not None and lease > now_ms:
-        return ClaimActive("another holder's lease is live")
-    needs_recovery = (
-        lease is not None
-        or head.ambiguous
-        or head.status is CheckpointStatus.RECONCILIATION_REQUIRED
-    )
-    if needs_recovery and mode is not ClaimMode.RECOVERY:
-        return RecoveryRequired("only a recovery claim may take this record")
-    return None
-
-
-def claimed_head(
-    head: RunHead,
-    cycle_index: int,
-    claim_token: str,
-    *,
-    now_ms: int,
-    lease_ms: int,
-    mode: ClaimMode,
-) -> RunHead:
-    """The head after a successful claim (revision + 1; resume_attempt + 1 for recovery)."""
-    expiry = now_ms + lease_ms
-    if expiry > MAX_WIRE_INTEGER:
-        raise DurableError(_CLAIM, "lease expiry is outside the JSON-safe range")
-    recovery = mode is ClaimMode.RECOVERY
-    if recovery and head.resume_attempt >= MAX_WIRE_INTEGER:
-        raise DurableError("checkpoint_resume_attempt_invalid", "resume_attempt overflow")
-    return replace(
-        head,
-        revision=_next_revision(head.revision),
-        status=CheckpointStatus.RUNNING,
-        resume_attempt=head.resume_attempt + 1 if recovery else head.resume_attempt,
-        claim_token=claim_token,
-        claimed_cycle=cycle_index,
-        lease_expires_at_ms=expiry,
-    )
-
-
-def renew_refusal(head: RunHead | None, claim_token: str, now_ms: int) -> DurableError | None:
-    """Why a renewal at ``now_ms`` must fail: no record, another claim, or a lapsed lease."""
-    if head is None:
-        return CheckpointNotFound("no record under this key")
-    if head.claim_token != claim_token:
-        return LeaseLost("the claim was replaced or released")
-    if head.lease_expires_at_ms is None or head.lease_expires_at_ms <= now_ms:
-        return LeaseLost("the lease lapsed before it was renewed")
-    return None
