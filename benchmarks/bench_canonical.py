@@ -132,7 +132,7 @@ async def run(quick: bool) -> list[Table]:
         ["workload", "documents", "canonical_json", "rfc8785", "speed-up"],
     )
     for name, docs in (
-        ("edge-case documents (~150 B)", edge[:20_000]),
+        ("edge-case documents (~230 B)", edge[:20_000]),
         ("agent state (~10 KB)", states),
     ):
         ours, theirs = _race(docs, reference, blocks)
