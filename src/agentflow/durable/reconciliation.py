@@ -24,6 +24,7 @@ from agentflow.durable.enums import (
     parse_enum,
 )
 from agentflow.durable.errors import DurableError
+from agentflow.durable.journal import OperationError
 from agentflow.durable.validators import require_non_empty, require_positive
 
 __all__ = [
@@ -101,19 +102,12 @@ class ResumeObservation:
 
 
 @dataclass(frozen=True, slots=True)
-class ReconciliationError:
-    """The typed error a failure or abort decision records."""
-
-    code: str
-    message: str
-    retryable: bool = False
+class ReconciliationError(OperationError):
+    """The typed error a failure or abort decision records (it becomes the operation's)."""
 
     def validate(self) -> None:
         require_non_empty(self.code, "reconciliation error code")
         require_non_empty(self.message, "reconciliation error message")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "retryable": self.retryable}
 
     @classmethod
     def from_dict(cls, value: object) -> ReconciliationError:

@@ -24,7 +24,7 @@ from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.store import DurableStore
 from agentflow.durable.testing.harness import DurableHarness, make_record
 
-__all__ = ["ClaimConformance", "LAPSED_MS", "LIVE_MS", "lapse"]
+__all__ = ["LAPSED_MS", "LIVE_MS", "ClaimConformance", "claimed", "lapse", "take"]
 
 #: A lease that outlives any test.
 LIVE_MS = 600_000
@@ -37,14 +37,27 @@ async def lapse() -> None:
     await asyncio.sleep(0.02)
 
 
+async def take(
+    store: DurableStore,
+    token: str,
+    *,
+    key: str = "run-1",
+    cycle: int = 1,
+    lease_ms: int = LIVE_MS,
+    mode: ClaimMode = ClaimMode.CONTINUE,
+) -> DurableCheckpoint:
+    """Claim ``cycle`` of ``key`` for ``token``."""
+    return await store.claim(
+        key, cycle_index=cycle, claim_token=token, lease_ms=lease_ms, mode=mode
+    )
+
+
 async def claimed(
     store: DurableStore, key: str = "run-1", token: str = "owner-a", **fields: object
 ) -> DurableCheckpoint:
     """Create ``key`` and claim its first cycle with a live lease."""
     await store.create(make_record(key, **fields))
-    return await store.claim(
-        key, cycle_index=1, claim_token=token, lease_ms=LIVE_MS, mode=ClaimMode.CONTINUE
-    )
+    return await take(store, token, key=key)
 
 
 @pytest.mark.asyncio
@@ -107,22 +120,10 @@ class ClaimConformance:
     async def test_claim_refusals_have_their_codes(self, durable_harness: DurableHarness) -> None:
         async with durable_harness.store() as store:
             with pytest.raises(CheckpointNotFound):
-                await store.claim(
-                    "absent",
-                    cycle_index=1,
-                    claim_token="t",
-                    lease_ms=LIVE_MS,
-                    mode=ClaimMode.CONTINUE,
-                )
+                await take(store, "t", key="absent")
             await store.create(make_record())
             with pytest.raises(CycleConflict):
-                await store.claim(
-                    "run-1",
-                    cycle_index=2,
-                    claim_token="t",
-                    lease_ms=LIVE_MS,
-                    mode=ClaimMode.CONTINUE,
-                )
+                await take(store, "t", cycle=2)
             for cycle, token, lease in ((0, "t", LIVE_MS), (1, " ", LIVE_MS), (1, "t", 0)):
                 with pytest.raises(DurableError) as caught:
                     await store.claim(
@@ -141,9 +142,7 @@ class ClaimConformance:
             await claimed(store)
             for mode in ClaimMode:
                 with pytest.raises(ClaimActive):
-                    await store.claim(
-                        "run-1", cycle_index=1, claim_token="owner-b", lease_ms=LIVE_MS, mode=mode
-                    )
+                    await take(store, "owner-b", mode=mode)
             loaded = await store.load("run-1")
         assert loaded is not None
         assert (loaded.revision, loaded.resume_attempt, loaded.claim_token) == (1, 1, "owner-a")
@@ -153,29 +152,11 @@ class ClaimConformance:
     ) -> None:
         async with durable_harness.store() as store:
             await store.create(make_record())
-            await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-a",
-                lease_ms=LAPSED_MS,
-                mode=ClaimMode.CONTINUE,
-            )
+            await take(store, "owner-a", lease_ms=LAPSED_MS)
             await lapse()
             with pytest.raises(RecoveryRequired):
-                await store.claim(
-                    "run-1",
-                    cycle_index=1,
-                    claim_token="owner-b",
-                    lease_ms=LIVE_MS,
-                    mode=ClaimMode.CONTINUE,
-                )
-            taken = await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-b",
-                lease_ms=LIVE_MS,
-                mode=ClaimMode.RECOVERY,
-            )
+                await take(store, "owner-b")
+            taken = await take(store, "owner-b", mode=ClaimMode.RECOVERY)
         assert (taken.revision, taken.resume_attempt, taken.claim_token) == (2, 2, "owner-b")
 
     async def test_unclaimed_recovery_claim_counts_a_resume(
@@ -183,13 +164,7 @@ class ClaimConformance:
     ) -> None:
         async with durable_harness.store() as store:
             await store.create(make_record())
-            record = await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-r",
-                lease_ms=LIVE_MS,
-                mode=ClaimMode.RECOVERY,
-            )
+            record = await take(store, "owner-r", mode=ClaimMode.RECOVERY)
         assert (record.revision, record.resume_attempt) == (1, 2)
 
     async def test_racing_recovery_claims_have_one_winner(
@@ -197,25 +172,10 @@ class ClaimConformance:
     ) -> None:
         async with durable_harness.store() as store:
             await store.create(make_record())
-            await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="expired",
-                lease_ms=LAPSED_MS,
-                mode=ClaimMode.CONTINUE,
-            )
+            await take(store, "expired", lease_ms=LAPSED_MS)
             await lapse()
             results = await asyncio.gather(
-                *(
-                    store.claim(
-                        "run-1",
-                        cycle_index=1,
-                        claim_token=f"owner-{i}",
-                        lease_ms=LIVE_MS,
-                        mode=ClaimMode.RECOVERY,
-                    )
-                    for i in range(8)
-                ),
+                *(take(store, f"owner-{i}", mode=ClaimMode.RECOVERY) for i in range(8)),
                 return_exceptions=True,
             )
             loaded = await store.load("run-1")
@@ -228,13 +188,7 @@ class ClaimConformance:
     async def test_renewal_moves_only_the_lease(self, durable_harness: DurableHarness) -> None:
         async with durable_harness.store() as store:
             await store.create(make_record())
-            first = await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-a",
-                lease_ms=60_000,
-                mode=ClaimMode.CONTINUE,
-            )
+            first = await take(store, "owner-a", lease_ms=60_000)
             expiry = await store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS)
             loaded = await store.load("run-1")
         assert first.lease_expires_at_ms is not None and expiry > first.lease_expires_at_ms
@@ -248,13 +202,7 @@ class ClaimConformance:
             with pytest.raises(CheckpointNotFound):
                 await store.renew_claim("absent", claim_token="owner-a", lease_ms=LIVE_MS)
             await store.create(make_record())
-            await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-a",
-                lease_ms=LAPSED_MS,
-                mode=ClaimMode.CONTINUE,
-            )
+            await take(store, "owner-a", lease_ms=LAPSED_MS)
             with pytest.raises(LeaseLost):
                 await store.renew_claim("run-1", claim_token="owner-b", lease_ms=LIVE_MS)
             await lapse()
@@ -267,21 +215,9 @@ class ClaimConformance:
     ) -> None:
         async with durable_harness.store() as store:
             await store.create(make_record())
-            stale = await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-a",
-                lease_ms=LAPSED_MS,
-                mode=ClaimMode.CONTINUE,
-            )
+            stale = await take(store, "owner-a", lease_ms=LAPSED_MS)
             await lapse()
-            await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-b",
-                lease_ms=LIVE_MS,
-                mode=ClaimMode.RECOVERY,
-            )
+            await take(store, "owner-b", mode=ClaimMode.RECOVERY)
             stale.shared_state = {"zombie": True}
             with pytest.raises(LeaseLost):
                 await store.progress(stale, claim_token="owner-a")

@@ -6,7 +6,7 @@ import pytest
 
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import CheckpointAlreadyExists
-from agentflow.durable.testing.claims import LIVE_MS
+from agentflow.durable.testing.claims import take
 from agentflow.durable.testing.harness import DurableHarness, make_record
 from agentflow.errors import InvalidArgument, InvalidCursor
 
@@ -48,9 +48,7 @@ class ListingConformance:
         async with durable_harness.store() as store:
             for key in ("a", "b", "c"):
                 await store.create(make_record(key))
-            await store.claim(
-                "b", cycle_index=1, claim_token="t", lease_ms=LIVE_MS, mode=ClaimMode.RECOVERY
-            )
+            await take(store, "t", key="b", mode=ClaimMode.RECOVERY)
             running = await store.list_runs(status=CheckpointStatus.RUNNING, limit=2)
             rest = await store.list_runs(
                 status=CheckpointStatus.RUNNING, limit=2, cursor=running.next_cursor

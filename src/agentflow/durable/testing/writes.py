@@ -20,7 +20,7 @@ from agentflow.durable.events import EventCursor, EventOutboxEntry
 from agentflow.durable.journal import OperationError
 from agentflow.durable.record import OPERATOR_ABORT_CODE, DurableCheckpoint
 from agentflow.durable.store import DurableStore
-from agentflow.durable.testing.claims import LIVE_MS, claimed
+from agentflow.durable.testing.claims import LIVE_MS, claimed, take
 from agentflow.durable.testing.harness import DurableHarness, make_record, make_tool_entry
 from agentflow.durable.validators import CapabilityRef
 
@@ -127,20 +127,8 @@ class WriteConformance:
             suspended = await store.suspend(record, claim_token="owner-a")
             page = await store.list_runs(status=CheckpointStatus.RECONCILIATION_REQUIRED)
             with pytest.raises(RecoveryRequired):
-                await store.claim(
-                    "run-1",
-                    cycle_index=1,
-                    claim_token="owner-b",
-                    lease_ms=LIVE_MS,
-                    mode=ClaimMode.CONTINUE,
-                )
-            resumed = await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-b",
-                lease_ms=LIVE_MS,
-                mode=ClaimMode.RECOVERY,
-            )
+                await take(store, "owner-b")
+            resumed = await take(store, "owner-b", mode=ClaimMode.RECOVERY)
         assert suspended.status is CheckpointStatus.RECONCILIATION_REQUIRED
         assert (suspended.claim_token, suspended.lease_expires_at_ms) == (None, None)
         assert [e.state for e in suspended.tool_journal] == [OperationState.AMBIGUOUS]
@@ -169,13 +157,7 @@ class WriteConformance:
                 replace(record, cycle_index=1, claimed_cycle=1, shared_state={"done": 1}),
                 claim_token="owner-a",
             )
-            following = await store.claim(
-                "run-1",
-                cycle_index=2,
-                claim_token="owner-a",
-                lease_ms=LIVE_MS,
-                mode=ClaimMode.CONTINUE,
-            )
+            following = await take(store, "owner-a", cycle=2)
         assert (committed.cycle_index, committed.claim_token, committed.tool_journal) == (
             1,
             None,
@@ -193,13 +175,7 @@ class WriteConformance:
                 claim_token="owner-a",
             )
             with pytest.raises(TerminalImmutable):
-                await store.claim(
-                    "run-1",
-                    cycle_index=1,
-                    claim_token="owner-b",
-                    lease_ms=LIVE_MS,
-                    mode=ClaimMode.RECOVERY,
-                )
+                await take(store, "owner-b", mode=ClaimMode.RECOVERY)
             with pytest.raises(LeaseLost):
                 await store.progress(record, claim_token="owner-a")
             with pytest.raises(TerminalImmutable) as caught:
@@ -234,13 +210,7 @@ class WriteConformance:
         async with durable_harness.store() as store:
             record = make_record()
             await store.create(record)
-            await store.claim(
-                "run-1",
-                cycle_index=1,
-                claim_token="owner-a",
-                lease_ms=LIVE_MS,
-                mode=ClaimMode.CONTINUE,
-            )
+            await take(store, "owner-a")
             with pytest.raises(ClaimActive):
                 await store.finalize(_terminal(record, CheckpointStatus.FAILED))
 
