@@ -5,6 +5,7 @@ canonical JSON and digests, the same record and journal shapes, the same
 error codes. See docs/durable.md for the model and its guarantees.
 """
 
+from agentflow.durable.admission import Admission, admission
 from agentflow.durable.canonical import (
     MAX_WIRE_INTEGER,
     canonical_json,
@@ -133,6 +134,7 @@ __all__ = [
     "RUN_DEFINITION_SCHEMA",
     "TOOL_RISK",
     "AcceptedEvent",
+    "Admission",
     "AmbiguousModelPolicy",
     "AmbiguousToolPolicy",
     "AppendOnceResult",
@@ -175,6 +177,7 @@ __all__ = [
     "RunSummary",
     "TerminalImmutable",
     "ToolIdempotency",
+    "admission",
     "canonical_json",
     "canonical_run_definition_bytes",
     "es6_number",
