@@ -21,7 +21,7 @@ from agentflow.durable.errors import (
     RevisionConflict,
 )
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.store import DurableStore
+from agentflow.durable.store import DurableEventStore, DurableStore
 from agentflow.durable.testing.harness import DurableHarness, make_record
 
 __all__ = ["LAPSED_MS", "LIVE_MS", "ClaimConformance", "claimed", "lapse", "take"]
@@ -62,6 +62,12 @@ async def claimed(
 
 @pytest.mark.asyncio
 class ClaimConformance:
+    async def test_is_a_durable_store(self, durable_harness: DurableHarness) -> None:
+        async with durable_harness.store("tenant-x") as store, durable_harness.events() as events:
+            assert isinstance(store, DurableStore) and isinstance(events, DurableEventStore)
+            assert store.namespace == "tenant-x"
+            events.store_ref.validate()
+
     async def test_create_then_load_round_trips(self, durable_harness: DurableHarness) -> None:
         record = make_record("tenant-7/run-42", shared_state={"amount": 12, "note": "é😀"})
         async with durable_harness.store() as store:
