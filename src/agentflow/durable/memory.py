@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
-from agentflow.checkpoint.codec import validate_namespace
+from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
 from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
