@@ -1,28 +1,35 @@
-"""The directories a file checkpointer holds open: its root, its namespace, its locks.
+"""What a file checkpointer holds for its store: the root, the namespace, the locks.
 
-Opening them once saves three ``open`` calls per operation. Holding them
-is safe only while no call uses them after they are closed, since a
-closed descriptor number is soon reused by some other ``open``: so every
-call runs through :meth:`StoreDirectories.run`, and :meth:`release` waits
-for the calls in flight before it closes anything.
+Opening the directories once saves three ``open`` calls per operation.
+Holding them is safe only while no call uses them after they are closed,
+since a closed descriptor number is soon reused by some other ``open``: so
+every call runs through :meth:`StoreDirectories.run`, and :meth:`release`
+waits for the calls in flight before it closes anything. The root also keeps
+the store's cursor secret; the namespace, one lock file per stripe of threads.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final, Literal, TypeVar, overload
 
-from agentflow.checkpoint.file.fs import make_dir, open_dir
+from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.file.fs import create_file, make_dir, open_dir, publish, read_file
 from agentflow.checkpoint.file.index import Modes
-from agentflow.errors import InvalidArgument, StoreClosed
+from agentflow.errors import CheckpointCorrupted, InvalidArgument, StoreClosed
 
 __all__ = ["StoreDirectories"]
 
 _ROOT_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _LOCKS: Final = ".locks"
+_LOCK_STRIPES: Final = 1024
+_SECRET: Final = ".cursor-secret"
 _T = TypeVar("_T")
 
 
@@ -135,12 +142,40 @@ class StoreDirectories:
             fd = inner
         return fd
 
-    def locks(self, base: int) -> int:
-        """The lock directory of the namespace in ``base``, created when missing."""
+    @contextlib.contextmanager
+    def locked(self, thread: str) -> Iterator[None]:
+        """Hold the thread's exclusive lock; the kernel drops it if the process dies.
+
+        Lock files live apart from thread directories and are never deleted, so
+        no writer can hold a lock on an unlinked file while another locks its
+        replacement; 1,024 stripes bound their number.
+        """
         if self._locks is None:
+            base = self.base(create=True)
             with self._opening:
                 if self._locks is None:
-                    self._locks = make_dir(
-                        base, _LOCKS, "the lock directory", self._modes.directory
-                    )
-        return self._locks
+                    what = "the lock directory"
+                    self._locks = make_dir(base, _LOCKS, what, self._modes.directory)
+        digest = hashlib.blake2b(thread.encode(), digest_size=8).digest()
+        stripe = f"{int.from_bytes(digest, 'big') % _LOCK_STRIPES:03x}"
+        what = f"the lock of thread {thread!r}"
+        fd = create_file(self._locks, stripe, os.O_RDWR, what, self._modes.file)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def secret(self) -> bytes:
+        """32 random bytes in a ``0o600`` file at the root, the same for every
+        namespace and process: :func:`~agentflow.checkpoint.file.fs.publish`
+        lets exactly one creator win."""
+        what = "the store's cursor secret"
+        root = self.root(create=True)
+        found = read_file(root, _SECRET, what, SECRET_BYTES + 1)
+        if found is None:
+            publish(root, _SECRET, os.urandom(SECRET_BYTES), 0o600)
+            found = read_file(root, _SECRET, what, SECRET_BYTES + 1)
+        if found is None or len(found[0]) != SECRET_BYTES:
+            raise CheckpointCorrupted(f"{what} is damaged")
+        return found[0]
