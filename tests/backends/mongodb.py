@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from pymongo import AsyncMongoClient
+from pymongo import AsyncMongoClient, monitoring
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
@@ -41,6 +41,22 @@ async def scratch_database() -> AsyncIterator[tuple[str, AsyncMongoClient[Doc], 
     finally:
         await client.drop_database(database)
         await client.close()
+
+
+class CommandNames(monitoring.CommandListener):
+    """The names of the commands a client sends, in order (``event_listeners=[...]``)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.names.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
 
 
 class MongoStore:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient, IndexModel, monitoring
+from pymongo import AsyncMongoClient, IndexModel
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import JsonCodec, RecordKey
@@ -21,7 +21,7 @@ from agentflow.checkpoint.mongodb.documents import summary_of_stored
 from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
 from agentflow.errors import CheckpointConflict, IncompatibleSchema
-from tests.backends.mongodb import MongoStore, mongo_store
+from tests.backends.mongodb import CommandNames, MongoStore, mongo_store
 
 Doc = dict[str, Any]
 NOW = "2026-06-01T12:00:00+00:00"
@@ -40,22 +40,6 @@ async def _fill(cp: MongoCheckpointer, checkpoints: list[Checkpoint], window: in
 
 def _timer(thread: str, wake_at: str, step: int = 0) -> Checkpoint:
     return make_checkpoint(thread, step, next=("n",), interrupted=True, wake_at=wake_at)
-
-
-class _Commands(monitoring.CommandListener):
-    """The names of the commands a client sends, in order."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.names.append(event.command_name)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 # -- what a page costs ---------------------------------------------------------
@@ -129,7 +113,7 @@ async def test_a_page_after_thousands_of_deletes_is_one_command_and_listing_neve
             await asyncio.gather(
                 *(cp.delete_thread(f"a-{i:04d}") for i in range(start, start + 100))
             )
-    listener = _Commands()
+    listener = CommandNames()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(store.uri, event_listeners=[listener])
     try:
         async with MongoCheckpointer(client=client, database=store.database) as cp:
