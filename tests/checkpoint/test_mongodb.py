@@ -9,15 +9,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from bson.errors import InvalidBSON
 from pymongo import AsyncMongoClient
+from pymongo.errors import DocumentTooLarge, NotPrimaryError, OperationFailure
 
 from agentflow.checkpoint import open_store
 from agentflow.checkpoint.mongodb import MongoCheckpointer
+from agentflow.checkpoint.mongodb.errors import driver_error
 from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
+    CheckpointError,
     InvalidArgument,
     InvalidCursor,
     StoreClosed,
@@ -246,6 +250,7 @@ async def test_history_streams_in_bounded_batches(store: MongoStore) -> None:
 _SECRET_OF = """
 import asyncio, sys
 from agentflow.checkpoint.mongodb import MongoCheckpointer
+from agentflow.checkpoint.mongodb.errors import driver_error
 
 async def main() -> None:
     async with MongoCheckpointer(sys.argv[1], database=sys.argv[2]) as cp:
@@ -514,3 +519,23 @@ async def test_cancellation_propagates(store: MongoStore) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert (await cp.get("t")) is not None
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (OperationFailure("too big", code=10334), InvalidArgument),
+        (OperationFailure("after update too big", code=17419), InvalidArgument),
+        (DocumentTooLarge("BSON document too large"), InvalidArgument),
+        (OperationFailure("cannot $inc a string", code=14), CheckpointCorrupted),
+        (InvalidBSON("bad utf-8"), CheckpointCorrupted),
+        (NotPrimaryError("not primary"), StoreUnavailable),
+        (OperationFailure("not authorized", code=13), CheckpointError),
+    ],
+    ids=repr,
+)
+def test_driver_errors_map_to_typed_errors(exc: Exception, kind: type[Exception]) -> None:
+    error = driver_error(exc, "put", "db1:27017")
+    assert type(error) is kind
+    assert "during put" in str(error) and "db1:27017" in str(error)
+    assert driver_error(ValueError("not ours"), "put", "db1:27017") is None

@@ -35,13 +35,13 @@ from agentflow.checkpoint.mongodb.documents import (
     Document,
     check_size,
     checkpoint_key,
-    driver_error,
     new_checkpoint,
     plain,
     rewrite,
     steps,
     stored_row,
 )
+from agentflow.checkpoint.mongodb.errors import driver_error
 from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument
 

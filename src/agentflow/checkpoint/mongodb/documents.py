@@ -1,4 +1,4 @@
-"""The stored shape of the MongoDB backend: documents, updates, indexes and error mapping.
+"""The stored shape of the MongoDB backend: documents, updates, indexes, rows.
 
 One collection holds three kinds of document, told apart by their ``_id``
 (docs/mongodb.md has the layout and why):
@@ -17,26 +17,13 @@ from datetime import datetime
 from typing import Any, Final, get_args
 
 from bson import MaxKey, MinKey
-from bson.errors import BSONError, InvalidBSON
 from bson.int64 import Int64
 from pymongo import IndexModel
-from pymongo.errors import (
-    BulkWriteError,
-    ConnectionFailure,
-    PyMongoError,
-    WriteConcernError,
-)
 
 from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
 from agentflow.checkpoint.timestamps import parse_instant
-from agentflow.errors import (
-    AgentflowError,
-    CheckpointCorrupted,
-    CheckpointError,
-    InvalidArgument,
-    StoreUnavailable,
-)
+from agentflow.errors import CheckpointCorrupted, InvalidArgument
 
 Document = dict[str, Any]
 
@@ -292,58 +279,3 @@ def stored_row(doc: Document) -> StoredRow:
     if not isinstance(payload, bytes) or not isinstance(key, dict):
         raise CheckpointCorrupted(f"checkpoint {key!r} has no valid payload")
     return StoredRow(plain(key.get("s")), plain(doc.get("rev")), payload)
-
-
-#: Server error codes for a document over MongoDB's limits: the input's fault.
-_TOO_LARGE: Final = frozenset({10334, 17419, 17420})
-#: Server error codes for an operator applied to a field of the wrong type: the
-#: stored document is not one this backend wrote (``$inc`` on a text revision).
-_DAMAGED: Final = frozenset({14})
-
-
-def _codes(exc: PyMongoError) -> set[int]:
-    if isinstance(exc, BulkWriteError):
-        return {e.get("code") for e in exc.details.get("writeErrors", [])} - {None}
-    code = getattr(exc, "code", None)
-    return {code} if isinstance(code, int) else set()
-
-
-def _unavailable(exc: PyMongoError) -> bool:
-    """A dropped connection, a failover, or a timeout: the same call may succeed later."""
-    return (
-        isinstance(exc, ConnectionFailure | WriteConcernError)
-        or exc.timeout
-        or exc.has_error_label("RetryableWriteError")
-        or (isinstance(exc, BulkWriteError) and bool(exc.details.get("writeConcernErrors")))
-    )
-
-
-def driver_error(exc: Exception, operation: str, where: str) -> AgentflowError | None:
-    """The agentflow error for a PyMongo or BSON error raised during ``operation``.
-
-    The message names the operation, the server's host:port (never a password)
-    and the error class and codes, not the driver's message, which can carry
-    query fragments.
-    """
-    if not isinstance(exc, PyMongoError):  # BSON's errors, DocumentTooLarge among them
-        if isinstance(exc, InvalidBSON):
-            return CheckpointCorrupted(f"MongoDB at {where}: undecodable BSON during {operation}")
-        if isinstance(exc, BSONError):
-            return InvalidArgument(
-                f"MongoDB at {where} cannot store the document during {operation}: "
-                f"{type(exc).__name__}"
-            )
-        return None
-    codes = _codes(exc)
-    detail = type(exc).__name__ + (f" (code {', '.join(map(str, sorted(codes)))})" if codes else "")
-    if _unavailable(exc):
-        return StoreUnavailable(f"MongoDB at {where} unavailable during {operation}: {detail}")
-    if codes & _TOO_LARGE:
-        return InvalidArgument(
-            f"MongoDB at {where} refused a document as too large during {operation}: {detail}"
-        )
-    if codes & _DAMAGED:
-        return CheckpointCorrupted(
-            f"MongoDB at {where} met a damaged stored document during {operation}: {detail}"
-        )
-    return CheckpointError(f"MongoDB at {where} failed during {operation}: {detail}")
