@@ -268,6 +268,27 @@ async def test_a_thread_is_listed_exactly_while_it_has_checkpoints(store: MongoS
         await _assert_summaries_true(store, writer)
 
 
+async def test_a_retry_after_a_lost_summary_write_repairs_the_summary(
+    store: MongoStore,
+) -> None:
+    """A crash between a put's two statements leaves the checkpoint without its
+    summary; the caller's retry, even one that loses as a conflict, repairs it."""
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("t", 0, next=("n",)))
+        await cp.put(make_checkpoint("t", 1, next=("n",), interrupted=True))
+        for if_revision in (0, 7):
+            await store.raw.update_one({"tt": "t"}, {"$set": {"ls": 0, "st": "running"}})
+            with pytest.raises(CheckpointConflict):
+                await cp.put(make_checkpoint("t", 1, next=("n",)), if_revision=if_revision)
+            [info] = await cp.list_threads()
+            assert (info.latest_step, info.status) == (1, "interrupted")
+        await store.raw.delete_one({"tt": "t"})
+        await cp.put(make_checkpoint("t", 1, next=("n",), interrupted=True))
+        [info] = await cp.list_threads()
+        assert (info.latest_step, info.status) == (1, "interrupted")
+        await _assert_summaries_true(store, cp)
+
+
 async def test_a_live_thread_never_drops_out_of_a_listing(store: MongoStore) -> None:
     """Threads deleted and written around it never hide a thread that has checkpoints."""
     async with store.open(journal=False) as writer, store.open(journal=False) as reader:

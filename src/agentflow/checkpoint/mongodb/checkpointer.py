@@ -164,6 +164,9 @@ class MongoCheckpointer(CheckpointerBase):
             key = {"_id": self._key(thread, step), "rev": if_revision}
             result = await self._coll.update_one(key, rewrite(self._namespace, enc, expires))
             if result.matched_count != 1:
+                # The loser's path, and a retry's after its first attempt won but lost
+                # the summary write with the connection: put the summary right.
+                await self._summaries.reconcile(thread)
                 return await self._revision(thread, step)
             await self._summaries.write(enc, if_revision + 1, expires)
             return None
