@@ -22,13 +22,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import orjson
 
 from agentflow.checkpoint.base import Checkpoint
-from agentflow.checkpoint.codec import encode
+from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.postgres import PostgresCheckpointer
-from agentflow.checkpoint.redaction import redact_none
 from benchmarks.common import (
     LangGraphWriter,
     Table,
@@ -74,7 +73,7 @@ class _Subject:
     fill: Callable[[int], Awaitable[None]]
 
 
-async def _no_reset(conn: asyncpg.Connection) -> None:
+async def _no_reset(conn: Any) -> None:
     return None
 
 
@@ -113,13 +112,13 @@ async def _agentflow(schema: str, states: list[dict[str, Any]]) -> AsyncIterator
         async def fill(n: int) -> None:
             columns = "namespace, thread, step, revision, ts_us, ts, interrupted, done, payload"
             values = f"'', {_FILL_THREAD}, {_FILL_STEP}, 1, 0, '', false, true, '\\x7b7d'"
-            summary = "namespace, thread, latest_step, interrupted, done, ts"
+            summary = "namespace, thread, latest_step, interrupted, done, ts, status"
             await _admin(
                 _fill_sql(f'"{schema}"."bench"', columns, values, n)
                 + _fill_sql(
                     f'"{schema}"."bench_threads"',
                     summary,
-                    "'', 'fill-' || g, 999, false, true, ''",
+                    "'', 'fill-' || g, 999, false, true, '', 'done'",
                     n // 1000,
                 )
             )
@@ -350,8 +349,11 @@ def _versus(name: str, ours: list[Any], other: list[Any], share: bool) -> list[s
 async def run(quick: bool) -> list[Table]:
     sizes = _Sizes(quick)
     states = [nested_state(step) for step in range(max(sizes.puts, sizes.per_writer))]
+    codec = JsonCodec()
     blobs = [
-        encode(Checkpoint(thread="seq", step=i, state=s, next=("n",)), redact_none).payload
+        codec.encode(
+            Checkpoint(thread="seq", step=i, state=s, next=("n",)), RecordKey("", "seq", i)
+        )
         for i, s in enumerate(states)
     ]
     async with _schema(f"bench_pg_{os.getpid()}") as schema:

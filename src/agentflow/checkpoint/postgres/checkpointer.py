@@ -17,28 +17,16 @@ import os
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, Final
-from urllib.parse import parse_qs, urlsplit
-
-import asyncpg  # type: ignore[import-untyped]
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadPage, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
-from agentflow.checkpoint.postgres.connections import (
-    CLIENT_LOSS,
-    DRIVER_ERRORS,
-    KeptConnections,
-)
+from agentflow.checkpoint.postgres.connections import KeptConnections
+from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
 from agentflow.checkpoint.postgres.schema import prepare
 from agentflow.checkpoint.postgres.sql import statements
-from agentflow.errors import (
-    AgentflowError,
-    CheckpointCorrupted,
-    CheckpointError,
-    InvalidArgument,
-    StoreUnavailable,
-)
+from agentflow.errors import AgentflowError, CheckpointCorrupted
 
 __all__ = ["DEFAULT_DSN", "PostgresCheckpointer", "from_url"]
 
@@ -50,35 +38,6 @@ _HISTORY_FIRST_ROWS: Final = 8
 _HISTORY_MAX_ROWS: Final = 1_024
 #: Sorts before every stored wake instant: where the first page of list_due starts.
 _BEFORE_ANY_WAKE: Final = (-(2**63), "")
-
-
-def _lost_connection(exc: BaseException) -> bool:
-    if isinstance(exc, asyncpg.ClientConfigurationError):
-        return False
-    if isinstance(exc, CLIENT_LOSS):
-        return True
-    state = getattr(exc, "sqlstate", None) or ""
-    return state.startswith(("08", "57P")) or state == "53300"
-
-
-def _address(dsn: object) -> str:
-    """``host:port`` of a DSN, without user or password."""
-    if not isinstance(dsn, str):
-        return "the caller's pool"
-    parts = urlsplit(dsn)
-    hosts = parts.netloc.rpartition("@")[2] or ",".join(parse_qs(parts.query).get("host", []))
-    hosts = hosts or "localhost"
-    return hosts if ":" in hosts or hosts.startswith("/") else f"{hosts}:5432"
-
-
-def _pool_address(pool: Any) -> str:
-    """Where an injected asyncpg pool connects (it keeps its connect arguments)."""
-    args = getattr(pool, "_connect_args", None) or (None,)
-    kwargs = getattr(pool, "_connect_kwargs", None) or {}
-    if isinstance(args[0], str):
-        return _address(args[0])
-    host = kwargs.get("host")
-    return _address(None) if host is None else f"{host}:{kwargs.get('port') or 5432}"
 
 
 class PostgresCheckpointer(CheckpointerBase):
@@ -109,7 +68,7 @@ class PostgresCheckpointer(CheckpointerBase):
         super().__init__(namespace=namespace, redact=redact, codec=codec)
         names, self._sql = statements(table, schema)
         self._table, self._meta = names["cp"], names["meta"]
-        self._where = _address(dsn) if pool is None else _pool_address(pool)
+        self._where = address_of(dsn, pool)
         self._connections = KeptConnections(dsn, pool, self._prepare)
 
     def __repr__(self) -> str:
@@ -147,16 +106,16 @@ class PostgresCheckpointer(CheckpointerBase):
         if_revision: int | None,
     ) -> int | None:
         enc, sql, ns = encode(), self._sql, self._namespace
-        args = (ns, thread, step, enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at)
+        columns = (enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at, enc.payload)
+        args = (ns, thread, step, *columns, enc.wake_us)
         async with self._connections.lease() as conn:
             if if_revision is None:
-                await conn.fetchval(sql["put_upsert"], *args, enc.payload, enc.wake_us)
+                await conn.fetchval(sql["put_upsert"], *args)
                 return None
             if if_revision == 0:
-                written = await conn.fetchval(sql["put_create"], *args, enc.payload, enc.wake_us)
+                written = await conn.fetchval(sql["put_create"], *args)
             else:
-                guarded = sql["put_expected"]
-                written = await conn.fetchval(guarded, *args, enc.payload, enc.wake_us, if_revision)
+                written = await conn.fetchval(sql["put_expected"], *args, if_revision)
             if written is not None:
                 return None
             # Only a lost compare-and-set pays a second round trip, for its message.
@@ -258,29 +217,7 @@ class PostgresCheckpointer(CheckpointerBase):
             self._reraise(exc, "list_due")
 
     def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
-        """Lost connections (client-side errors, SQLSTATE 08 and 57P, too many
-        connections) are retryable; a server limit hit by the input (class 54,
-        an index entry too large) or a value it refuses (class 22) is bad
-        input, its statement rolled back; XX001/XX002 is damaged storage."""
-        # A transaction that lost its connection fails again in its rollback; the
-        # loss itself is the context of that second error, and the news.
-        context = exc.__context__
-        if isinstance(context, Exception) and _lost_connection(context):
-            exc = context
-        if not isinstance(exc, DRIVER_ERRORS):
-            return None
-        where, state = self._where, getattr(exc, "sqlstate", None) or ""
-        if _lost_connection(exc):
-            return StoreUnavailable(
-                f"the connection to PostgreSQL at {where} failed during {operation}: {exc}"
-            )
-        if state.startswith(("54", "22")):
-            return InvalidArgument(f"PostgreSQL at {where} refused the input of {operation}: {exc}")
-        if state in ("XX001", "XX002"):
-            return CheckpointCorrupted(
-                f"PostgreSQL at {where} read damaged data during {operation}: {exc}"
-            )
-        return CheckpointError(f"PostgreSQL at {where} failed during {operation} ({state}): {exc}")
+        return driver_error(exc, operation, self._where)
 
     async def _close_store(self) -> None:
         await self._connections.close()

@@ -17,19 +17,15 @@ from typing import Any, Final
 
 import asyncpg  # type: ignore[import-untyped]
 
-__all__ = ["CLIENT_LOSS", "DRIVER_ERRORS", "KeptConnections"]
+from agentflow.checkpoint.postgres.driver_errors import DRIVER_ERRORS
+
+__all__ = ["KeptConnections"]
 
 _POOL_MAX_SIZE: Final = 10
 #: A kept connection idle longer than this is closed rather than reused, as
 #: asyncpg's pool does (same default), so that a firewall or load balancer that
 #: silently drops idle TCP connections costs a reconnect, not a failed call.
 _KEEP_IDLE_SECONDS = 300.0
-
-#: Client-side failures that leave a connection unusable. InternalClientError is
-#: what asyncpg raises when the server closed an idle connection it has not yet
-#: noticed ("another operation is in progress").
-CLIENT_LOSS: Final = (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError)
-DRIVER_ERRORS: Final = (*CLIENT_LOSS, asyncpg.PostgresError)
 
 
 async def _keep_session(conn: Any) -> None:
