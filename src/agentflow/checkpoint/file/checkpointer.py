@@ -150,12 +150,22 @@ class FileCheckpointer(CheckpointerBase):
         self._ready = True
 
     def _migrate(self, base: int) -> None:
-        """Index every thread of a namespace written before the indexes existed."""
+        """Index every thread of a namespace without a layout file: one written before
+        the indexes existed, or whose operator deleted the file to rebuild them. The
+        heads go too (a writer of an older version leaves them stale); each thread's
+        next write makes a new one."""
         for thread in filter(usable, self._thread_names(base)):
             with self._dirs.locked(thread):
-                state = self._state(base, thread)
-                if state is not None:
-                    index.add(base, state, thread, self._modes)
+                tfd = thread_dir.open_thread(base, thread)
+                if tfd is None:
+                    continue
+                try:
+                    thread_dir.drop_head(tfd)
+                    found = thread_dir.latest(tfd, thread, whole=False)
+                finally:
+                    os.close(tfd)
+                if found is not None:
+                    index.add(base, found.state(thread), thread, self._modes)
         index.mark_complete(base, self._modes)
 
     def _thread_names(self, base: int) -> list[str]:

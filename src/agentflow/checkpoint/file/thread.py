@@ -44,6 +44,7 @@ __all__ = [
     "NAME_MAX",
     "StepFile",
     "check_thread",
+    "drop_head",
     "header_of",
     "latest",
     "make_thread",
@@ -127,23 +128,37 @@ def header_of(tfd: int, thread: str, step: int) -> Header | None:
     return None if found is None else found.header
 
 
+def _head(tfd: int, thread: str, whole: bool) -> StepFile | None:
+    """The head, if it is the file of the step its header names."""
+    what = f"the head of thread {thread!r}"
+    found = read_file(tfd, _HEAD, what, None if whole else HEADER_MAX)
+    if found is None:
+        return None
+    data, opened = found
+    with contextlib.suppress(CheckpointCorrupted, FileNotFoundError):
+        header, start = parse(data, thread, None)
+        if header.step is not None:
+            named = os.stat(step_name(header.step), dir_fd=tfd, follow_symlinks=False)
+            if (named.st_ino, named.st_dev) == (opened.st_ino, opened.st_dev):
+                return StepFile(header.step, header, data, start)
+    return None
+
+
 def latest(tfd: int, thread: str, whole: bool) -> StepFile | None:
     """The latest step: the head if it is that step's file, else the highest step
     listed that still exists (one pruned since the listing is skipped)."""
-    what = f"the head of thread {thread!r}"
-    head = read_file(tfd, _HEAD, what, None if whole else HEADER_MAX)
-    if head is not None:
-        data, opened = head
-        with contextlib.suppress(CheckpointCorrupted, FileNotFoundError):
-            header, start = parse(data, thread, None)
-            if header.step is not None:
-                named = os.stat(step_name(header.step), dir_fd=tfd, follow_symlinks=False)
-                if (named.st_ino, named.st_dev) == (opened.st_ino, opened.st_dev):
-                    return StepFile(header.step, header, data, start)
+    if (found := _head(tfd, thread, whole)) is not None:
+        return found
     for step in sorted(steps(tfd), reverse=True):
         if (found := read(tfd, thread, step, whole)) is not None:
             return found
     return None
+
+
+def drop_head(tfd: int) -> None:
+    """Remove the head (under the thread's lock): readers list the steps until the
+    next write of a latest step makes a new one."""
+    unlink(tfd, _HEAD)
 
 
 def write(tfd: int, enc: EncodedCheckpoint, revision: int, latest: bool, mode: int) -> None:
