@@ -21,16 +21,25 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis.asyncio as aioredis
 
 from agentflow.checkpoint.base import Checkpoint
-from agentflow.checkpoint.codec import encode
-from agentflow.checkpoint.redaction import redact_none
+from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.redis import RedisCheckpointer
-from benchmarks.common import LangGraphWriter, Table, ms, nested_state, percentile, rate, ratio
+from benchmarks.bench_due import _fill, _list_due_pass, _scan_pass
+from benchmarks.common import (
+    LangGraphWriter,
+    Table,
+    median,
+    ms,
+    nested_state,
+    percentile,
+    rate,
+    ratio,
+)
 
 URL = "redis://127.0.0.1:6379/0"
 _HEADERS = [
@@ -89,13 +98,14 @@ async def _raw_floor(prefix: str, blobs: list[bytes]) -> AsyncIterator[_Saver]:
         latest[thread] = step
 
     async def get_latest(thread: str) -> Any:
-        return orjson.loads(await client.get(key(thread, latest[thread])))
+        return orjson.loads(cast(bytes, await client.get(key(thread, latest[thread]))))
 
     async def history(thread: str) -> int:
         count = 0
         for first in range(0, latest[thread] + 1, _BATCH):
             keys = [key(thread, s) for s in range(first, min(first + _BATCH, latest[thread] + 1))]
-            count += sum(1 for blob in await client.mget(keys) if orjson.loads(blob))
+            stored = cast(list[bytes], await client.mget(keys))
+            count += sum(1 for blob in stored if orjson.loads(blob))
         return count
 
     try:
@@ -119,7 +129,8 @@ async def _langgraph(prefix: str, states: list[dict[str, Any]]) -> AsyncIterator
 
         async def history(thread: str) -> int:
             config = {"configurable": {"thread_id": thread}}
-            return sum([1 async for _ in saver.alist(config)])  # type: ignore[arg-type]
+            found = [1 async for _ in saver.alist(config)]  # type: ignore[arg-type]
+            return len(found)
 
         yield _Saver(put, get_latest, history)
 
@@ -190,11 +201,58 @@ async def _persistence() -> str:
     )
 
 
+async def _drop(prefix: str) -> None:
+    admin = aioredis.Redis.from_url(URL)
+    try:
+        async for key in admin.scan_iter(match=f"{prefix}:*", count=1_000):
+            await admin.unlink(key)
+    finally:
+        await admin.aclose()
+
+
+async def _due(quick: bool) -> Table:
+    """list_due against paging every thread (the passes of bench_due, on Redis)."""
+    suspended, due, rounds = (10_000, 100, 3) if quick else (100_000, 1_000, 5)
+    prefix = f"bench-redis-due-{uuid.uuid4().hex}"
+    passes: dict[str, list[float]] = {"due": [], "scan": []}
+    read = {"due": 0, "scan": 0}
+    try:
+        async with RedisCheckpointer(URL, prefix=prefix) as cp:
+            start = time.perf_counter()
+            await _fill(cp, suspended, due)
+            fill_s = time.perf_counter() - start
+            for _ in range(rounds):  # interleaved, so load swings hit both alike
+                for name, one_pass in (("due", _list_due_pass), ("scan", _scan_pass)):
+                    start = time.perf_counter()
+                    found, read[name] = await one_pass(cp)
+                    passes[name].append(time.perf_counter() - start)
+                    assert found == due, (name, found, due)
+    finally:
+        await _drop(prefix)
+    due_s, scan_s = median(passes["due"]), median(passes["scan"])
+    return Table(
+        title=f"Redis list_due: {due:,} due timers among {suspended:,} waiting threads",
+        headers=["pass", "time", "rows read", "vs list_due"],
+        rows=[
+            ["list_due", ms(due_s), f"{read['due']:,} ({read['due'] / due:.2f}x due)", "1x"],
+            ["page every thread", ms(scan_s), f"{read['scan']:,}", f"{scan_s / due_s:.0f}x"],
+        ],
+        notes=[
+            f"{suspended:,} threads waiting on a timer plus {suspended:,} waiting for a human; "
+            f"medians of {rounds} interleaved passes; fill took {fill_s:.0f} s.",
+            "rows read = summaries returned to the caller, the peek row of each page included.",
+        ],
+    )
+
+
 async def run(quick: bool) -> list[Table]:
     sizes = _Sizes(quick)
     count = max(sizes.puts, sizes.per_writer)
     states = [nested_state(step) for step in range(count)]
-    blobs = [encode(_checkpoint("seq", s, states), redact_none).payload for s in range(count)]
+    codec = JsonCodec()
+    blobs = [
+        codec.encode(_checkpoint("seq", s, states), RecordKey("", "seq", s)) for s in range(count)
+    ]
     prefix = f"bench-redis-{uuid.uuid4().hex}"
     names = {"ours": "agentflow RedisCheckpointer", "floor": "raw redis-py SET floor"}
     langgraph_error = ""
@@ -213,10 +271,7 @@ async def run(quick: bool) -> list[Table]:
                 langgraph_error = f"cannot run on plain Redis ({type(exc).__name__}: {reason})"
             results = await _lockstep(savers, sizes)
     finally:
-        admin = aioredis.Redis.from_url(URL)
-        async for key in admin.scan_iter(match=f"{prefix}:*", count=1_000):
-            await admin.unlink(key)
-        await admin.aclose()
+        await _drop(prefix)
     ours = results["ours"]
     table = Table(
         title=f"Redis, ~{len(blobs[0]) // 1000} KB state" + (" (quick)" if quick else ""),
@@ -239,4 +294,4 @@ async def run(quick: bool) -> list[Table]:
         "Ratios read 'higher is better for agentflow' (times are other/agentflow).",
         "2 shared vCPUs: figures are noisy; rerun for a median.",
     ]
-    return [table]
+    return [table, await _due(quick)]

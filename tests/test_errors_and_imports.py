@@ -15,6 +15,8 @@ def test_every_error_has_a_distinct_stable_code() -> None:
     assert len(set(codes)) == len(codes)
     assert all(issubclass(cls, errors.AgentflowError) for cls in classes)
     assert errors.StoreUnavailable.retryable and not errors.CheckpointConflict.retryable
+    assert errors.StoreClosed.code == "store_closed" and not errors.StoreClosed.retryable
+    assert issubclass(errors.InvalidStoreUrl, errors.InvalidArgument)
 
 
 def test_conflict_names_both_revisions_and_pickles() -> None:
@@ -30,7 +32,8 @@ def test_import_without_optional_extras() -> None:
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None\n"
         "import agentflow, agentflow.checkpoint\n"
-        "from agentflow.checkpoint import MemoryCheckpointer, Checkpoint, RedactKeys\n"
+        "from agentflow.checkpoint import MemoryCheckpointer, Checkpoint, RedactKeys, open_store\n"
+        "import agentflow.checkpoint.sqlite, agentflow.checkpoint.file\n"
         "assert not any(m in sys.modules and sys.modules[m] for m in "
         f"{blocked!r})\n"
         "print('ok')\n"

@@ -45,6 +45,20 @@ async def drop_tables(conn: Connection, table: str) -> None:
     await conn.execute(f"DROP TABLE IF EXISTS {names}")
 
 
+async def admin_session() -> AsyncIterator[Connection]:
+    """Fixture body (``admin = pytest.fixture(admin_session)``): an admin connection."""
+    conn = await admin_connection()
+    yield conn
+    await conn.close()
+
+
+async def scratch_table(admin: Connection) -> AsyncIterator[str]:
+    """Fixture body (``table = pytest.fixture(scratch_table)``): a table name, dropped after."""
+    name = unique_table()
+    yield name
+    await drop_tables(admin, name)
+
+
 @asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     admin = await admin_connection()
@@ -95,6 +109,12 @@ async def logging_pool(log: list[tuple[str, tuple[object, ...]]]) -> Any:
         return None
 
     return await asyncpg.create_pool(DSN, min_size=1, max_size=4, init=init, reset=keep)
+
+
+async def settle_logs() -> None:
+    """Query loggers run through call_soon; let them drain."""
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 async def blocked_backend(admin: Connection, locker: Connection) -> int:

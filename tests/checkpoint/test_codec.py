@@ -7,10 +7,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentflow.checkpoint import Checkpoint
-from agentflow.checkpoint.codec import PAYLOAD_VERSION, decode, encode, parse_instant
-from agentflow.checkpoint.redaction import redact_none
+from agentflow.checkpoint import Checkpoint, MemoryCheckpointer
+from agentflow.checkpoint.backend import EncodedCheckpoint
+from agentflow.checkpoint.codec import PAYLOAD_VERSION, JsonCodec, RecordKey
+from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointCorrupted, CheckpointNotSerializable, InvalidArgument
+
+_KEY = RecordKey("", "t", 0)
+
+
+def encode(cp: Checkpoint) -> EncodedCheckpoint:
+    """What a backend stores for ``cp``: the base's checks, then the JSON codec."""
+    return MemoryCheckpointer()._encode(cp)
+
+
+def decode(blob: bytes, revision: int) -> Checkpoint:
+    return JsonCodec().decode(blob, _KEY, revision)
+
 
 json_values = st.recursive(
     st.none()
@@ -28,21 +41,21 @@ def test_any_json_round_trips(state: dict[str, object], payload: object) -> None
     cp = Checkpoint(
         thread="t", step=1, state=state, interrupt_payload=payload, ts="2026-01-01T00:00:00Z"
     )
-    encoded = encode(cp, redact_none)
+    encoded = encode(cp)
     got = decode(encoded.payload, 4)
     assert got.state == state and got.interrupt_payload == payload and got.revision == 4
 
 
 def test_tuple_state_values_come_back_as_lists() -> None:
-    encoded = encode(Checkpoint(thread="t", step=0, state={"pair": (1, 2)}), redact_none)
+    encoded = encode(Checkpoint(thread="t", step=0, state={"pair": (1, 2)}))
     assert decode(encoded.payload, 1).state == {"pair": [1, 2]}
 
 
 def test_nan_refused_but_plain_nulls_are_fine() -> None:
-    ok = encode(Checkpoint(thread="t", step=0, state={"x": None, "s": "null"}), redact_none)
+    ok = encode(Checkpoint(thread="t", step=0, state={"x": None, "s": "null"}))
     assert decode(ok.payload, 1).state == {"x": None, "s": "null"}
     with pytest.raises(CheckpointNotSerializable, match="NaN or infinity"):
-        encode(Checkpoint(thread="t", step=0, state={"x": None, "y": [float("-inf")]}), redact_none)
+        encode(Checkpoint(thread="t", step=0, state={"x": None, "y": [float("-inf")]}))
 
 
 def test_encoded_columns_reflect_the_checkpoint() -> None:
@@ -55,7 +68,7 @@ def test_encoded_columns_reflect_the_checkpoint() -> None:
         wake_at="2026-01-01T00:00:00+00:00",
         ts="2026-01-01T02:00:00+02:00",
     )
-    encoded = encode(cp, redact_none)
+    encoded = encode(cp)
     assert (encoded.thread, encoded.step, encoded.interrupted, encoded.done) == (
         "t",
         3,
@@ -63,6 +76,7 @@ def test_encoded_columns_reflect_the_checkpoint() -> None:
         False,
     )
     assert encoded.ts_us == parse_instant("2026-01-01T00:00:00Z") == 1_767_225_600_000_000
+    assert encoded.wake_us == encoded.ts_us and encoded.status == "waiting"
 
 
 def test_naive_timestamps_are_utc() -> None:
@@ -112,3 +126,45 @@ def test_corrupted_payloads_raise_never_none(blob: bytes) -> None:
     with pytest.raises(CheckpointCorrupted) as info:
         decode(blob, 1)
     assert info.value.code == "checkpoint_corrupted" and info.value.__cause__ is not None
+
+
+def _payload(**changes: object) -> bytes:
+    fields: dict[str, object] = {
+        "v": PAYLOAD_VERSION,
+        "thread": "t",
+        "step": 0,
+        "state": {},
+        "next": [],
+        "parent": None,
+        "ts": "",
+        "interrupted": False,
+        "interrupt_node": None,
+        "interrupt_payload": None,
+        "wake_at": None,
+        "extra": {},
+    }
+    return orjson.dumps({**fields, **changes})
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"next": "approve"},
+        {"next": ["a", 1]},
+        {"interrupted": "no"},
+        {"interrupted": 0},
+        {"step": True},
+        {"step": "0"},
+        {"thread": 7},
+        {"parent": 5},
+        {"wake_at": 1},
+        {"extra": []},
+        {"ts": None},
+    ],
+    ids=repr,
+)
+def test_a_field_of_the_wrong_type_is_corruption(changes: dict[str, object]) -> None:
+    assert decode(_payload(), 1).step == 0
+    with pytest.raises(CheckpointCorrupted) as info:
+        decode(_payload(**changes), 1)
+    assert "'t'" in str(info.value) and "0" in str(info.value)

@@ -5,63 +5,49 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import orjson
 import pytest
 
-from agentflow.checkpoint import postgres
-from agentflow.checkpoint.postgres import SCHEMA_VERSION, PostgresCheckpointer
+from agentflow.checkpoint.cursor import CursorSigner
+from agentflow.checkpoint.postgres import PostgresCheckpointer, connections
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointError,
-    IncompatibleSchema,
     InvalidArgument,
+    InvalidCursor,
     InvalidThreadId,
+    StoreClosed,
     StoreUnavailable,
 )
 from tests.backends.postgres import (
     DSN,
+    Connection,
     admin_connection,
+    admin_session,
     blocked_backend,
-    drop_tables,
     logging_pool,
+    scratch_table,
+    settle_logs,
     summary_drift,
-    unique_table,
 )
 
 Log = list[tuple[str, tuple[object, ...]]]
 
-
-@pytest.fixture
-async def admin() -> AsyncIterator[asyncpg.Connection]:
-    conn = await admin_connection()
-    yield conn
-    await conn.close()
+admin = pytest.fixture(admin_session)
+table = pytest.fixture(scratch_table)
 
 
-@pytest.fixture
-async def table(admin: asyncpg.Connection) -> AsyncIterator[str]:
-    name = unique_table()
-    yield name
-    await drop_tables(admin, name)
-
-
-async def _connections(admin: asyncpg.Connection, app: str) -> int:
+async def _connections(admin: Connection, app: str) -> int:
     count: int = await admin.fetchval(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app
     )
     return count
-
-
-async def _settle() -> None:
-    """Query loggers run through call_soon; let them drain."""
-    for _ in range(3):
-        await asyncio.sleep(0)
 
 
 # -- ownership and lifecycle ----------------------------------------------------
@@ -80,7 +66,7 @@ async def test_injected_pool_stays_open(table: str) -> None:
         await pool.close()
 
 
-async def test_own_pool_is_lazy_and_closed(admin: asyncpg.Connection, table: str) -> None:
+async def test_own_pool_is_lazy_and_closed(admin: Connection, table: str) -> None:
     app = f"af_{uuid.uuid4().hex[:12]}"
     cp = PostgresCheckpointer(f"{DSN}?application_name={app}", table=table)
     assert await _connections(admin, app) == 0
@@ -95,7 +81,7 @@ async def test_own_pool_is_lazy_and_closed(admin: asyncpg.Connection, table: str
     assert await _connections(admin, app) == 0
 
 
-async def test_kept_connections_never_starve_setup(admin: asyncpg.Connection, table: str) -> None:
+async def test_kept_connections_never_starve_setup(admin: Connection, table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
         await cp.put(make_checkpoint("t", 0))
         locker = await admin_connection()
@@ -119,14 +105,14 @@ async def test_kept_connections_never_starve_setup(admin: asyncpg.Connection, ta
 
 
 async def test_long_idle_kept_connection_is_replaced(
-    admin: asyncpg.Connection, table: str, monkeypatch: pytest.MonkeyPatch
+    admin: Connection, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = f"af_{uuid.uuid4().hex[:12]}"
     backends = "SELECT array_agg(pid) FROM pg_stat_activity WHERE application_name = $1"
     async with PostgresCheckpointer(f"{DSN}?application_name={app}", table=table) as cp:
         await cp.put(make_checkpoint("t", 0))
         before = set(await admin.fetchval(backends, app))
-        monkeypatch.setattr(postgres, "_KEEP_IDLE_SECONDS", 0.0)
+        monkeypatch.setattr(connections, "_KEEP_IDLE_SECONDS", 0.0)
         await cp.put(make_checkpoint("t", 1))
         for _ in range(200):
             after = set(await admin.fetchval(backends, app) or [])
@@ -145,7 +131,7 @@ async def test_first_use_runs_setup_once_under_concurrency(table: str) -> None:
         cp = PostgresCheckpointer(pool=pool, table=table)
         await asyncio.gather(*(cp.put(make_checkpoint(f"t{i}", 0)) for i in range(16)))
         await asyncio.gather(*(cp.get(f"t{i}") for i in range(16)))
-        await _settle()
+        await settle_logs()
     finally:
         await pool.close()
     locks = [q for q, _ in log if "pg_advisory_xact_lock" in q]
@@ -153,73 +139,71 @@ async def test_first_use_runs_setup_once_under_concurrency(table: str) -> None:
     assert sum("to_regclass" in q for q, _ in log) == 1
 
 
-async def test_unreachable_server_is_retryable() -> None:
-    async with PostgresCheckpointer("postgresql://postgres@127.0.0.1:1/test", table="x") as cp:
-        with pytest.raises(StoreUnavailable) as info:
-            await cp.get("t")
-    assert info.value.retryable and isinstance(info.value.__cause__, OSError)
-
-
-# -- identifiers and setup --------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "bad",
-    ["", "1abc", "a-b", 'x"; DROP TABLE t; --', "Upper", "a" * 56, "ü", "a b", None, 7],
-)
-def test_bad_identifiers_are_refused(bad: Any) -> None:
-    with pytest.raises(InvalidArgument):
-        PostgresCheckpointer(table=bad)
-    if bad is not None:
-        with pytest.raises(InvalidArgument):
-            PostgresCheckpointer(table="ok", schema=bad)
-
-
-async def test_reserved_word_table_in_own_schema(admin: asyncpg.Connection) -> None:
-    schema = f"s_{uuid.uuid4().hex[:12]}"
-    try:
-        async with PostgresCheckpointer(DSN, table="select", schema=schema) as cp:
-            await cp.put(make_checkpoint("t", 0))
-            assert (await cp.get("t")) is not None
-        names = await admin.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", schema
-        )
-        assert [r[0] for r in names] == ["select", "select_meta", "select_threads"]
-    finally:
-        await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-async def test_setup_is_idempotent_and_concurrent(admin: asyncpg.Connection, table: str) -> None:
-    checkpointers = [PostgresCheckpointer(DSN, table=table) for _ in range(4)]
-    try:
-        await asyncio.gather(*(cp.setup() for cp in checkpointers for _ in range(5)))
-        await checkpointers[0].put(make_checkpoint("t", 0))
-        await checkpointers[1].setup()
-        assert (await checkpointers[2].get("t")) is not None
-    finally:
-        await asyncio.gather(*(cp.close() for cp in checkpointers))
-    rows = await admin.fetch(f'SELECT component, version FROM "{table}_meta"')
-    assert [tuple(r) for r in rows] == [("checkpoints", SCHEMA_VERSION)]
-    compression = await admin.fetchval(
-        "SELECT attcompression FROM pg_attribute WHERE attrelid = $1::regclass"
-        " AND attname = 'payload'",
-        table,
-    )
-    assert compression == b"l"  # lz4
-
-
-async def test_newer_schema_version_is_refused(admin: asyncpg.Connection, table: str) -> None:
-    async with PostgresCheckpointer(DSN, table=table) as cp:
+async def test_setup_after_close_is_refused(table: str) -> None:
+    cp = PostgresCheckpointer(DSN, table=table)
+    await cp.setup()
+    await cp.close()
+    with pytest.raises(StoreClosed):
         await cp.setup()
-    await admin.execute(f'UPDATE "{table}_meta" SET version = $1', SCHEMA_VERSION + 1)
+
+
+#: Every public call, on a checkpointer whose server is unreachable.
+_CALLS: dict[str, Callable[[PostgresCheckpointer], Awaitable[Any]]] = {
+    "setup": lambda cp: cp.setup(),
+    "put": lambda cp: cp.put(make_checkpoint("t", 0)),
+    "get": lambda cp: cp.get("t"),
+    "history": lambda cp: cp.history("t").__anext__(),
+    "list_threads": lambda cp: cp.list_threads(offset=5),
+    "list_threads_page": lambda cp: cp.list_threads_page(status="done"),
+    "list_due": lambda cp: cp.list_due("2026-01-01T00:00:00Z"),
+    "delete_thread": lambda cp: cp.delete_thread("t"),
+    "prune": lambda cp: cp.prune("t", before_step=3),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(_CALLS))
+async def test_unreachable_server_is_retryable_and_named(operation: str) -> None:
+    dsn = "postgresql://agent:s3cr3t-pw@127.0.0.1:1/test"
+    async with PostgresCheckpointer(dsn, table="x") as cp:
+        with pytest.raises(StoreUnavailable) as info:
+            await _CALLS[operation](cp)
+    message = str(info.value)
+    assert info.value.retryable and isinstance(info.value.__cause__, OSError)
+    assert f"during {operation}:" in message and "127.0.0.1:1" in message
+    assert "s3cr3t" not in message and "agent" not in message and "_read" not in message
+
+
+async def test_reading_a_cursor_first_maps_driver_errors(table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
-        with pytest.raises(IncompatibleSchema) as info:
+        for thread in "abc":
+            await cp.put(
+                make_checkpoint(
+                    thread, 0, next=("n",), interrupted=True, wake_at="2026-01-01T00:00:00Z"
+                )
+            )
+        threads = (await cp.list_threads_page(limit=1)).next_cursor
+        due = (await cp.list_due("2026-01-02T00:00:00Z", limit=1)).next_cursor
+    assert threads is not None and due is not None
+    down = "postgresql://postgres@127.0.0.1:1/test"
+    async with PostgresCheckpointer(down, table=table) as cp:
+        with pytest.raises(StoreUnavailable, match="during list_threads_page"):
+            await cp.list_threads_page(cursor=threads)
+        with pytest.raises(StoreUnavailable, match="during list_due"):
+            await cp.list_due("2026-01-02T00:00:00Z", cursor=due)
+
+
+async def test_errors_name_an_injected_pools_address(admin: Connection, table: str) -> None:
+    pool = await asyncpg.create_pool(DSN, min_size=1, max_size=2)
+    try:
+        async with PostgresCheckpointer(pool=pool, table=table) as cp:
             await cp.put(make_checkpoint("t", 0))
-        assert info.value.code == "incompatible_schema" and not info.value.retryable
-        assert f"version {SCHEMA_VERSION + 1}" in str(info.value) and "upgrade" in str(info.value)
-        with pytest.raises(CheckpointError):
-            await cp.setup()
-    assert await admin.fetchval(f'SELECT count(*) FROM "{table}"') == 0
+            await admin.execute(f'DROP TABLE "{table}"')
+            with pytest.raises(CheckpointError) as info:
+                await cp.get("t")
+        assert "127.0.0.1:5432" in str(info.value) and "during get" in str(info.value)
+        assert not info.value.retryable and info.value.__cause__ is not None
+    finally:
+        await pool.close()
 
 
 # -- round trips and query plans ---------------------------------------------------
@@ -231,7 +215,7 @@ async def test_each_call_is_one_statement(table: str) -> None:
     try:
         cp = PostgresCheckpointer(pool=pool, table=table)
         await cp.put(make_checkpoint("t", 0))
-        await _settle()
+        await settle_logs()
         calls: list[Callable[[], Awaitable[Any]]] = [
             lambda: cp.put(make_checkpoint("t", 0)),
             lambda: cp.put(make_checkpoint("t", 0), if_revision=2),
@@ -242,23 +226,34 @@ async def test_each_call_is_one_statement(table: str) -> None:
         for call in calls:
             log.clear()
             await call()
-            await _settle()
+            await settle_logs()
             assert len(log) == 1, log
         log.clear()
         await cp.put(make_checkpoint("t", 1))
-        await _settle()
+        await settle_logs()
         (put_sql, _), *_ = log
         assert f'INSERT INTO "{table}"' in put_sql and f'"{table}_threads"' in put_sql
         log.clear()
         with pytest.raises(CheckpointConflict):
             await cp.put(make_checkpoint("t", 0), if_revision=1)
-        await _settle()
+        await settle_logs()
         assert len(log) == 2 and log[1][0].lstrip().startswith("SELECT revision")
     finally:
         await pool.close()
 
 
-async def test_reads_are_index_probes(admin: asyncpg.Connection, table: str) -> None:
+#: Filler summaries of every status; the waiting ones wake once a second from 2026.
+_FILL_SUMMARIES = """INSERT INTO "{table}_threads"
+    SELECT '', 'fill-' || g, 99, g % 4 > 1, g % 4 = 0, '', w, s,
+        1767225600000000 + g::bigint * 1000000
+    FROM generate_series(0, 2999) AS g,
+        LATERAL (SELECT CASE g % 4 WHEN 0 THEN 'done' WHEN 1 THEN 'running'
+            WHEN 2 THEN 'interrupted' ELSE 'waiting' END AS s) AS status,
+        LATERAL (SELECT CASE WHEN s = 'waiting' THEN to_char(to_timestamp(1767225600 + g)
+            AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') END AS w) AS wake"""
+
+
+async def test_reads_are_index_probes(admin: Connection, table: str) -> None:
     log: Log = []
     pool = await logging_pool(log)
     try:
@@ -267,19 +262,24 @@ async def test_reads_are_index_probes(admin: asyncpg.Connection, table: str) -> 
         await admin.execute(
             f"""INSERT INTO "{table}" SELECT '', 'fill-' || (g / 100), g % 100, 1, 0, '', false,
                 true, NULL, '\\x00' FROM generate_series(0, 29999) AS g;
-            INSERT INTO "{table}_threads" SELECT '', 'fill-' || g, 99, false, true, '', NULL
-                FROM generate_series(0, 299) AS g;
+            {_FILL_SUMMARIES.format(table=table)};
             ANALYZE "{table}"; ANALYZE "{table}_threads";"""
         )
         log.clear()
         await cp.get("probe")
         await cp.list_threads_page(limit=10)
+        for status in ("running", "interrupted", "waiting", "done"):
+            page = await cp.list_threads_page(limit=10, status=status)
+            assert [i.status for i in page.threads] == [status] * 10
+        due = await cp.list_due("2026-01-01T00:10:00Z", limit=10)
+        await cp.list_due("2026-01-01T00:10:00Z", limit=10, cursor=due.next_cursor)
         _ = [c async for c in cp.history("probe")]
-        await _settle()
+        await settle_logs()
     finally:
         await pool.close()
-    assert len(log) == 3
-    for query, args in log:
+    statements = [(q, a) for q, a in log if "cursor_secret" not in q]
+    assert len(statements) == 9
+    for query, args in statements:
         plan = orjson.loads(await admin.fetchval(f"EXPLAIN (FORMAT JSON) {query}", *args))
         text = orjson.dumps(plan).decode()
         assert "Seq Scan" not in text and '"Sort"' not in text, text
@@ -289,7 +289,7 @@ async def test_reads_are_index_probes(admin: asyncpg.Connection, table: str) -> 
 # -- summary table -------------------------------------------------------------
 
 
-async def test_summary_follows_prune_and_delete(admin: asyncpg.Connection, table: str) -> None:
+async def test_summary_follows_prune_and_delete(admin: Connection, table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
         for step in range(5):
             when = f"2026-01-0{5 - step}T00:00:00+00:00"  # the latest step is the oldest
@@ -306,7 +306,7 @@ async def test_summary_follows_prune_and_delete(admin: asyncpg.Connection, table
         assert await cp.list_threads() == [] and await summary_drift(admin, table) == []
 
 
-async def test_summary_survives_racing_writes(admin: asyncpg.Connection, table: str) -> None:
+async def test_summary_survives_racing_writes(admin: Connection, table: str) -> None:
     rng = random.Random(3)
     async with (
         PostgresCheckpointer(DSN, table=table) as a,
@@ -331,7 +331,7 @@ async def test_summary_survives_racing_writes(admin: asyncpg.Connection, table: 
 # -- faults ----------------------------------------------------------------------
 
 
-async def _kill_while_blocked(admin: asyncpg.Connection, lock_table: str, call: Any) -> Any:
+async def _kill_while_blocked(admin: Connection, lock_table: str, call: Any) -> Any:
     """Run ``call`` while ``lock_table`` is locked, terminate its backend, return the error."""
     locker = await admin_connection()
     try:
@@ -345,9 +345,7 @@ async def _kill_while_blocked(admin: asyncpg.Connection, lock_table: str, call: 
     return info.value
 
 
-async def test_killed_put_stores_nothing_and_pool_recovers(
-    admin: asyncpg.Connection, table: str
-) -> None:
+async def test_killed_put_stores_nothing_and_pool_recovers(admin: Connection, table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
         await cp.put(make_checkpoint("t", 0))
         err = await _kill_while_blocked(admin, f"{table}_threads", cp.put(make_checkpoint("t", 1)))
@@ -359,7 +357,7 @@ async def test_killed_put_stores_nothing_and_pool_recovers(
         assert (await cp.get("t")).step == 1  # type: ignore[union-attr]
 
 
-async def test_killed_prune_rolls_back(admin: asyncpg.Connection, table: str) -> None:
+async def test_killed_prune_rolls_back(admin: Connection, table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
         for step in range(4):
             await cp.put(make_checkpoint("t", step))
@@ -369,7 +367,7 @@ async def test_killed_prune_rolls_back(admin: asyncpg.Connection, table: str) ->
         assert await summary_drift(admin, table) == []
 
 
-async def test_idle_connections_killed_between_calls(admin: asyncpg.Connection, table: str) -> None:
+async def test_idle_connections_killed_between_calls(admin: Connection, table: str) -> None:
     app = f"af_{uuid.uuid4().hex[:12]}"
     async with PostgresCheckpointer(f"{DSN}?application_name={app}", table=table) as cp:
         await asyncio.gather(*(cp.put(make_checkpoint(f"t{i}", 0)) for i in range(4)))
@@ -394,7 +392,7 @@ async def test_idle_connections_killed_between_calls(admin: asyncpg.Connection, 
         assert [i.thread for i in await cp.list_threads()] == ["t0", "t1", "t2", "t3"]
 
 
-async def test_cancellation_is_not_wrapped(admin: asyncpg.Connection, table: str) -> None:
+async def test_cancellation_is_not_wrapped(admin: Connection, table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
         await cp.put(make_checkpoint("t", 0))
         locker = await admin_connection()
@@ -427,9 +425,7 @@ async def test_hostile_namespaces_and_nul_in_state(table: str) -> None:
         assert await b.get("t") is None and await b.list_threads() == []
 
 
-async def test_unstorable_ids_are_refused_and_store_nothing(
-    admin: asyncpg.Connection, table: str
-) -> None:
+async def test_unstorable_ids_are_refused_and_store_nothing(admin: Connection, table: str) -> None:
     rng = random.Random(5)
     huge = "".join(chr(rng.randrange(0x4E00, 0x9FFF)) for _ in range(3_000))
     with pytest.raises(InvalidArgument):
@@ -448,7 +444,7 @@ async def test_unstorable_ids_are_refused_and_store_nothing(
     assert await admin.fetchval(f'SELECT count(*) FROM "{table}"') == 0
 
 
-async def test_swapped_payload_is_corruption(admin: asyncpg.Connection, table: str) -> None:
+async def test_swapped_payload_is_corruption(admin: Connection, table: str) -> None:
     async with PostgresCheckpointer(DSN, table=table) as cp:
         await cp.put(make_checkpoint("t", 0))
         await cp.put(make_checkpoint("t", 1))
@@ -493,7 +489,7 @@ async def test_history_batches_adapt_to_state_size(table: str) -> None:
         for thread, count in (("small", 150), ("big", 20)):
             log.clear()
             assert [c.step async for c in cp.history(thread)] == list(range(count))
-            await _settle()
+            await settle_logs()
             limits = [args[-1] for _, args in log]
             assert limits == ([8, 1_024] if thread == "small" else [8, 2, 2, 2, 2, 2, 2, 2]), limits
     finally:
@@ -508,3 +504,28 @@ async def test_listing_is_code_point_order(table: str) -> None:
         page = await cp.list_threads_page(limit=4)
         rest = await cp.list_threads_page(limit=10, cursor=page.next_cursor)
     assert [i.thread for i in page.threads + rest.threads] == sorted(ids)
+
+
+async def test_a_cursor_holding_nul_is_invalid(admin: Connection, table: str) -> None:
+    async with PostgresCheckpointer(DSN, table=table, namespace="n") as cp:
+        for thread in "abc":
+            await cp.put(make_checkpoint(thread, 0))
+        assert (await cp.list_threads_page(limit=1)).next_cursor is not None
+        secret = await admin.fetchval(
+            f"SELECT value FROM \"{table}_meta\" WHERE component = 'cursor_secret'"
+        )
+        # Minted with the store's own secret: only its content is wrong.
+        signer = CursorSigner(secret, "postgres", "n")
+        for listing, body in (
+            ("threads:", {"after": "a\x00b"}),
+            ("threads:done", {"after": "\x00"}),
+            ("due", {"wake_us": 0, "after": "a\x00"}),
+        ):
+            cursor = signer.encode(listing, body)
+            with pytest.raises(InvalidCursor):
+                if listing == "due":
+                    await cp.list_due("2026-01-01T00:00:00Z", cursor=cursor)
+                else:
+                    await cp.list_threads_page(cursor=cursor, status=listing[8:] or None)  # type: ignore[arg-type]
+        good = signer.encode("threads:", {"after": "a"})
+        assert [i.thread for i in (await cp.list_threads_page(cursor=good)).threads] == ["b", "c"]

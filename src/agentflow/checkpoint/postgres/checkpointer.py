@@ -25,7 +25,11 @@ from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, St
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadPage, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
-from agentflow.checkpoint.postgres.connections import CLIENT_LOSS, KeptConnections
+from agentflow.checkpoint.postgres.connections import (
+    CLIENT_LOSS,
+    DRIVER_ERRORS,
+    KeptConnections,
+)
 from agentflow.checkpoint.postgres.schema import prepare
 from agentflow.checkpoint.postgres.sql import statements
 from agentflow.errors import (
@@ -263,16 +267,20 @@ class PostgresCheckpointer(CheckpointerBase):
         context = exc.__context__
         if isinstance(context, Exception) and _lost_connection(context):
             exc = context
-        if not isinstance(exc, asyncpg.PostgresError | CLIENT_LOSS):
+        if not isinstance(exc, DRIVER_ERRORS):
             return None
         where, state = self._where, getattr(exc, "sqlstate", None) or ""
         if _lost_connection(exc):
-            return StoreUnavailable(f"PostgreSQL at {where} failed during {operation}: {exc}")
+            return StoreUnavailable(
+                f"the connection to PostgreSQL at {where} failed during {operation}: {exc}"
+            )
         if state.startswith(("54", "22")):
-            return InvalidArgument(f"PostgreSQL at {where} refused the {operation}: {exc}")
+            return InvalidArgument(f"PostgreSQL at {where} refused the input of {operation}: {exc}")
         if state in ("XX001", "XX002"):
-            return CheckpointCorrupted(f"PostgreSQL at {where} holds damaged data: {exc}")
-        return CheckpointError(f"PostgreSQL at {where} failed {operation} ({state}): {exc}")
+            return CheckpointCorrupted(
+                f"PostgreSQL at {where} read damaged data during {operation}: {exc}"
+            )
+        return CheckpointError(f"PostgreSQL at {where} failed during {operation} ({state}): {exc}")
 
     async def _close_store(self) -> None:
         await self._connections.close()

@@ -2,62 +2,66 @@
 
 Every mutation is one Lua script, so it is atomic and costs one round trip.
 The scripts and the key layout they work on (one hash tag per thread, one per
-namespace) are in :mod:`~agentflow.checkpoint.redis_scripts`; ``docs/redis.md``
+namespace) are in :mod:`~agentflow.checkpoint.redis.scripts`; ``docs/redis.md``
 gives the reasons.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, cast
+from collections.abc import AsyncIterator, Callable
+from typing import Final, cast
 
 import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    NoPermissionError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from agentflow.checkpoint.base import AsyncClosing, Checkpoint, Redactor, ThreadInfo, ThreadPage
-from agentflow.checkpoint.codec import (
-    decode,
-    encode,
-    parse_instant,
-    validate_namespace,
-    validate_step,
-    validate_thread,
-)
-from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
-from agentflow.checkpoint.paging import check_page_args, check_prune_bounds
-from agentflow.checkpoint.redaction import redact_none
-from agentflow.checkpoint.redis_scripts import (
+from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
+from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.redis.migration import migrate_namespace, upgrade_summary
+from agentflow.checkpoint.redis.scripts import (
+    LAYOUT_VERSION,
     LUA_DELETE,
     LUA_LATEST,
-    LUA_LIST,
+    LUA_PAGE,
     LUA_PRUNE,
     LUA_PUT,
     check_prefix,
+    due_range,
+    instant_bound,
+    listing_range,
     namespace_keys,
+    secret_key,
     sortable_instant,
     step_member,
+    summary,
     thread_keys,
     utf8,
 )
 from agentflow.errors import (
-    CheckpointConflict,
+    AgentflowError,
     CheckpointCorrupted,
     CheckpointError,
+    IncompatibleSchema,
     InvalidArgument,
     StoreUnavailable,
 )
 
-__all__ = ["RedisCheckpointer", "namespace_keys", "thread_keys"]
+__all__ = ["RedisCheckpointer", "from_url"]
 
-_BACKEND = "redis"
 #: Step ids per history index read, and the most payloads per data read.
 _BATCH = 128
 #: Payload bytes a history data read aims for, so memory stays bounded even
@@ -65,22 +69,13 @@ _BATCH = 128
 _HISTORY_BYTES = 4 * 1024 * 1024
 #: Steps removed per prune script, bounding how long one call holds the server.
 _PRUNE_BATCH = 1024
-
-
-@contextmanager
-def _driver_errors(action: str) -> Iterator[None]:
-    """Translate redis-py errors; CancelledError is not an Exception and passes."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError, ReadOnlyError) as exc:
-        raise StoreUnavailable(f"redis {action} failed: {exc}") from exc
-    except ResponseError as exc:
-        text = str(exc)
-        if text.startswith(("AGENTFLOW_CORRUPT", "WRONGTYPE")):
-            raise CheckpointCorrupted(f"redis {action}: stored data is damaged: {text}") from exc
-        raise CheckpointError(f"redis {action} failed: {text}") from exc
-    except RedisError as exc:
-        raise CheckpointError(f"redis {action} failed: {exc}") from exc
+#: Redis's default ``proto-max-bulk-len``: the largest payload it accepts,
+#: used when the server does not tell its own.
+_DEFAULT_MAX_BULK = 512 * 1024 * 1024
+#: Server replies that mean "try again shortly", not "this request is wrong".
+_TRANSIENT: Final = ("BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN")
+#: What HMGET gives a client without decode_responses.
+_Values = list[bytes | None]
 
 
 def _ttl_ms(ttl: object) -> bytes:
@@ -95,7 +90,51 @@ def _ttl_ms(ttl: object) -> bytes:
     return b"%d" % max(1, round(ttl * 1000))
 
 
-class RedisCheckpointer(AsyncClosing):
+def _address(client: aioredis.Redis) -> str:
+    """host:port (or the socket path) of ``client``; never its password."""
+    options = client.connection_pool.connection_kwargs
+    if "path" in options:
+        return str(options["path"])
+    return f"{options.get('host', 'localhost')}:{options.get('port', 6379)}"
+
+
+def _row(thread: str, member: bytes, payload: bytes | None, meta: bytes | None) -> StoredRow:
+    """A stored step for the base to check; data missing for an indexed step is damage."""
+    if payload is None or meta is None:
+        missing = "payload" if payload is None else "metadata"
+        raise CheckpointCorrupted(f"thread {thread!r} step {member!r}: its {missing} is missing")
+    revision = meta.split(b":", 1)[0]
+    return StoredRow(
+        int(member) if member.isdigit() else member,
+        int(revision) if revision.isdigit() else revision,
+        payload,
+    )
+
+
+def _info(name: bytes, stored: bytes | None) -> ThreadInfo:
+    try:
+        thread = name.decode()
+    except UnicodeDecodeError as exc:
+        raise CheckpointCorrupted("a namespace index holds an id that is not UTF-8") from exc
+    if stored is None:
+        raise CheckpointCorrupted(f"thread {thread!r} is listed without a summary")
+    try:
+        return ThreadInfo(thread, **orjson.loads(stored[19:]))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointCorrupted(f"summary of thread {thread!r} is damaged") from exc
+
+
+def _refused_access(exc: BaseException | None) -> bool:
+    """A wrong password or a missing permission: retrying will not help.
+    redis-py re-raises these at connect as a plain ConnectionError."""
+    while exc is not None:
+        if isinstance(exc, AuthenticationError | AuthorizationError | NoPermissionError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class RedisCheckpointer(CheckpointerBase):
     """Checkpoints in Redis, one atomic Lua script per write.
 
     Pass a ``url`` (we create, own and close the client) or an async
@@ -110,6 +149,8 @@ class RedisCheckpointer(AsyncClosing):
     a checkpointer with a ttl; a write without ttl makes the thread permanent.
     """
 
+    kind = "redis"
+
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",
@@ -119,223 +160,209 @@ class RedisCheckpointer(AsyncClosing):
         redact: Redactor | None = None,
         namespace: str | None = None,
         ttl: float | None = None,
+        codec: CheckpointCodec | None = None,
     ) -> None:
+        super().__init__(namespace=namespace, redact=redact, codec=codec)
         self._prefix = check_prefix(prefix)
-        self._namespace = validate_namespace(namespace)
         self._ttl_ms = _ttl_ms(ttl)
-        self._redact = redact or redact_none
         if client is not None and client.connection_pool.connection_kwargs.get("decode_responses"):
             raise InvalidArgument("the redis client must use decode_responses=False")
         self._owned = client is None
         self._client: aioredis.Redis = client or aioredis.Redis.from_url(
             url, decode_responses=False, retry=Retry(NoBackoff(), 0)
         )
-        self._ns_keys = namespace_keys(self._prefix, self._namespace)
-        self._put_script = self._client.register_script(LUA_PUT)
-        self._latest_script = self._client.register_script(LUA_LATEST)
-        self._delete_script = self._client.register_script(LUA_DELETE)
-        self._prune_script = self._client.register_script(LUA_PRUNE)
-        self._list_script = self._client.register_script(LUA_LIST)
-        self._closed = False
+        self._where = _address(self._client)
+        self._ns = namespace_keys(self._prefix, self._namespace)
+        self._put = self._client.register_script(LUA_PUT)
+        self._latest = self._client.register_script(LUA_LATEST)
+        self._delete = self._client.register_script(LUA_DELETE)
+        self._prune = self._client.register_script(LUA_PRUNE)
+        self._page = self._client.register_script(LUA_PAGE)
+        self._max_payload = 0
 
-    async def close(self) -> None:
-        """Close the client if we created it; an injected client stays open."""
-        if self._owned and not self._closed:
-            self._closed = True
-            await self._client.aclose()
+    def __repr__(self) -> str:
+        return f"RedisCheckpointer({self._where!r}, prefix={self._prefix!r})"
 
-    def _thread_keys(self, thread: str) -> list[bytes]:
-        return thread_keys(self._prefix, self._namespace, thread)
+    async def _setup(self) -> None:
+        """Once per checkpointer: learn the server's size limit, and bring the
+        namespace onto this layout unless it is there (refusing a newer one)."""
+        if self._max_payload:
+            return
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.get(self._ns[5])
+            pipe.config_get("proto-max-bulk-len")
+            version, config = await pipe.execute(raise_on_error=False)
+        if isinstance(version, Exception):
+            raise version
+        if version is None:
+            await migrate_namespace(self._client, self._prefix, self._namespace)
+        elif version != LAYOUT_VERSION:
+            raise IncompatibleSchema(
+                f"namespace {self.namespace!r} under prefix {self._prefix!r} has Redis layout "
+                f"{version!r}, newer than this agentflow's ({LAYOUT_VERSION.decode()})"
+            )
+        limit = str(config.get("proto-max-bulk-len")) if isinstance(config, dict) else ""
+        self._max_payload = int(limit) if limit.isdigit() else _DEFAULT_MAX_BULK
 
-    async def _call(
-        self, script: AsyncScript, keys: Sequence[bytes], args: Sequence[Any], action: str
-    ) -> Any:
-        with _driver_errors(action):
-            return await script(keys=keys, args=args)
+    def _thread(self, thread: str) -> list[bytes]:
+        """The keys of ``thread`` and of the namespace indexes it is in."""
+        return [*thread_keys(self._prefix, self._namespace, thread), *self._ns[:5]]
 
-    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
-        if if_revision is not None and (
-            isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0
-        ):
-            raise InvalidArgument(f"if_revision must be None or an int >= 0, got {if_revision!r}")
-        enc = encode(cp, self._redact)
-        summary = orjson.dumps(
-            {
-                "latest_step": enc.step,
-                "interrupted": enc.interrupted,
-                "done": enc.done,
-                "ts": enc.ts,
-                "wake_at": enc.wake_at,
-            }
-        )
-        tail = b"%s:%s:%s" % (os.urandom(16).hex().encode(), sortable_instant(enc.ts_us), summary)
+    async def _write_step(
+        self,
+        thread: str,
+        step: int,
+        encode: Callable[[], EncodedCheckpoint],
+        if_revision: int | None,
+    ) -> int | None:
+        await self._setup()
+        enc = encode()
+        if len(enc.payload) > self._max_payload:
+            raise InvalidArgument(
+                f"thread {thread!r} step {step}: the encoded checkpoint is {len(enc.payload):,} "
+                f"bytes; this Redis accepts at most {self._max_payload:,} (proto-max-bulk-len)"
+            )
+        fields = {
+            "latest_step": step,
+            "interrupted": enc.interrupted,
+            "done": enc.done,
+            "ts": enc.ts,
+            "wake_at": enc.wake_at,
+        }
+        stored = summary(enc.status, enc.wake_us, orjson.dumps(fields))
+        write_id = os.urandom(16).hex().encode()
+        tail = b"%s:%s:%s" % (write_id, sortable_instant(enc.ts_us), stored)
         expected = b"" if if_revision is None else b"%d" % if_revision
-        args = (
-            step_member(enc.step),
-            enc.payload,
-            tail,
-            expected,
-            self._ttl_ms,
-            utf8(enc.thread),
-        )
-        keys = [*self._thread_keys(enc.thread), *self._ns_keys]
-        written, revision = await self._call(self._put_script, keys, args, "put")
-        if not written:
-            raise CheckpointConflict(enc.thread, enc.step, if_revision or 0, int(revision))
-        return f"{enc.thread}:{enc.step}"
+        args = (step_member(step), enc.payload, tail, expected, self._ttl_ms, utf8(thread))
+        written, revision = await self._put(keys=self._thread(thread), args=args)
+        return None if written else int(revision)
 
-    def _decode(
-        self, thread: str, steps: list[bytes], values: list[Any], indexed: bool
-    ) -> Iterator[Checkpoint]:
-        """Decode one at a time, so a caller that drops each checkpoint keeps
-        at most one decoded state alive (and the garbage collector idle).
-
-        ``values`` alternate payload and metadata. ``indexed`` steps came from
-        the step index in the same snapshot, so data missing for them is
-        damage, not absence."""
-        for member, payload, meta in zip(steps, values[::2], values[1::2], strict=True):
-            if payload is None and meta is None and not indexed:
-                continue
-            try:
-                if meta is None:
-                    raise ValueError("no metadata")
-                revision = int(meta.split(b":", 1)[0])
-            except ValueError as exc:
-                raise CheckpointCorrupted(
-                    f"thread {thread!r} step {member.decode()}: metadata is damaged"
-                ) from exc
-            if payload is None:
-                raise CheckpointCorrupted(f"thread {thread!r} step {member.decode()}: no payload")
-            cp = decode(payload, revision)
-            if cp.thread != thread or cp.step != int(member):
-                raise CheckpointCorrupted(
-                    f"thread {thread!r} step {member.decode()} holds another checkpoint"
-                )
-            yield cp
-
-    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
-        thread = validate_thread(thread)
-        index, data = self._thread_keys(thread)[:2]
+    async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
+        await self._setup()
+        index, data = thread_keys(self._prefix, self._namespace, thread)
         if step is None:
-            rows = await self._call(self._latest_script, (index, data), (), "get")
-            steps, values = rows or ([], [])
-        else:
-            steps = [step_member(validate_step(step))]
-            with _driver_errors("get"):
-                values = await self._client.hmget(data, [steps[0], steps[0] + b"m"])
-        return next(self._decode(thread, steps, values, indexed=step is None), None)
+            reply = await self._latest(keys=(index, data))
+            if not reply:
+                return None
+            (member,), (payload, meta) = reply
+            return _row(thread, member, payload, meta)
+        member = step_member(step)
+        payload, meta = cast(_Values, await self._client.hmget(data, [member, member + b"m"]))
+        return None if payload is None and meta is None else _row(thread, member, payload, meta)
 
-    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
         """Reads step ids in keyset batches, then their data in reads sized by
         the payload bytes seen so far: plain commands, no payload through Lua.
 
         Each data read is one ``HMGET`` (payload and revision from one
         instant). A step pruned between the two reads is skipped; a step still
         indexed but without data is damage."""
-        thread = validate_thread(thread)
-        index, data = self._thread_keys(thread)[:2]
+        await self._setup()
+        index, data = thread_keys(self._prefix, self._namespace, thread)
         start, chunk = b"-", 1
         while True:
-            with _driver_errors("history"):
-                steps = cast(
-                    list[bytes],
-                    await self._client.zrange(index, start, b"+", bylex=True, offset=0, num=_BATCH),
-                )
+            steps = cast(
+                list[bytes],
+                await self._client.zrange(index, start, b"+", bylex=True, offset=0, num=_BATCH),
+            )
             done = 0
             while done < len(steps):
                 part = steps[done : done + chunk]
                 done += len(part)
-                fields = [field for step in part for field in (step, step + b"m")]
-                with _driver_errors("history"):
-                    values = await self._client.hmget(data, fields)
-                    gone = [s.decode() for s, v in zip(part, values[::2], strict=True) if v is None]
-                    still = await self._client.zmscore(index, gone) if gone else []
-                    if any(score is not None for score in still):
-                        raise CheckpointCorrupted(f"thread {thread!r}: indexed steps lack data")
+                fields = [f for s in part for f in (s, s + b"m")]
+                values = cast(_Values, await self._client.hmget(data, fields))
+                pairs = list(zip(part, values[::2], values[1::2], strict=True))
+                gone = [s for s, payload, meta in pairs if payload is None and meta is None]
+                still = await self._client.zmscore(index, cast(list[str], gone)) if gone else []
+                if any(score is not None for score in still):
+                    raise CheckpointCorrupted(f"thread {thread!r}: indexed steps lack data")
                 size = sum(len(v) for v in values[::2] if v is not None)
                 chunk = max(1, min(_BATCH, _HISTORY_BYTES * len(part) // max(size, 1)))
-                for cp in self._decode(thread, part, values, indexed=False):
-                    yield cp
+                for member, payload, meta in pairs:
+                    if payload is not None or meta is not None:
+                        yield _row(thread, member, payload, meta)
             if len(steps) < _BATCH:
                 return
             start = b"(" + steps[-1]
 
-    async def _summaries(self, names: list[bytes]) -> list[ThreadInfo | None]:
-        """Summaries of ``names`` in one round trip; None where the thread
-        expired or was deleted since the index was read."""
-        try:
-            threads = [name.decode() for name in names]
-        except UnicodeDecodeError as exc:
-            raise CheckpointCorrupted("the thread index holds an id that is not UTF-8") from exc
-        async with self._client.pipeline(transaction=False) as pipe:
-            for thread in threads:
-                pipe.get(self._thread_keys(thread)[2])
-            with _driver_errors("list"):
-                raws = await pipe.execute()
-        infos: list[ThreadInfo | None] = []
-        for thread, raw in zip(threads, raws, strict=True):
-            try:
-                infos.append(None if raw is None else ThreadInfo(thread, **orjson.loads(raw)))
-            except (TypeError, ValueError) as exc:
-                raise CheckpointCorrupted(f"summary of thread {thread!r} is damaged") from exc
-        return infos
-
-    async def _collect(
-        self, start: bytes, offset: int, limit: int
-    ) -> tuple[list[ThreadInfo], bool]:
-        """Up to ``limit`` live threads from ``start``, and whether more follow.
-
-        Index entries whose summary is gone are skipped and the scan goes on,
-        so a page stays full while expired threads await their sweep."""
+    async def _scan(
+        self, target: bytes, bounds: tuple[bytes, bytes, int], limit: int
+    ) -> list[ThreadInfo]:
+        """Up to ``limit`` unexpired threads of one namespace index, from one
+        script per ``limit`` members read: an expired member not yet swept
+        is skipped and the scan goes on, so a page stays full."""
+        await self._setup()
+        start, stop, skip = bounds
         infos: list[ThreadInfo] = []
         while True:
-            want = limit - len(infos) + 1
-            args = (start, offset, want)
-            names = await self._call(self._list_script, self._ns_keys, args, "list")
-            for info in await self._summaries(names):
-                if info is None:
-                    continue
-                if len(infos) == limit:
-                    return infos, True
-                infos.append(info)
-            if len(names) < want:
-                return infos, False
-            start, offset = b"(" + names[-1], 0
+            args = (start, stop, limit - len(infos), skip)
+            last, *found = await self._page(keys=[*self._ns[:5], target], args=args)
+            infos += [_info(n, s) for n, s in zip(found[::2], found[1::2], strict=True)]
+            if not last or len(infos) == limit:
+                return infos
+            start = b"(" + last
 
-    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
-        check_page_args(limit, offset)
-        infos, _ = await self._collect(b"-", offset, limit)
-        return infos
+    async def _read_threads(
+        self, after: str, limit: int, status: ThreadStatus | None
+    ) -> list[ThreadInfo]:
+        target = self._ns[0] if status is None else self._ns[3]
+        return await self._scan(target, listing_range(status, after), limit)
 
-    async def list_threads_page(self, *, limit: int = 100, cursor: str | None = None) -> ThreadPage:
-        check_page_args(limit)
-        start = b"-"
-        if cursor is not None:
-            start = b"(" + decode_cursor(_BACKEND, self._namespace, cursor).encode()
-        infos, more = await self._collect(start, 0, limit)
-        next_cursor = encode_cursor(_BACKEND, self._namespace, infos[-1].thread) if more else None
-        return ThreadPage(infos, next_cursor)
+    async def _read_due(
+        self, now_us: int, after: tuple[int, str] | None, limit: int
+    ) -> list[ThreadInfo]:
+        return await self._scan(self._ns[4], due_range(now_us, after), limit)
 
-    async def delete_thread(self, thread: str) -> None:
-        thread = validate_thread(thread)
-        keys = [*self._thread_keys(thread), *self._ns_keys]
-        await self._call(self._delete_script, keys, (utf8(thread),), "delete_thread")
-
-    async def prune(
-        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
+    async def _delete_steps(
+        self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
-        check_prune_bounds(before_step, older_than)
-        cutoff = (
-            b""
-            if older_than is None
-            else sortable_instant(parse_instant(older_than, what="older_than"))
-        )
-        thread = validate_thread(thread)
-        keys = [*self._thread_keys(thread), *self._ns_keys]
+        await self._setup()
+        keys, name = self._thread(thread), utf8(thread)
+        if before_step is None and cutoff_us is None:
+            return int(await self._delete(keys=keys, args=(name,)))
         before = b"+" if before_step is None else b"(" + step_member(before_step)
-        removed, resume = 0, b"-"
+        cutoff = b"" if cutoff_us is None else instant_bound(cutoff_us)
+        removed, resume, hint = 0, b"-", (b"", b"", b"")
         while resume:
-            args = (before, cutoff, utf8(thread), _PRUNE_BATCH, resume)
-            count, resume = await self._call(self._prune_script, keys, args, "prune")
-            removed += int(count)
+            args = (before, cutoff, name, _PRUNE_BATCH, resume, *hint)
+            reply = await self._prune(keys=keys, args=args)
+            if reply[0] == -1:  # the new latest step has a layout-1 summary
+                hint = (reply[1], reply[2], upgrade_summary(reply[2].split(b":", 3)[3]))
+                continue
+            removed += int(reply[0])
+            resume = reply[1]
         return removed
+
+    async def _cursor_secret(self) -> bytes:
+        mine = os.urandom(SECRET_BYTES)
+        stored = await self._client.set(secret_key(self._prefix), mine, nx=True, get=True)
+        if stored is None:
+            return mine
+        if not isinstance(stored, bytes) or len(stored) != SECRET_BYTES:
+            raise CheckpointCorrupted(f"the cursor secret of prefix {self._prefix!r} is damaged")
+        return stored
+
+    async def _close_store(self) -> None:
+        if self._owned:
+            await self._client.aclose()
+
+    def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
+        if not isinstance(exc, RedisError):
+            return None
+        text = str(exc).split(" script: ", 1)[0]
+        message = f"redis {operation} on {self._where} failed: {text}"
+        if _refused_access(exc):
+            return CheckpointError(message)
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError | ReadOnlyError):
+            return StoreUnavailable(message)
+        if isinstance(exc, ResponseError):
+            if text.startswith(("AGENTFLOW_CORRUPT", "WRONGTYPE")):
+                return CheckpointCorrupted(f"redis {operation}: stored data is damaged: {text}")
+            if text.startswith(_TRANSIENT):
+                return StoreUnavailable(message)
+        return CheckpointError(message)
+
+
+def from_url(url: str, *, namespace: str | None = None) -> RedisCheckpointer:
+    """``redis://`` or ``rediss://`` URL (redis-py's query options apply)."""
+    return RedisCheckpointer(url, namespace=namespace)

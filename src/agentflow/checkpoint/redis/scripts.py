@@ -1,18 +1,29 @@
-"""The Lua scripts of :mod:`agentflow.checkpoint.redis` and the key layout they work on.
+"""The Lua scripts of the Redis checkpointer and the key layout they work on.
 
 For prefix ``P``, namespace ``N`` and thread ``T`` (``b64`` is unpadded
 base64url of the UTF-8 bytes; ``docs/redis.md`` gives the reasons)::
 
-    P:{t.b64(N).b64(T)}:s   ZSET  step index, score 0, member = 20-digit step
-    P:{t.b64(N).b64(T)}:d   HASH  step -> payload bytes,
-                                  step + "m" -> "revision:write-id:instant:summary"
-    P:{t.b64(N).b64(T)}:h   STR   summary of the latest step (JSON)
-    P:{n.b64(N)}:idx        ZSET  thread ids of N, score 0 (listing by BYLEX)
-    P:{n.b64(N)}:exp        ZSET  thread id -> expiry deadline (ms), with ttl
+    P:{t.b64(N).b64(T)}:s   ZSET    step index, score 0, member = 20-digit step
+    P:{t.b64(N).b64(T)}:d   HASH    step -> payload bytes,
+                                    step + "m" -> "revision:write-id:instant:summary"
+    P:{n.b64(N)}:idx        ZSET    thread ids of N, score 0 (listing by BYLEX)
+    P:{n.b64(N)}:exp        ZSET    thread id -> expiry deadline (ms), with ttl
+    P:{n.b64(N)}:sum        HASH    thread id -> summary of its latest step
+    P:{n.b64(N)}:st         ZSET    status letter + thread id, score 0
+    P:{n.b64(N)}:due        ZSET    wake instant + thread id of waiting threads
+    P:{n.b64(N)}:v          STR     layout version of the namespace
+    P:secret                STR     the cursor secret of the prefix
 
-Caller data never shapes a key: ids are base64url-encoded, whose alphabet has
-no ``:``, ``{``, ``}`` or glob characters, and a prefix may not contain a
-brace, so the first ``{`` of a key always opens our hash tag.
+A summary is a status letter (``r``, ``i``, ``w``, ``d``), the wake instant
+(18 digits, zeros unless waiting) and the :class:`ThreadInfo` fields as JSON,
+so the scripts keep the status and due indexes without parsing JSON.
+Instants are 18 digits of microseconds since year 1, so they compare as
+strings. Caller data never shapes a key: ids are base64url-encoded, whose
+alphabet has no ``:``, ``{``, ``}`` or glob characters, and a prefix may not
+contain a brace, so the first ``{`` of a key always opens our hash tag.
+
+Every script reads (and so type-checks) each key it will write before its
+first write: Redis does not undo the writes of a script that fails half way.
 """
 
 from __future__ import annotations
@@ -20,51 +31,111 @@ from __future__ import annotations
 import base64
 from typing import Final
 
+from agentflow.checkpoint.base import ThreadStatus
 from agentflow.errors import InvalidArgument
 
 __all__ = [
+    "LAYOUT_VERSION",
     "LUA_DELETE",
     "LUA_LATEST",
-    "LUA_LIST",
+    "LUA_PAGE",
     "LUA_PRUNE",
     "LUA_PUT",
+    "LUA_SHARED",
     "check_prefix",
+    "due_range",
+    "instant_bound",
+    "listing_range",
     "namespace_keys",
+    "secret_key",
     "sortable_instant",
     "step_member",
+    "summary",
+    "thread_base",
     "thread_keys",
     "utf8",
 ]
 
+#: The layout this code writes; ``P:{n...}:v`` holds it once a namespace is on it.
+LAYOUT_VERSION: Final = b"2"
 #: Shifts epoch microseconds of year 1 to 0, so every instant is 18 sortable digits.
 _EPOCH_SHIFT_US: Final = 62_135_596_800_000_000
+_NO_WAKE: Final = b"0" * 18
+_LETTERS: Final[dict[ThreadStatus, bytes]] = {
+    "running": b"r",
+    "interrupted": b"i",
+    "waiting": b"w",
+    "done": b"d",
+}
 
-# Shared by a put with ttl and by listing: drop index entries of threads whose
-# keys expired (their deadline in ``exp`` is past; see docs/redis.md, TTL).
-_LUA_SWEEP = """
+# The namespace indexes, shared by every script that changes a thread's latest
+# step. Each script first binds IDX, EXP, SUM, ST and DUE to its KEYS.
+LUA_SHARED = """
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function sweep(idx, exp, now, count)
-  local gone = redis.call('ZRANGE', exp, '-inf', string.format('(%d', now),
-    'BYSCORE', 'LIMIT', 0, count)
-  if #gone > 0 then
-    redis.call('ZREM', idx, unpack(gone))
-    redis.call('ZREM', exp, unpack(gone))
+local function expect(kind, keys)
+  for _, key in ipairs(keys) do
+    local found = redis.call('TYPE', key)['ok']
+    if found ~= kind and found ~= 'none' then
+      error({err = 'AGENTFLOW_CORRUPT a ' .. kind .. ' key holds a ' .. found})
+    end
   end
+end
+local function unindex(thread, summary)
+  local letter = string.sub(summary, 1, 1)
+  redis.call('ZREM', ST, letter .. thread)
+  if letter == 'w' then redis.call('ZREM', DUE, string.sub(summary, 2, 19) .. thread) end
+end
+local function index(thread, summary)
+  local letter = string.sub(summary, 1, 1)
+  redis.call('ZADD', ST, 0, letter .. thread)
+  if letter == 'w' then redis.call('ZADD', DUE, 0, string.sub(summary, 2, 19) .. thread) end
+end
+-- The thread's summary goes from `before` to `after` (false: not listed / gone).
+local function resummarize(thread, before, after)
+  if after then redis.call('HSET', SUM, thread, after) end
+  if before and after and string.sub(before, 1, 19) == string.sub(after, 1, 19) then return end
+  if before then unindex(thread, before) end
+  if after then
+    index(thread, after)
+    if not before then redis.call('ZADD', IDX, 0, thread) end
+  else
+    redis.call('HDEL', SUM, thread)
+    redis.call('ZREM', IDX, thread)
+    redis.call('ZREM', EXP, thread)
+  end
+end
+-- Forget threads whose keys expired: their deadline in EXP is past.
+local function sweep(now, count)
+  local gone = redis.call('ZRANGE', EXP, '-inf', string.format('(%d', now),
+    'BYSCORE', 'LIMIT', 0, count)
+  if #gone == 0 then return end
+  for i, summary in ipairs(redis.call('HMGET', SUM, unpack(gone))) do
+    if summary then unindex(gone[i], summary) end
+  end
+  redis.call('HDEL', SUM, unpack(gone))
+  redis.call('ZREM', IDX, unpack(gone))
+  redis.call('ZREM', EXP, unpack(gone))
 end
 """
 
-# KEYS s d h idx exp; ARGV step, payload, metadata tail ("write-id:instant:
-# summary", fixed widths before the summary), expected revision or '', ttl ms
-# or '', thread. Returns {1, revision} or {0, actual revision}.
+_THREAD_SCRIPT = """#!lua
+local S, D = KEYS[1], KEYS[2]
+local IDX, EXP, SUM, ST, DUE = KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+"""
+
+# KEYS s d idx exp sum st due; ARGV step, payload, metadata tail ("write-id:
+# instant:summary", fixed widths before the summary), expected revision or '',
+# ttl ms or '', thread. Returns {1, revision} or {0, actual revision}.
 LUA_PUT = (
-    "#!lua\n"
-    + _LUA_SWEEP
+    _THREAD_SCRIPT
+    + LUA_SHARED
     + """
-local meta = ARGV[1] .. 'm'
-local old = redis.call('HGET', KEYS[2], meta)
+local step, thread, ttl = ARGV[1], ARGV[6], ARGV[5]
+local meta = step .. 'm'
+local old = redis.call('HGET', D, meta)
 local rev = 0
 if old then
   local r, wid = string.match(old, '^(%d+):(%x+):')
@@ -73,23 +144,34 @@ if old then
   if wid == string.sub(ARGV[3], 1, 32) then return {1, rev} end
 end
 if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= rev then return {0, rev} end
-rev = rev + 1
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2], meta, string.format('%d:', rev) .. ARGV[3])
-if not old then redis.call('ZADD', KEYS[1], 0, ARGV[1]) end
-if redis.call('ZRANGE', KEYS[1], -1, -1)[1] == ARGV[1] then
-  if not redis.call('SET', KEYS[3], string.sub(ARGV[3], 53), 'GET') then
-    redis.call('ZADD', KEYS[4], 0, ARGV[6])
+local top = redis.call('ZRANGE', S, -1, -1)[1]
+local latest = not top or step >= top
+local summary = string.sub(ARGV[3], 53)
+local before = false
+if latest then
+  before = redis.call('HGET', SUM, thread)
+  if not before or string.sub(before, 1, 19) ~= string.sub(summary, 1, 19) then
+    expect('zset', {IDX, ST, DUE})
   end
 end
-if ARGV[5] ~= '' then
+if ttl ~= '' or not top then expect('zset', {EXP}) end
+rev = rev + 1
+redis.call('HSET', D, step, ARGV[2], meta, string.format('%d:', rev) .. ARGV[3])
+if not old then redis.call('ZADD', S, 0, step) end
+if latest then resummarize(thread, before, summary) end
+if ttl ~= '' then
   local now = now_ms()
-  local deadline = string.format('%d', now + tonumber(ARGV[5]))
-  for i = 1, 3 do redis.call('PEXPIREAT', KEYS[i], deadline) end
-  redis.call('ZADD', KEYS[5], deadline, ARGV[6])
-  sweep(KEYS[4], KEYS[5], now, 16)
-elseif redis.call('PTTL', KEYS[1]) >= 0 then
-  for i = 1, 3 do redis.call('PERSIST', KEYS[i]) end
-  redis.call('ZREM', KEYS[5], ARGV[6])
+  local deadline = string.format('%d', now + tonumber(ttl))
+  redis.call('PEXPIREAT', S, deadline)
+  redis.call('PEXPIREAT', D, deadline)
+  redis.call('ZADD', EXP, deadline, thread)
+  sweep(now, 16)
+elseif not top then
+  redis.call('ZREM', EXP, thread)
+elseif redis.call('PTTL', S) >= 0 then
+  redis.call('PERSIST', S)
+  redis.call('PERSIST', D)
+  redis.call('ZREM', EXP, thread)
 end
 return {1, rev}
 """
@@ -102,17 +184,32 @@ if #latest == 0 then return {} end
 return {latest, redis.call('HMGET', KEYS[2], latest[1], latest[1] .. 'm')}
 """
 
-# KEYS s d h idx exp; ARGV thread.
-LUA_DELETE = """#!lua
-redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZREM', KEYS[5], ARGV[1])
+# KEYS s d idx exp sum st due; ARGV thread. Returns the number of steps deleted.
+LUA_DELETE = (
+    _THREAD_SCRIPT
+    + LUA_SHARED
+    + """
+expect('zset', {S, IDX, EXP, ST, DUE})
+expect('hash', {D, SUM})
+local steps = redis.call('ZCARD', S)
+local before = redis.call('HGET', SUM, ARGV[1])
+redis.call('UNLINK', S, D)
+resummarize(ARGV[1], before, false)
+return steps
 """
+)
 
-# KEYS s d h idx exp; ARGV exclusive upper step bound or '+', cutoff instant
-# or '', thread, batch, scan start. Scans one batch of the step index and
-# removes the steps older than the cutoff. Returns {removed, next start or ''}.
-LUA_PRUNE = """#!lua
+# KEYS s d idx exp sum st due; ARGV exclusive upper step bound or '+', cutoff
+# instant or '', thread, batch, scan start, and the summary the client worked
+# out for a step stored without one (step, its metadata, summary; or '').
+# Scans one batch of the step index and removes the steps older than the
+# cutoff. Returns {removed, next scan start or ''}, or {-1, step, metadata}
+# when the step that becomes the latest needs the client to work out its
+# summary (it was written by layout 1); then nothing was changed.
+LUA_PRUNE = (
+    _THREAD_SCRIPT
+    + LUA_SHARED
+    + """
 local function fields(steps, with_payload)
   local out = {}
   for _, step in ipairs(steps) do
@@ -122,76 +219,164 @@ local function fields(steps, with_payload)
   return out
 end
 local function parse(meta)
-  local instant, summary = string.match(meta or '', '^%d+:%x+:(%d+):(.*)$')
+  local instant, summary = string.match(meta or '', '^%d+:%x+:(%d+):(.+)$')
   if not instant then error({err = 'AGENTFLOW_CORRUPT step metadata'}) end
   return instant, summary
 end
+expect('zset', {S, IDX, EXP, ST, DUE})
+expect('hash', {D, SUM})
 local batch = tonumber(ARGV[4])
-local scanned = redis.call('ZRANGE', KEYS[1], ARGV[5], ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
+local scanned = redis.call('ZRANGE', S, ARGV[5], ARGV[1], 'BYLEX', 'LIMIT', 0, batch)
 local resume = ''
 if #scanned == batch then resume = '(' .. scanned[#scanned] end
 local steps = scanned
 if ARGV[2] ~= '' and #scanned > 0 then
   steps = {}
-  for i, meta in ipairs(redis.call('HMGET', KEYS[2], unpack(fields(scanned, false)))) do
+  for i, meta in ipairs(redis.call('HMGET', D, unpack(fields(scanned, false)))) do
     if parse(meta) < ARGV[2] then steps[#steps + 1] = scanned[i] end
   end
 end
 if #steps == 0 then return {0, resume} end
-redis.call('ZREM', KEYS[1], unpack(steps))
-redis.call('HDEL', KEYS[2], unpack(fields(steps, true)))
-if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
-  redis.call('ZREM', KEYS[5], ARGV[3])
-  return {#steps, ''}
+local doomed = {}
+for _, step in ipairs(steps) do doomed[step] = true end
+local top = redis.call('ZRANGE', S, '+', '-', 'BYLEX', 'REV', 'LIMIT', 0, #steps + 1)
+local survivor = false
+for _, step in ipairs(top) do
+  if not doomed[step] then survivor = step break end
 end
-local latest = redis.call('ZRANGE', KEYS[1], -1, -1)[1]
-local _, summary = parse(redis.call('HGET', KEYS[2], latest .. 'm'))
-redis.call('SET', KEYS[3], summary, 'KEEPTTL')
+local moved = doomed[top[1]]
+local after = false
+if moved and survivor then
+  local meta = redis.call('HGET', D, survivor .. 'm')
+  local _, summary = parse(meta)
+  after = summary
+  if string.sub(summary, 1, 1) == '{' then
+    if ARGV[6] ~= survivor or ARGV[7] ~= meta then return {-1, survivor, meta} end
+    after = ARGV[8]
+  elseif not string.match(summary, '^[riwd]' .. string.rep('%d', 18)) then
+    error({err = 'AGENTFLOW_CORRUPT step summary'})
+  end
+end
+local before = moved and redis.call('HGET', SUM, ARGV[3])
+redis.call('ZREM', S, unpack(steps))
+redis.call('HDEL', D, unpack(fields(steps, true)))
+if not moved then return {#steps, resume} end
+if not survivor then
+  redis.call('UNLINK', S, D)
+  resume = ''
+end
+resummarize(ARGV[3], before, after)
 return {#steps, resume}
 """
+)
 
-# KEYS idx exp; ARGV lex start, offset, count. Sweeps, then lists thread ids.
-LUA_LIST = (
-    "#!lua\n"
-    + _LUA_SWEEP
+# KEYS idx exp sum st due, and the index to read (idx, st or due); ARGV lex
+# start, lex stop, count, bytes of each member before the thread id. Sweeps,
+# then reads up to count members. Returns {last member read if count were
+# read, else ''; then thread id, summary (false if missing) of each
+# unexpired thread read}.
+LUA_PAGE = (
+    """#!lua
+local IDX, EXP, SUM, ST, DUE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+"""
+    + LUA_SHARED
     + """
-sweep(KEYS[1], KEYS[2], now_ms(), 256)
-return redis.call('ZRANGE', KEYS[1], ARGV[1], '+', 'BYLEX', 'LIMIT', ARGV[2], ARGV[3])
+local now = now_ms()
+sweep(now, 256)
+local count = tonumber(ARGV[3])
+local members = redis.call('ZRANGE', KEYS[6], ARGV[1], ARGV[2], 'BYLEX', 'LIMIT', 0, count)
+if #members == 0 then return {''} end
+local threads = {}
+for i, member in ipairs(members) do threads[i] = string.sub(member, ARGV[4] + 1) end
+local summaries = redis.call('HMGET', SUM, unpack(threads))
+local deadlines = redis.call('ZMSCORE', EXP, unpack(threads))
+local out = {''}
+if #members == count then out[1] = members[#members] end
+for i, thread in ipairs(threads) do
+  if not deadlines[i] or tonumber(deadlines[i]) >= now then
+    out[#out + 1] = thread
+    out[#out + 1] = summaries[i]
+  end
+end
+return out
 """
 )
 
 
 def utf8(text: str) -> bytes:
     """UTF-8 of an id; bytewise order of UTF-8 is code point order, which is
-    why the namespace index stores thread ids this way."""
-    return text.encode()  # ids passed codec validation: never a lone surrogate
+    why the namespace indexes store thread ids this way."""
+    return text.encode()  # ids passed validation: never a lone surrogate
 
 
-def _b64(text: str) -> bytes:
-    return base64.urlsafe_b64encode(utf8(text)).rstrip(b"=")
+def _b64(raw: bytes) -> bytes:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=")
+
+
+def thread_base(prefix: str, namespace: str, thread: bytes) -> bytes:
+    """What every key of one thread starts with: its hash tag, so a script
+    over them touches one slot."""
+    return b"%s:{t.%s.%s}:" % (prefix.encode(), _b64(utf8(namespace)), _b64(thread))
 
 
 def thread_keys(prefix: str, namespace: str, thread: str) -> list[bytes]:
-    """The three keys of one thread (step index, data, summary), all under
-    one hash tag so a script over them touches one slot."""
-    base = b"%s:{t.%s.%s}:" % (prefix.encode(), _b64(namespace), _b64(thread))
-    return [base + kind for kind in (b"s", b"d", b"h")]
+    """The two keys of one thread: step index and data."""
+    base = thread_base(prefix, namespace, utf8(thread))
+    return [base + b"s", base + b"d"]
 
 
 def namespace_keys(prefix: str, namespace: str) -> list[bytes]:
-    """The namespace's thread index and its expiry deadlines."""
-    base = b"%s:{n.%s}:" % (prefix.encode(), _b64(namespace))
-    return [base + b"idx", base + b"exp"]
+    """The namespace's thread index, expiry deadlines, summaries, status and
+    due indexes, and layout version, in that order."""
+    base = b"%s:{n.%s}:" % (prefix.encode(), _b64(utf8(namespace)))
+    return [base + kind for kind in (b"idx", b"exp", b"sum", b"st", b"due", b"v")]
+
+
+def secret_key(prefix: str) -> bytes:
+    """The key of the prefix's cursor secret; braceless, so no id key's twin."""
+    return b"%s:secret" % prefix.encode()
 
 
 def step_member(step: int) -> bytes:
     return b"%020d" % step
 
 
-def sortable_instant(ts_us: int) -> bytes:
-    return b"%018d" % (ts_us + _EPOCH_SHIFT_US)
+def sortable_instant(us: int) -> bytes:
+    """An instant a record stores (never before 1970: the base refuses those),
+    as 18 digits that compare as the instants do."""
+    if us < 0:
+        raise InvalidArgument(f"instant {us} µs is before 1970-01-01T00:00:00Z")
+    return b"%018d" % (us + _EPOCH_SHIFT_US)
+
+
+def instant_bound(us: int) -> bytes:
+    """An instant a query compares against, as :func:`sortable_instant` would
+    store it, clamped to the range a stored instant can have."""
+    return b"%018d" % min(max(us + _EPOCH_SHIFT_US, 0), 10**18 - 1)
+
+
+def summary(status: ThreadStatus, wake_us: int | None, info: bytes) -> bytes:
+    """The stored summary of a thread: its status letter, wake instant and
+    ``info``, the JSON of its :class:`ThreadInfo` fields."""
+    wake = sortable_instant(wake_us) if status == "waiting" and wake_us is not None else _NO_WAKE
+    return _LETTERS[status] + wake + info
+
+
+def listing_range(status: ThreadStatus | None, after: str) -> tuple[bytes, bytes, int]:
+    """``ZRANGE BYLEX`` bounds of the threads after ``after`` (of ``status``
+    when given: its index then) and the bytes each member has before the id."""
+    if status is None:
+        return (b"(" + utf8(after) if after else b"-"), b"+", 0
+    letter = _LETTERS[status]
+    start = b"(" + letter + utf8(after) if after else b"[" + letter
+    return start, b"(" + bytes([letter[0] + 1]), 1
+
+
+def due_range(now_us: int, after: tuple[int, str] | None) -> tuple[bytes, bytes, int]:
+    """``ZRANGE BYLEX`` bounds of the due index: waits up to ``now_us``
+    after ``after`` (wake instant, thread), and the bytes before each id."""
+    start = b"-" if after is None else b"(" + instant_bound(after[0]) + utf8(after[1])
+    return start, b"(" + instant_bound(now_us + 1), 18
 
 
 def check_prefix(prefix: object) -> str:

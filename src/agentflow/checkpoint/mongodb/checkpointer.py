@@ -37,7 +37,7 @@ from agentflow.checkpoint.codec import (
     validate_thread,
 )
 from agentflow.checkpoint.cursor import decode_cursor, encode_cursor
-from agentflow.checkpoint.mongodb_documents import (
+from agentflow.checkpoint.mongodb.documents import (
     PAYLOAD,
     REGISTRY_INDEX,
     STATUS,

@@ -1,0 +1,5 @@
+"""The MongoDB backend: checkpoints and thread summaries in one collection (docs/mongodb.md)."""
+
+from agentflow.checkpoint.mongodb.checkpointer import MongoCheckpointer
+
+__all__ = ["MongoCheckpointer"]

@@ -1,0 +1,6 @@
+"""The PostgreSQL backend (asyncpg): tables, setup and migrations, kept connections."""
+
+from agentflow.checkpoint.postgres.checkpointer import DEFAULT_DSN, PostgresCheckpointer, from_url
+from agentflow.checkpoint.postgres.schema import SCHEMA_VERSION
+
+__all__ = ["DEFAULT_DSN", "SCHEMA_VERSION", "PostgresCheckpointer", "from_url"]
