@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -105,7 +106,7 @@ def counter_graph(saver: AgentflowSaver, nodes: int = 4) -> Any:
     for name in names:
         builder.add_node(name, lambda s, name=name: {"n": s.get("n", 0) + 1, "path": [name]})
     builder.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         builder.add_edge(a, b)
     builder.add_edge(names[-1], END)
     return builder.compile(checkpointer=saver)

@@ -74,7 +74,10 @@ async def test_time_travel_replays_from_an_earlier_checkpoint(harness: BackendHa
         assert after_two.next == ("n2",)
         replayed = await graph.ainvoke(None, after_two.config)
         assert replayed["n"] == 4 and replayed["path"] == ["n0", "n1", "n2", "n3"]
-        newest = [(s.metadata["source"], s.values.get("n")) async for s in graph.aget_state_history(config)]
+        newest = [
+            (s.metadata["source"], s.values.get("n"))
+            async for s in graph.aget_state_history(config)
+        ]
         # As LangGraph's own savers store it: a fork of the checkpoint, then the re-run steps.
         assert newest[:3] == [("loop", 4), ("loop", 3), ("fork", 2)]
         assert len(newest) == len(history) + 3
@@ -90,8 +93,9 @@ async def test_fork_from_an_earlier_checkpoint(harness: BackendHarness) -> None:
         forked = await graph.aupdate_state(after_one.config, {"n": 100})
         fork_state = await graph.aget_state(forked)
         assert fork_state.values["n"] == 100
-        assert fork_state.parent_config["configurable"]["checkpoint_id"] == (
-            after_one.config["configurable"]["checkpoint_id"]
+        assert (
+            fork_state.parent_config["configurable"]["checkpoint_id"]
+            == (after_one.config["configurable"]["checkpoint_id"])
         )
         result = await graph.ainvoke(None, forked)
         assert result["n"] == 103 and result["path"] == ["n0", "n1", "n2", "n3"]

@@ -23,7 +23,9 @@ async def delta_channel_history(
 ) -> Mapping[str, DeltaChannelHistory]:
     if not channels:
         return {}
-    target = await (store.latest(thread) if checkpoint_id is None else store.by_id(thread, checkpoint_id))
+    target = await (
+        store.latest(thread) if checkpoint_id is None else store.by_id(thread, checkpoint_id)
+    )
     collected: dict[str, list[PendingWrite]] = {ch: [] for ch in channels}
     seeds: dict[str, Any] = {}
     remaining = set(channels)

@@ -45,7 +45,9 @@ async def copy_thread(store: RecordStore, source: str, target: str) -> None:
                 parent = f"{thread}:{checkpoint_step(rec.fields['parent_id'])}"
             extra = {**rec.source.extra, KEY: fields}
             await store.checkpointer.put(
-                dataclasses.replace(rec.source, thread=thread, parent=parent, extra=extra, revision=0)
+                dataclasses.replace(
+                    rec.source, thread=thread, parent=parent, extra=extra, revision=0
+                )
             )
         store.forget_writes(thread)
 

@@ -14,7 +14,9 @@ from agentflow.integrations.langgraph.saver import AgentflowSaver
 __all__ = ["copy_checkpoints"]
 
 
-async def _listed(saver: BaseCheckpointSaver[Any], config: RunnableConfig | None) -> AsyncIterator[CheckpointTuple]:
+async def _listed(
+    saver: BaseCheckpointSaver[Any], config: RunnableConfig | None
+) -> AsyncIterator[CheckpointTuple]:
     try:
         async for tup in saver.alist(config):
             yield tup
@@ -50,7 +52,7 @@ async def copy_checkpoints(
     copied = 0
     for config in configs:
         async for tup in _listed(source, config):
-            configurable = tup.config["configurable"]
+            configurable = tup.config.get("configurable") or {}
             thread_id = configurable["thread_id"]
             checkpoint_ns = configurable.get("checkpoint_ns", "")
             parent_id = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")

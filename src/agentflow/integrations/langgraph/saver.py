@@ -69,7 +69,7 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
         serde: Serde | None = None,
         verify_writes: bool = True,
     ) -> None:
-        super().__init__(serde=serde or StrictSerializer(allowed=allowed))  # type: ignore[arg-type]
+        super().__init__(serde=serde or StrictSerializer(allowed=allowed))
         self.checkpointer = with_defaults(checkpointer)
         self._verify = verify_writes
         self._store = RecordStore(self.checkpointer, self._codec())
@@ -113,11 +113,11 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
         await self._store.register(thread_id, ns)
         cp = self._store.codec.checkpoint_record(
             thread,
-            thread_id,
-            ns,
-            checkpoint,
-            get_serializable_checkpoint_metadata(config, metadata),
-            parent_id,
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint=checkpoint,
+            metadata=get_serializable_checkpoint_metadata(config, metadata),
+            parent_id=parent_id,
         )
         await self._store.put_checkpoint(cp, checkpoint["id"])
         return {
@@ -167,7 +167,9 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
         """Newest first within each (thread, namespace); with no thread in
         ``config``, every LangGraph thread of the namespace, thread by thread."""
         bound = None
-        if before is not None and (before_id := (before.get("configurable") or {}).get("checkpoint_id")):
+        if before is not None and (
+            before_id := (before.get("configurable") or {}).get("checkpoint_id")
+        ):
             bound = checkpoint_step(before_id)
         only_id = None
         if config is None:
@@ -191,7 +193,9 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
                     left -= 1
                 yield self._store.codec.to_tuple(cp, writes)
 
-    async def _pairs_of(self, threads: AsyncIterator[str], *, merge: bool) -> AsyncIterator[list[Pair]]:
+    async def _pairs_of(
+        self, threads: AsyncIterator[str], *, merge: bool
+    ) -> AsyncIterator[list[Pair]]:
         """Newest-first pairs per thread, or of all ``threads`` merged by id."""
         if not merge:
             async for thread in threads:

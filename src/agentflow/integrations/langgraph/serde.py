@@ -54,7 +54,11 @@ DEFAULT_ALLOWED: Final[frozenset[tuple[str, str]]] = frozenset(
             for v in (4, 6)
             for kind in ("Address", "Interface", "Network")
         ),
-        *((module, name) for module in ("pathlib", "pathlib._local") for name in ("Path", "PosixPath", "WindowsPath")),
+        *(
+            (module, name)
+            for module in ("pathlib", "pathlib._local")
+            for name in ("Path", "PosixPath", "WindowsPath")
+        ),
         ("zoneinfo", "ZoneInfo"),
         *(
             (f"langchain_core.messages.{module}", f"{name}{chunk}")
@@ -137,23 +141,41 @@ class StrictSerializer:
         if kind == "bytearray":
             return bytearray(blob)
         if kind == "msgpack":
-            try:
-                return ormsgpack.unpackb(blob, ext_hook=self._ext_hook, option=_UNPACK_OPTIONS)
-            except CheckpointCorrupted:
-                raise
-            except (ValueError, TypeError, ormsgpack.MsgpackDecodeError) as exc:
-                raise CheckpointCorrupted(f"a stored LangGraph value does not decode: {exc}") from exc
+            return _Decoder(self._allowed).decode(blob)
         if kind == "json":
             return _plain_json(blob)
         raise CheckpointCorrupted(f"stored LangGraph value of type {kind!r} is refused")
 
-    # -- decoding -----------------------------------------------------------
+
+class _Decoder:
+    """One decode: ormsgpack drops an ext hook's exception, so the hook keeps it."""
+
+    __slots__ = ("allowed", "failure")
+
+    def __init__(self, allowed: frozenset[tuple[str, str]]) -> None:
+        self.allowed = allowed
+        self.failure: CheckpointCorrupted | None = None
+
+    def decode(self, blob: bytes) -> Any:
+        try:
+            return self._unpack(blob)
+        except (ValueError, TypeError, ormsgpack.MsgpackDecodeError) as exc:
+            if self.failure is not None:
+                raise self.failure from None
+            raise CheckpointCorrupted(f"a stored LangGraph value does not decode: {exc}") from exc
 
     def _unpack(self, blob: bytes) -> Any:
         return ormsgpack.unpackb(blob, ext_hook=self._ext_hook, option=_UNPACK_OPTIONS)
 
+    def _ext_hook(self, code: int, data: bytes) -> Any:
+        try:
+            return self._extension(code, data)
+        except CheckpointCorrupted as exc:
+            self.failure = self.failure or exc
+            raise
+
     def _class(self, module: object, name: object) -> Any:
-        if (module, name) not in self._allowed:
+        if (module, name) not in self.allowed:
             raise CheckpointCorrupted(
                 f"stored type {module}.{name} is not on the allowlist; if it is yours, "
                 f"pass allowed=[({module!r}, {name!r})] to AgentflowSaver"
@@ -164,7 +186,7 @@ class StrictSerializer:
         except (ImportError, AttributeError) as exc:
             raise CheckpointCorrupted(f"stored type {module}.{name} cannot be found") from exc
 
-    def _ext_hook(self, code: int, data: bytes) -> Any:
+    def _extension(self, code: int, data: bytes) -> Any:
         if code == _EXT_DELTA:
             return _DeltaSnapshot(self._unpack(data))
         if code == _EXT_NUMPY:
@@ -192,7 +214,9 @@ def _build(factory: Callable[..., Any], *args: Any) -> Any:
     try:
         return factory(*args)
     except (TypeError, ValueError, KeyError) as exc:
-        raise CheckpointCorrupted(f"a stored {getattr(factory, '__name__', factory)} does not rebuild") from exc
+        raise CheckpointCorrupted(
+            f"a stored {getattr(factory, '__name__', factory)} does not rebuild"
+        ) from exc
 
 
 def _model(cls: Any, code: int, kwargs: dict[str, Any]) -> Any:
@@ -201,7 +225,9 @@ def _model(cls: Any, code: int, kwargs: dict[str, Any]) -> Any:
     except (TypeError, ValueError) as exc:
         # A model stored from ``model_construct`` need not validate; the class
         # is allowlisted, so building it unvalidated is what LangGraph does too.
-        construct = getattr(cls, "model_construct" if code == _EXT_PYDANTIC_V2 else "construct", None)
+        construct = getattr(
+            cls, "model_construct" if code == _EXT_PYDANTIC_V2 else "construct", None
+        )
         if code == _EXT_KW_ARGS or construct is None:
             raise CheckpointCorrupted(f"a stored {cls.__name__} does not rebuild") from exc
         return construct(**kwargs)

@@ -142,7 +142,9 @@ class RecordStore:
                 if merged is None and revision:
                     return
                 merged = merged if merged is not None else entries
-                cp = self.codec.writes_record(thread, thread_id, checkpoint_ns, checkpoint_id, merged)
+                cp = self.codec.writes_record(
+                    thread, thread_id, checkpoint_ns, checkpoint_id, merged
+                )
                 try:
                     await self.checkpointer.put(cp, if_revision=revision)
                 except CheckpointConflict:
@@ -167,10 +169,14 @@ class RecordStore:
         key = checkpoint_key(checkpoint_id)
         if key is None:
             return None
-        cp, writes = await asyncio.gather(self.read(thread, 2 * key), self.read(thread, 2 * key + 1))
+        cp, writes = await asyncio.gather(
+            self.read(thread, 2 * key), self.read(thread, 2 * key + 1)
+        )
         if cp is None or cp.kind != "checkpoint" or cp.checkpoint_id != checkpoint_id:
             return None
-        if writes is not None and (writes.kind != "writes" or writes.checkpoint_id != checkpoint_id):
+        if writes is not None and (
+            writes.kind != "writes" or writes.checkpoint_id != checkpoint_id
+        ):
             writes = None
         return cp, writes
 
@@ -196,7 +202,9 @@ class RecordStore:
         async for cp in self.checkpointer.history(thread):
             rec = stored_record(cp)
             if rec is None:
-                raise CheckpointCorrupted(f"thread {thread!r} step {cp.step} is not a LangGraph record")
+                raise CheckpointCorrupted(
+                    f"thread {thread!r} step {cp.step} is not a LangGraph record"
+                )
             yield rec
 
     async def pairs(self, thread: str) -> list[Pair]:

@@ -66,6 +66,7 @@ class TupleCodec:
     def checkpoint_record(
         self,
         thread: str,
+        *,
         thread_id: str,
         checkpoint_ns: str,
         checkpoint: Mapping[str, Any],
@@ -102,14 +103,30 @@ class TupleCodec:
         self, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
     ) -> list[list[Any]]:
         return [
-            [task_id, WRITES_IDX_MAP.get(channel, idx), channel, task_path, *self.values.entry(value)]
+            [
+                task_id,
+                WRITES_IDX_MAP.get(channel, idx),
+                channel,
+                task_path,
+                *self.values.entry(value),
+            ]
             for idx, (channel, value) in enumerate(writes)
         ]
 
     def writes_record(
-        self, thread: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str, entries: list[Any]
+        self,
+        thread: str,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        entries: list[Any],
     ) -> Checkpoint:
-        fields = {"id": checkpoint_id, "thread_id": thread_id, "ns": checkpoint_ns, "writes": entries}
+        fields = {
+            "id": checkpoint_id,
+            "thread_id": thread_id,
+            "ns": checkpoint_ns,
+            "writes": entries,
+        }
         interrupted = any(entry[2] == INTERRUPT for entry in entries)
         step = checkpoint_step(checkpoint_id) + 1
         return record(thread, step, "writes", fields, interrupted=interrupted)
@@ -120,7 +137,9 @@ class TupleCodec:
         return self.values.join(rec.fields.get("metadata"), rec.fields.get("metadata_packed"))
 
     def checkpoint(self, rec: Record) -> dict[str, Any]:
-        checkpoint = self.values.join(rec.fields.get("checkpoint"), rec.fields.get("checkpoint_packed"))
+        checkpoint = self.values.join(
+            rec.fields.get("checkpoint"), rec.fields.get("checkpoint_packed")
+        )
         checkpoint["channel_values"] = self.values.join(
             dict(rec.source.state), rec.fields.get("values_packed")
         )
@@ -128,7 +147,9 @@ class TupleCodec:
             raise CheckpointCorrupted(f"{rec.source.thread!r} step {rec.step}: ids disagree")
         return checkpoint
 
-    def pending_writes(self, rec: Record | None, channels: set[str] | None = None) -> list[PendingWrite]:
+    def pending_writes(
+        self, rec: Record | None, channels: set[str] | None = None
+    ) -> list[PendingWrite]:
         """The writes of a writes record in ``writes_sort_key`` order (only ``channels``)."""
         if rec is None:
             return []
@@ -142,7 +163,9 @@ class TupleCodec:
                 or type(entry[2]) is not str
                 or type(entry[3]) is not str
             ):
-                raise CheckpointCorrupted(f"{rec.source.thread!r} step {rec.step}: a write is damaged")
+                raise CheckpointCorrupted(
+                    f"{rec.source.thread!r} step {rec.step}: a write is damaged"
+                )
             if channels is None or entry[2] in channels:
                 entries.append(entry)
         entries.sort(key=lambda e: writes_sort_key(e[3], e[0], e[1]))
@@ -160,6 +183,8 @@ class TupleCodec:
             config=config_of(thread_id, checkpoint_ns, rec.checkpoint_id),
             checkpoint=self.checkpoint(rec),  # type: ignore[arg-type]
             metadata=self.metadata(rec),  # type: ignore[arg-type]
-            parent_config=None if parent_id is None else config_of(thread_id, checkpoint_ns, parent_id),
+            parent_config=None
+            if parent_id is None
+            else config_of(thread_id, checkpoint_ns, parent_id),
             pending_writes=self.pending_writes(writes),
         )

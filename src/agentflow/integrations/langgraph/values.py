@@ -38,7 +38,7 @@ def is_exact_json(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return _MIN_INT <= value < _MAX_INT
+        return bool(_MIN_INT <= value < _MAX_INT)
     if kind is float:
         return math.isfinite(value)
     if kind is list:
