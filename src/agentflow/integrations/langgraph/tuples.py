@@ -80,7 +80,7 @@ class TupleCodec:
         parent = None if parent_id is None else f"{thread}:{checkpoint_step(parent_id)}"
         fields = {
             "id": checkpoint["id"],
-            "parent_id": parent_id,
+            **({} if parent_id is None else {"parent_id": parent_id}),
             "thread_id": thread_id,
             "ns": checkpoint_ns,
             "checkpoint": rest,
@@ -157,7 +157,7 @@ class TupleCodec:
         for entry in rec.fields["writes"]:
             if (
                 type(entry) is not list
-                or len(entry) < 6
+                or len(entry) < 5
                 or type(entry[0]) is not str
                 or type(entry[1]) is not int
                 or type(entry[2]) is not str

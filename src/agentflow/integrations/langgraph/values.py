@@ -13,8 +13,12 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
+
+import orjson
+import ormsgpack
 
 from agentflow.errors import CheckpointCorrupted, CheckpointNotSerializable
 
@@ -32,20 +36,64 @@ class Serde(Protocol):
     def loads_typed(self, data: tuple[str, bytes]) -> Any: ...
 
 
+def _refuse(value: Any) -> Any:
+    raise TypeError(type(value).__name__)
+
+
+#: ormsgpack refuses, through ``_refuse``, every type JSON would not give back.
+_PRECHECK: Final = (
+    ormsgpack.OPT_PASSTHROUGH_BIG_INT
+    | ormsgpack.OPT_PASSTHROUGH_DATACLASS
+    | ormsgpack.OPT_PASSTHROUGH_DATETIME
+    | ormsgpack.OPT_PASSTHROUGH_ENUM
+    | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+    | ormsgpack.OPT_PASSTHROUGH_TUPLE
+    | ormsgpack.OPT_PASSTHROUGH_UUID
+)
+#: What a float64 NaN or infinity looks like in msgpack (or bytes that only look so).
+_MAYBE_NON_FINITE: Final = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+
+
 def is_exact_json(value: Any) -> bool:
-    """True when a JSON round trip gives back an equal value of the same types."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return True
-    if kind is int:
-        return bool(_MIN_INT <= value < _MAX_INT)
-    if kind is float:
-        return math.isfinite(value)
-    if kind is list:
-        return all(is_exact_json(item) for item in value)
-    if kind is dict:
-        return all(type(key) is str and is_exact_json(item) for key, item in value.items())
-    return False
+    """True when a JSON round trip gives back an equal value of the same types.
+
+    It runs on every value written, so the walk is done in C: ormsgpack with
+    every passthrough option refuses tuples, enums, UUIDs, datetimes,
+    dataclasses, subclasses, big ints and non-str keys; orjson then refuses
+    bytes. Both encode NaN and infinities, so output that may hold one is
+    walked in Python, which answers exactly.
+    """
+    try:
+        packed = ormsgpack.packb(value, default=_refuse, option=_PRECHECK)
+        if b"\xcb" in packed and _MAYBE_NON_FINITE.search(packed):
+            return _walk(value)
+        orjson.dumps(value, default=_refuse)
+    except (TypeError, ormsgpack.MsgpackEncodeError, orjson.JSONEncodeError):
+        return False
+    return True
+
+
+def _walk(value: Any) -> bool:
+    stack = [value]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            extend(item.values())
+        elif kind is list:
+            extend(item)
+        elif kind is int:
+            if not _MIN_INT <= item < _MAX_INT:
+                return False
+        elif kind is not float or not math.isfinite(item):
+            return False
+    return True
 
 
 class ValueCodec:
@@ -82,7 +130,9 @@ class ValueCodec:
         return [kind, base64.b64encode(blob).decode("ascii")]
 
     def unpack(self, packed: Any) -> Any:
-        """The value of one ``[type, base64]`` pair."""
+        """The value of one ``[type, base64]`` pair (``[]`` is None)."""
+        if packed == []:
+            return None
         if (
             type(packed) is not list
             or len(packed) != 2
@@ -102,7 +152,11 @@ class ValueCodec:
         for key, value in mapping.items():
             if type(key) is not str:
                 raise CheckpointNotSerializable(f"a LangGraph key {key!r} is not a str")
-            if is_exact_json(value):
+            # A top-level None is stored as []: a JSON null (or the word "null"
+            # anywhere) makes agentflow's codec walk the whole record for NaN.
+            if value is None:
+                packed[key] = []
+            elif is_exact_json(value):
                 plain[key] = value
             else:
                 packed[key] = self.pack(value)
@@ -118,13 +172,17 @@ class ValueCodec:
         return joined
 
     def entry(self, value: Any) -> list[Any]:
-        """One value as ``["j", value]`` or ``["m", type, base64]``."""
+        """One value as ``["n"]`` (None), ``["j", value]`` or ``["m", type, base64]``."""
+        if value is None:
+            return ["n"]
         if is_exact_json(value):
             return ["j", value]
         return ["m", *self.pack(value)]
 
     def from_entry(self, entry: Any) -> Any:
         """The value of :meth:`entry`."""
+        if entry == ["n"]:
+            return None
         if type(entry) is list and len(entry) == 2 and entry[0] == "j":
             return entry[1]
         if type(entry) is list and len(entry) == 3 and entry[0] == "m":
