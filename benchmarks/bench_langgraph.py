@@ -20,6 +20,7 @@ hits both alike.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sqlite3
 import tempfile
@@ -56,7 +57,7 @@ def _graph(saver: Any) -> Any:
     for name in names:
         builder.add_node(name, node)
     builder.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         builder.add_edge(a, b)
     builder.add_edge(names[-1], END)
     return builder.compile(checkpointer=saver)
@@ -215,7 +216,8 @@ async def _schema_bytes(schema: str) -> int:
     try:
         size: int = await conn.fetchval(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'",
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = $1 AND c.relkind = 'r'",
             schema,
         )
         return size
@@ -263,10 +265,10 @@ async def _postgres() -> AsyncIterator[list[_Contestant]]:
 async def _mongodb() -> AsyncIterator[list[_Contestant]]:
     from langgraph.checkpoint.mongodb import MongoDBSaver
     from pymongo import AsyncMongoClient, MongoClient
+    from tests.support.mongod import mongodb_uri
 
     from agentflow.checkpoint.mongodb import MongoCheckpointer
     from agentflow.integrations.langgraph import AgentflowSaver
-    from tests.support.mongod import mongodb_uri
 
     uri = mongodb_uri()
     tag = uuid.uuid4().hex[:8]
