@@ -20,7 +20,6 @@ from agentflow.integrations.langgraph.records import (
     Record,
     checkpoint_step,
     namespace_thread,
-    parse_thread,
     record,
 )
 from agentflow.integrations.langgraph.store import RecordStore
@@ -93,21 +92,11 @@ async def delete_for_runs(store: RecordStore, run_ids: Iterable[str]) -> None:
     runs = {str(run) for run in run_ids}
     if not runs:
         return
-    cursor: str | None = None
-    while True:
-        page = await store.checkpointer.list_threads_page(limit=500, cursor=cursor)
-        for info in page.threads:
-            if parse_thread(info.thread) is not None:
-                await _delete_runs_in(store, info.thread, runs)
-        if page.next_cursor is None:
-            return
-        cursor = page.next_cursor
+    async for thread in store.threads():
+        await _delete_runs_in(store, thread, runs)
 
 
 async def _delete_runs_in(store: RecordStore, thread: str, runs: set[str]) -> None:
-    top = await store.checkpointer.get(thread)
-    if top is None or KEY not in top.extra:
-        return  # not a LangGraph thread
     records = [rec async for rec in store.records(thread)]
     doomed_ids = {
         rec.checkpoint_id

@@ -22,6 +22,7 @@ channel values that are exact JSON, so agentflow's own tools show them.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -91,6 +92,12 @@ def checkpoint_key(checkpoint_id: Any) -> int | None:
     """The order key of a checkpoint id, or None when it is not a canonical UUID."""
     if type(checkpoint_id) is not str or len(checkpoint_id) != 36:
         return None
+    return _key_of(checkpoint_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_of(checkpoint_id: str) -> int | None:
+    # Each put and read parses the same few ids several times.
     try:
         number = uuid.UUID(checkpoint_id).int
     except ValueError:

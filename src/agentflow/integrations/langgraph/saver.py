@@ -24,12 +24,10 @@ from agentflow.integrations.langgraph import maintenance
 from agentflow.integrations.langgraph.bridge import LoopBridge
 from agentflow.integrations.langgraph.delta import delta_channel_history
 from agentflow.integrations.langgraph.records import (
-    KEY,
     check_namespace,
     check_thread_id,
     checkpoint_step,
     namespace_thread,
-    parse_thread,
 )
 from agentflow.integrations.langgraph.serde import StrictSerializer
 from agentflow.integrations.langgraph.store import Pair, RecordStore
@@ -173,7 +171,7 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
             bound = checkpoint_step(before_id)
         only_id = None
         if config is None:
-            threads = self._all_threads()
+            threads = self._store.threads()
         else:
             thread_id, ns, only_id = _keys(config)
             namespaces = [ns] if ns is not None else await self._store.namespaces(thread_id)
@@ -206,20 +204,6 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
             merged.extend(await self._store.pairs(thread))
         merged.sort(key=lambda pair: pair[0].checkpoint_id, reverse=True)
         yield merged
-
-    async def _all_threads(self) -> AsyncIterator[str]:
-        cursor: str | None = None
-        while True:
-            page = await self.checkpointer.list_threads_page(limit=500, cursor=cursor)
-            for info in page.threads:
-                if parse_thread(info.thread) is None:
-                    continue
-                top = await self.checkpointer.get(info.thread)
-                if top is not None and KEY in top.extra:
-                    yield info.thread
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
 
     async def adelete_thread(self, thread_id: str) -> None:
         await maintenance.delete_thread(self._store, check_thread_id(thread_id))

@@ -26,8 +26,10 @@ from typing import Any, Final
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.errors import CheckpointConflict, CheckpointCorrupted
 from agentflow.integrations.langgraph.records import (
+    KEY,
     Record,
     checkpoint_key,
+    parse_thread,
     record,
     registry_thread,
     stored_record,
@@ -197,6 +199,22 @@ class RecordStore:
         # A write that landed before its checkpoint, or a stale pointer: scan.
         pairs = await self.pairs(thread)
         return pairs[-1] if pairs else None
+
+    async def threads(self) -> AsyncIterator[str]:
+        """Every agentflow thread of the namespace that holds LangGraph checkpoints
+        (a page of 500 at a time, plus one ``get`` each to tell them from others)."""
+        cursor: str | None = None
+        while True:
+            page = await self.checkpointer.list_threads_page(limit=500, cursor=cursor)
+            for info in page.threads:
+                if parse_thread(info.thread) is None:
+                    continue
+                top = await self.checkpointer.get(info.thread)
+                if top is not None and KEY in top.extra:
+                    yield info.thread
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def records(self, thread: str) -> AsyncIterator[Record]:
         async for cp in self.checkpointer.history(thread):
