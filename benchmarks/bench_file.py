@@ -1,9 +1,16 @@
-"""FileCheckpointer against the raw floor: the same bytes, atomically replaced, with no store.
+"""FileCheckpointer against the raw floor, and its due and status indexes at scale.
 
-Both fsync the file and its directory on every write (what "durable" means
-for a file). The floor is a synchronous loop of temp + fsync + rename + fsync
-with no lock, no revision read and no event loop: what any durable one-file-
-per-checkpoint store must pay. States are the shared ~10 KB nested states.
+The first table: both contestants fsync the file and its directory on every
+write (what "durable" means for a file). The floor is a synchronous loop of
+temp + fsync + rename + fsync with no lock, no revision read and no event
+loop: what any durable one-file-per-checkpoint store must pay. States are the
+shared ~10 KB nested states.
+
+The second table: ``list_due`` and a status page among many waiting threads,
+against paging every thread as the timer worker used to (the passes of
+:mod:`benchmarks.bench_due`). That store is filled on tmpfs when there is one:
+the figures are of reads, and a fill fsyncing 200,000 puts to disk would take
+most of an hour.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import orjson
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.file import FileCheckpointer
-from benchmarks.common import Table, ms, nested_state, percentile, rate, ratio, time_calls
+from benchmarks.bench_due import _fill, _list_due_pass, _scan_pass
+from benchmarks.common import Table, median, ms, nested_state, percentile, rate, ratio, time_calls
 
 _HEADERS = [
     "checkpointer",
@@ -87,6 +95,68 @@ async def _ours(root: Path, puts: int, gets: int, states: list[dict[str, Any]]) 
         return [seq, percentile(samples, 50), full, concurrent, percentile(pages, 50)]
 
 
+#: Where the index table's store lives: tmpfs when the machine has one.
+_SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+async def _indexes(quick: bool) -> Table:
+    suspended, due, rounds = (10_000, 100, 3) if quick else (100_000, 1_000, 3)
+    with tempfile.TemporaryDirectory(prefix="bench-file-due-", dir=_SCRATCH) as tmp:
+        async with FileCheckpointer(tmp) as cp:
+            start = time.perf_counter()
+            await _fill(cp, suspended, due)
+            fill_s = time.perf_counter() - start
+            due_times: list[float] = []
+            scan_times: list[float] = []
+            status_pages: list[float] = []
+            for _ in range(rounds):  # interleaved, so load swings hit all three alike
+                start = time.perf_counter()
+                found, due_read = await _list_due_pass(cp)
+                due_times.append(time.perf_counter() - start)
+                assert found == due, (found, due)
+                start = time.perf_counter()
+                found, scan_read = await _scan_pass(cp)
+                scan_times.append(time.perf_counter() - start)
+                assert found == due, (found, due)
+                status_pages += await time_calls(
+                    lambda: cp.list_threads_page(limit=100, status="waiting"), 5
+                )
+    return Table(
+        title=f"File store indexes: {due:,} due timers among {suspended:,} waiting threads"
+        + (" (quick)" if quick else ""),
+        headers=[
+            "threads waiting (timer + human)",
+            "due",
+            "list_due pass",
+            "rows read",
+            "page-all pass",
+            "rows read",
+            "speed-up",
+            "status page of 100 p50",
+            "fill time",
+        ],
+        rows=[
+            [
+                f"{suspended:,} + {suspended:,} human",
+                f"{due:,}",
+                f"{median(due_times) * 1000:.1f} ms",
+                f"{due_read:,} ({due_read / due:.2f}x due)",
+                f"{median(scan_times) * 1000:.0f} ms",
+                f"{scan_read:,}",
+                f"{median(scan_times) / median(due_times):.0f}x",
+                ms(percentile(status_pages, 50)),
+                f"{fill_s:.0f} s" + (" (tmpfs)" if _SCRATCH else ""),
+            ]
+        ],
+        notes=[
+            f"medians of {rounds} interleaved passes; list_due pages of 100, page-all pages "
+            "of 1,000 (the worker's old scan); a status page lists 100 of the "
+            f"{2 * suspended:,} threads' {suspended:,} waiting ones",
+            "rows read = summaries returned to the caller, the peek row of each page included",
+        ],
+    )
+
+
 async def run(quick: bool) -> list[Table]:
     puts = 200 if quick else 2_000
     gets = 100 if quick else 500
@@ -133,5 +203,6 @@ async def run(quick: bool) -> list[Table]:
                 f"{puts:,} threads.",
                 "Ratios above 1.00x favour agentflow.",
             ],
-        )
+        ),
+        await _indexes(quick),
     ]

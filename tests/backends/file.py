@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -10,13 +11,24 @@ from agentflow.checkpoint.file import FileCheckpointer
 from agentflow.checkpoint.testing import BackendHarness
 
 
+def step_path(root: Path, namespace: str | None, thread: str, step: int) -> Path:
+    """Where the store keeps (namespace, thread, step) under ``root``."""
+    parts = [".ns", namespace.encode().hex()] if namespace else []
+    return root.joinpath(*parts, thread, f"{step:06d}.json")
+
+
 @asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     root = tmp_path / "file-store"
 
     async def corrupt(namespace: str | None, thread: str, step: int) -> None:
-        path = root.joinpath(*_namespace_parts(namespace), thread, f"{step:06d}.json")
-        path.write_bytes(b'{"format":1,"revision":1,"payload":\xff{')
+        # In place, as a disk fault would: the thread's head, a link to it, sees it too.
+        step_path(root, namespace, thread, step).write_bytes(b'{"format":2,"payload":\xff{')
+
+    async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
+        path = step_path(root, namespace, thread, step)
+        data = path.read_bytes()
+        path.write_bytes(re.sub(rb'"revision":\d+', b'"revision":-7', data, count=1))
 
     yield BackendHarness(
         name="file",
@@ -24,8 +36,5 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         kwargs={"root": str(root)},
         restricted_thread_ids=True,
         corrupt=corrupt,
+        damage_revision=damage_revision,
     )
-
-
-def _namespace_parts(namespace: str | None) -> list[str]:
-    return [".ns", namespace.encode().hex()] if namespace else []

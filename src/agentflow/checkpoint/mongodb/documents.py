@@ -1,16 +1,24 @@
-"""The stored shape of :class:`~agentflow.checkpoint.mongodb.MongoCheckpointer`.
+"""The stored shape of the MongoDB backend: documents, updates, indexes and error mapping.
 
-Building checkpoint documents and updates, decoding them back, the indexes, and
-the mapping of PyMongo errors to agentflow's. docs/mongodb.md describes the layout.
+One collection holds three kinds of document, told apart by their ``_id``
+(docs/mongodb.md has the layout and why):
+
+- a checkpoint, ``_id: {n, t, s}`` (namespace, thread, step), with ``n, t, s``
+  repeated at the top level for the ``(n, t, s desc)`` index;
+- a thread summary, ``_id: {n, t}``, with ``tn, tt`` repeated for the listing
+  indexes, and the latest step's number ``ls``, revision ``lr``, status ``st``,
+  ``ts``, wake time ``wa`` and, while it waits on a timer, its instant ``wk``;
+- store metadata, ``_id: {m: name}`` (the schema version, the cursor secret).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, get_args
 
+from bson import MaxKey, MinKey
+from bson.errors import BSONError, InvalidBSON
+from bson.int64 import Int64
 from pymongo import IndexModel
 from pymongo.errors import (
     BulkWriteError,
@@ -19,9 +27,11 @@ from pymongo.errors import (
     WriteConcernError,
 )
 
-from agentflow.checkpoint.base import Checkpoint, ThreadInfo
-from agentflow.checkpoint.codec import EncodedCheckpoint, decode
+from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
+from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import (
+    AgentflowError,
     CheckpointCorrupted,
     CheckpointError,
     InvalidArgument,
@@ -31,34 +41,62 @@ from agentflow.errors import (
 Document = dict[str, Any]
 
 #: MongoDB's fixed BSON document limit, and room for every field but the payload.
-MAX_DOCUMENT = 16 * 1024 * 1024
-_FIELDS_HEADROOM = 4096
+MAX_DOCUMENT: Final = 16 * 1024 * 1024
+_FIELDS_HEADROOM: Final = 4096
 
-#: Every checkpoint, newest step first within a thread: a listing page reads the
-#: first key of each thread from it (covered, no document fetched).
-THREADS_INDEX = "agentflow_threads"
-_THREADS = IndexModel([("n", 1), ("t", 1), ("s", -1)], name=THREADS_INDEX)
-#: One small registry entry per thread, ``_id: {n, t}`` with ``tn, tt`` repeated for
-#: this index, which holds registry entries only: a listing page is a keyset range of it.
-REGISTRY_INDEX = "agentflow_thread_registry"
-_REGISTRY = IndexModel(
-    [("tn", 1), ("tt", 1)],
-    name=REGISTRY_INDEX,
-    partialFilterExpression={"tn": {"$exists": True}},
-)
+#: Every checkpoint, newest step first within a thread: the latest step is one seek.
+THREADS_INDEX: Final = "agentflow_threads"
+#: Summaries in thread order: the unfiltered listing.
+LISTING_INDEX: Final = "agentflow_thread_registry"
+#: Summaries by the latest step's status, then thread: the status filter.
+STATUS_INDEX: Final = "agentflow_thread_status"
+#: Summaries of threads waiting on a timer, by wake instant then thread: ``list_due``.
+DUE_INDEX: Final = "agentflow_due"
+_INDEXES: Final = [
+    IndexModel([("n", 1), ("t", 1), ("s", -1)], name=THREADS_INDEX),
+    IndexModel(
+        [("tn", 1), ("tt", 1)],
+        name=LISTING_INDEX,
+        partialFilterExpression={"tn": {"$exists": True}},
+    ),
+    IndexModel(
+        [("tn", 1), ("st", 1), ("tt", 1)],
+        name=STATUS_INDEX,
+        partialFilterExpression={"st": {"$exists": True}},
+    ),
+    IndexModel(
+        [("tn", 1), ("wk", 1), ("tt", 1)],
+        name=DUE_INDEX,
+        partialFilterExpression={"wk": {"$exists": True}},
+    ),
+]
 #: With ttl: MongoDB's TTL monitor, and the stale documents of one thread for a refresh.
-_TTL_INDEXES = [
+_TTL_INDEXES: Final = [
     IndexModel([("expires_at", 1)], name="agentflow_expiry", expireAfterSeconds=0),
     IndexModel([("n", 1), ("t", 1), ("expires_at", 1)], name="agentflow_thread_expiry"),
 ]
 
-PAYLOAD = {"_id": 1, "rev": 1, "payload": 1}
-STATUS = {"_id": 1, "interrupted": 1, "done": 1, "ts": 1, "wake_at": 1}
+PAYLOAD: Final = {"_id": 1, "rev": 1, "payload": 1}
+#: What a summary is made from: the fields of a stored checkpoint that are not its state.
+STATUS_FIELDS: Final = {
+    "_id": 1,
+    "rev": 1,
+    "ts": 1,
+    "interrupted": 1,
+    "done": 1,
+    "wake_at": 1,
+    "expires_at": 1,
+}
+#: What a listing reads of a summary.
+INFO_FIELDS: Final = {"_id": 0, "tt": 1, "ls": 1, "st": 1, "ts": 1, "wa": 1}
+#: The fields that make a summary right or wrong (reconciliation compares these).
+SUMMARY_KEYS: Final = ("ls", "lr", "st", "ts", "wa", "wk")
+_STATUSES: Final = frozenset(get_args(ThreadStatus))
 
 
 def indexes(ttl: bool) -> list[IndexModel]:
     """The indexes ``setup()`` creates."""
-    return [_THREADS, _REGISTRY, *_TTL_INDEXES] if ttl else [_THREADS, _REGISTRY]
+    return [*_INDEXES, *_TTL_INDEXES] if ttl else list(_INDEXES)
 
 
 def check_size(enc: EncodedCheckpoint, namespace: str) -> None:
@@ -71,91 +109,203 @@ def check_size(enc: EncodedCheckpoint, namespace: str) -> None:
         )
 
 
-def new_document(namespace: str, enc: EncodedCheckpoint, expires: datetime | None) -> Document:
-    """A checkpoint written for the first time: revision 1.
+def checkpoint_key(namespace: str, thread: str, step: Any) -> Document:
+    """A checkpoint's ``_id``. BSON compares embedded documents field by field, so
+    a thread's checkpoints are one step-ordered range of the ``_id`` index."""
+    return {"n": namespace, "t": thread, "s": step}
 
-    ``n, t, s`` appear twice: in ``_id`` (uniqueness, exact reads, ranges) and at the
-    top level, where the listing index can see them.
-    """
-    thread, step = enc.thread, enc.step
-    doc: Document = {
-        "_id": {"n": namespace, "t": thread, "s": step},
-        "n": namespace,
-        "t": thread,
-        "s": step,
-        "rev": 1,
-        "payload": enc.payload,
+
+def summary_key(namespace: str, thread: str) -> Document:
+    """A summary's ``_id``: a prefix of its checkpoints', sorting just before them
+    and outside every range of :func:`steps`."""
+    return {"n": namespace, "t": thread}
+
+
+def steps(namespace: str, thread: str, before: int | None = None) -> Document:
+    """An ``_id`` range over a thread's checkpoints (below step ``before`` if given)."""
+    low = checkpoint_key(namespace, thread, MinKey())
+    if before is None:
+        return {"$gte": low, "$lte": checkpoint_key(namespace, thread, MaxKey())}
+    return {"$gte": low, "$lt": checkpoint_key(namespace, thread, before)}
+
+
+def plain(value: object) -> object:
+    """``value`` with BSON's 64-bit integer type read back as a plain int, as stored."""
+    return int(value) if type(value) is Int64 else value
+
+
+def _status_fields(enc: EncodedCheckpoint) -> Document:
+    return {
         "ts": enc.ts,
         "ts_us": enc.ts_us,
         "interrupted": enc.interrupted,
         "done": enc.done,
         "wake_at": enc.wake_at,
     }
+
+
+def new_checkpoint(namespace: str, enc: EncodedCheckpoint, expires: datetime | None) -> Document:
+    """A checkpoint written for the first time: revision 1.
+
+    ``n, t, s`` appear twice: in ``_id`` (uniqueness, exact reads, ranges) and at the
+    top level, where the ``(n, t, s desc)`` index can see them.
+    """
+    thread, step = enc.thread, enc.step
+    doc: Document = {"_id": checkpoint_key(namespace, thread, step)}
+    doc |= {"n": namespace, "t": thread, "s": step, "rev": 1, "payload": enc.payload}
+    doc |= _status_fields(enc)
     if expires is not None:
         doc["expires_at"] = expires
     return doc
 
 
-def registration(namespace: str, thread: str, expires: datetime | None) -> Document:
-    """The update that creates a thread's registry entry, or keeps it: for a live
-    entry (no ``empty_since`` mark, expiry not earlier) it matches and modifies nothing."""
-    update: Document = {
-        "$setOnInsert": {"tn": namespace, "tt": thread},
-        "$unset": {"empty_since": ""},
-    }
-    if expires is not None:
-        update["$max"] = {"expires_at": expires}
-    return update
-
-
 def rewrite(namespace: str, enc: EncodedCheckpoint, expires: datetime | None) -> Document:
     """The update that writes ``enc`` over a stored step (or inserts it) and counts one revision."""
-    update: Document = {
-        "$set": {
-            "n": namespace,
-            "t": enc.thread,
-            "s": enc.step,
-            "payload": enc.payload,
-            "ts": enc.ts,
-            "ts_us": enc.ts_us,
-            "interrupted": enc.interrupted,
-            "done": enc.done,
-            "wake_at": enc.wake_at,
-        },
-        "$inc": {"rev": 1},
-    }
+    fields = {"n": namespace, "t": enc.thread, "s": enc.step, "payload": enc.payload}
+    update: Document = {"$set": fields | _status_fields(enc), "$inc": {"rev": 1}}
     if expires is not None:
         update["$max"] = {"expires_at": expires}
     return update
 
 
-def decode_document(doc: Document, thread: str) -> Checkpoint:
-    """Decode a stored checkpoint, refusing one whose payload belongs to another key."""
-    payload, rev = doc.get("payload"), doc.get("rev")
-    if not isinstance(payload, bytes) or type(rev) is not int or rev < 1:
-        raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} has no valid payload or revision")
-    cp = decode(payload, rev)
-    if cp.thread != thread or cp.step != doc["_id"].get("s"):
-        raise CheckpointCorrupted(f"checkpoint {doc['_id']!r} holds another key's payload")
-    return cp
+def summary(
+    namespace: str,
+    thread: str,
+    *,
+    step: int,
+    revision: int,
+    status: ThreadStatus,
+    ts: str,
+    wake_at: str | None,
+    wake_us: int | None,
+) -> Document:
+    """The summary of a thread whose latest step is ``step`` at ``revision``.
+
+    ``wk`` is present only while the thread waits on a timer, so the partial
+    due index holds exactly the threads ``list_due`` can return.
+    """
+    doc: Document = {"_id": summary_key(namespace, thread), "tn": namespace, "tt": thread}
+    doc |= {"ls": step, "lr": revision, "st": status, "ts": ts, "wa": wake_at}
+    if status == "waiting":
+        doc["wk"] = wake_us
+    return doc
+
+
+def summary_of(namespace: str, enc: EncodedCheckpoint, revision: int) -> Document:
+    """The summary a put of ``enc`` at ``revision`` gives its thread when it is the latest step."""
+    return summary(
+        namespace,
+        enc.thread,
+        step=enc.step,
+        revision=revision,
+        status=enc.status,
+        ts=enc.ts,
+        wake_at=enc.wake_at,
+        wake_us=enc.wake_us,
+    )
+
+
+def _stored_status(interrupted: bool, done: bool, wake_at: str | None) -> ThreadStatus:
+    if interrupted:
+        return "waiting" if wake_at is not None else "interrupted"
+    return "done" if done else "running"
+
+
+def summary_of_stored(namespace: str, doc: Document) -> Document:
+    """The summary a stored checkpoint (``STATUS_FIELDS``) gives its thread as its latest step."""
+    key = doc.get("_id")
+    thread, step = (key.get("t"), plain(key.get("s"))) if isinstance(key, dict) else (None, None)
+    interrupted, done = doc.get("interrupted"), doc.get("done")
+    ts, wake_at, revision = doc.get("ts"), doc.get("wake_at"), plain(doc.get("rev"))
+    if not (
+        isinstance(thread, str)
+        and type(step) is int
+        and type(revision) is int
+        and type(interrupted) is bool
+        and type(done) is bool
+        and isinstance(ts, str)
+        and (wake_at is None or isinstance(wake_at, str))
+    ):
+        raise CheckpointCorrupted(f"stored checkpoint {key!r} has a malformed status")
+    status = _stored_status(interrupted, done, wake_at)
+    try:
+        wake_us = parse_instant(wake_at) if status == "waiting" else None
+    except InvalidArgument as exc:
+        raise CheckpointCorrupted(f"stored checkpoint {key!r} has a malformed wake_at") from exc
+    return summary(
+        namespace,
+        thread,
+        step=step,
+        revision=revision,
+        status=status,
+        ts=ts,
+        wake_at=wake_at,
+        wake_us=wake_us,
+    )
+
+
+def newer_wins(doc: Document, expires: datetime | None) -> list[Document]:
+    """An update pipeline that sets a thread's summary to ``doc`` unless it already
+    names a later (step, revision): the summary converges to the highest, in any
+    order the writes land. It upserts on ``_id``. Every value is a ``$literal``,
+    so a thread id such as ``"$where"`` is never read as a field path."""
+    step, revision = doc["ls"], doc["lr"]
+    newer = {
+        "$or": [
+            {"$lt": ["$ls", step]},
+            {"$and": [{"$eq": ["$ls", step]}, {"$lt": ["$lr", revision]}]},
+        ]
+    }
+    replacement: Any = {"$literal": doc}
+    if expires is None:
+        return [{"$replaceWith": {"$cond": [newer, replacement, "$$ROOT"]}}]
+    kept = {"$mergeObjects": [replacement, {"expires_at": "$expires_at"}]}
+    latest = {"$max": ["$expires_at", {"$literal": expires}]}
+    return [
+        {"$replaceWith": {"$cond": [newer, kept, "$$ROOT"]}},
+        {"$set": {"expires_at": latest}},
+    ]
 
 
 def thread_info(doc: Document) -> ThreadInfo:
-    """The listing entry of a thread, from its latest checkpoint (``STATUS`` fields)."""
-    try:
-        info = ThreadInfo(
-            thread=doc["_id"]["t"],
-            latest_step=doc["_id"]["s"],
-            interrupted=doc["interrupted"],
-            done=doc["done"],
-            ts=doc["ts"],
-            wake_at=doc["wake_at"],
-        )
-    except KeyError as exc:
-        raise CheckpointCorrupted(f"stored checkpoint {doc.get('_id')!r} lacks {exc}") from exc
-    if {type(info.interrupted), type(info.done)} != {bool} or not isinstance(info.ts, str):
-        raise CheckpointCorrupted(f"stored checkpoint {doc['_id']!r} has a malformed status")
-    return info
+    """The listing entry of a thread, from its summary (``INFO_FIELDS``)."""
+    thread, step, status = doc.get("tt"), plain(doc.get("ls")), doc.get("st")
+    ts, wake_at = doc.get("ts"), doc.get("wa")
+    if (
+        isinstance(thread, str)
+        and type(step) is int
+        and step >= 0
+        and status in _STATUSES
+        and isinstance(ts, str)
+        and (wake_at is None or isinstance(wake_at, str))
+    ):
+        suspended = status in ("interrupted", "waiting")
+        info = ThreadInfo(thread, step, suspended, status == "done", ts, wake_at)
+        if info.status == status:
+            return info
+    raise CheckpointCorrupted(f"the summary of thread {thread!r} is malformed")
+
+
+def stored_row(doc: Document) -> StoredRow:
+    """A checkpoint document (``PAYLOAD`` fields) as the base checks and decodes it."""
+    key, payload = doc.get("_id"), doc.get("payload")
+    if not isinstance(payload, bytes) or not isinstance(key, dict):
+        raise CheckpointCorrupted(f"checkpoint {key!r} has no valid payload")
+    return StoredRow(plain(key.get("s")), plain(doc.get("rev")), payload)
+
+
+#: Server error codes for a document over MongoDB's limits: the input's fault.
+_TOO_LARGE: Final = frozenset({10334, 17419, 17420})
+#: Server error codes for an operator applied to a field of the wrong type: the
+#: stored document is not one this backend wrote (``$inc`` on a text revision).
+_DAMAGED: Final = frozenset({14})
+
+
+def _codes(exc: PyMongoError) -> set[int]:
+    if isinstance(exc, BulkWriteError):
+        return {e.get("code") for e in exc.details.get("writeErrors", [])} - {None}
+    code = getattr(exc, "code", None)
+    return {code} if isinstance(code, int) else set()
 
 
 def _unavailable(exc: PyMongoError) -> bool:
@@ -168,18 +318,32 @@ def _unavailable(exc: PyMongoError) -> bool:
     )
 
 
-@contextmanager
-def driver_errors(operation: str) -> Iterator[None]:
-    """Map a PyMongo error to agentflow's, keeping it as ``__cause__``.
+def driver_error(exc: Exception, operation: str, where: str) -> AgentflowError | None:
+    """The agentflow error for a PyMongo or BSON error raised during ``operation``.
 
-    The message names the error class and code only: driver messages can carry
-    host names and query fragments.
+    The message names the operation, the server's host:port (never a password)
+    and the error class and codes, not the driver's message, which can carry
+    query fragments.
     """
-    try:
-        yield
-    except PyMongoError as exc:
-        code = getattr(exc, "code", None)
-        detail = f"{type(exc).__name__}" + (f" (code {code})" if code is not None else "")
-        if _unavailable(exc):
-            raise StoreUnavailable(f"MongoDB unavailable during {operation}: {detail}") from exc
-        raise CheckpointError(f"MongoDB failed during {operation}: {detail}") from exc
+    if not isinstance(exc, PyMongoError):  # BSON's errors, DocumentTooLarge among them
+        if isinstance(exc, InvalidBSON):
+            return CheckpointCorrupted(f"MongoDB at {where}: undecodable BSON during {operation}")
+        if isinstance(exc, BSONError):
+            return InvalidArgument(
+                f"MongoDB at {where} cannot store the document during {operation}: "
+                f"{type(exc).__name__}"
+            )
+        return None
+    codes = _codes(exc)
+    detail = type(exc).__name__ + (f" (code {', '.join(map(str, sorted(codes)))})" if codes else "")
+    if _unavailable(exc):
+        return StoreUnavailable(f"MongoDB at {where} unavailable during {operation}: {detail}")
+    if codes & _TOO_LARGE:
+        return InvalidArgument(
+            f"MongoDB at {where} refused a document as too large during {operation}: {detail}"
+        )
+    if codes & _DAMAGED:
+        return CheckpointCorrupted(
+            f"MongoDB at {where} met a damaged stored document during {operation}: {detail}"
+        )
+    return CheckpointError(f"MongoDB at {where} failed during {operation}: {detail}")

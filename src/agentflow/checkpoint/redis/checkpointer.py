@@ -8,30 +8,22 @@ gives the reasons.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import Final, cast
+from typing import cast
 
-import orjson
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
-    NoPermissionError,
-    ReadOnlyError,
-    RedisError,
-    ResponseError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.redis.errors import driver_error
 from agentflow.checkpoint.redis.migration import migrate_namespace, upgrade_summary
+from agentflow.checkpoint.redis.records import stored_row, summary_of, thread_info
 from agentflow.checkpoint.redis.scripts import (
     LAYOUT_VERSION,
     LUA_DELETE,
@@ -47,17 +39,16 @@ from agentflow.checkpoint.redis.scripts import (
     secret_key,
     sortable_instant,
     step_member,
-    summary,
     thread_keys,
     utf8,
 )
+from agentflow.checkpoint.stores import safe_url
 from agentflow.errors import (
     AgentflowError,
     CheckpointCorrupted,
-    CheckpointError,
     IncompatibleSchema,
     InvalidArgument,
-    StoreUnavailable,
+    InvalidStoreUrl,
 )
 
 __all__ = ["RedisCheckpointer", "from_url"]
@@ -69,11 +60,12 @@ _BATCH = 128
 _HISTORY_BYTES = 4 * 1024 * 1024
 #: Steps removed per prune script, bounding how long one call holds the server.
 _PRUNE_BATCH = 1024
+#: Index members one listing script reads at most (Lua unpacks them, and
+#: unpack takes at most ~8,000 values).
+_PAGE_READ = 1_000
 #: Redis's default ``proto-max-bulk-len``: the largest payload it accepts,
 #: used when the server does not tell its own.
 _DEFAULT_MAX_BULK = 512 * 1024 * 1024
-#: Server replies that mean "try again shortly", not "this request is wrong".
-_TRANSIENT: Final = ("BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN")
 #: What HMGET gives a client without decode_responses.
 _Values = list[bytes | None]
 
@@ -96,42 +88,6 @@ def _address(client: aioredis.Redis) -> str:
     if "path" in options:
         return str(options["path"])
     return f"{options.get('host', 'localhost')}:{options.get('port', 6379)}"
-
-
-def _row(thread: str, member: bytes, payload: bytes | None, meta: bytes | None) -> StoredRow:
-    """A stored step for the base to check; data missing for an indexed step is damage."""
-    if payload is None or meta is None:
-        missing = "payload" if payload is None else "metadata"
-        raise CheckpointCorrupted(f"thread {thread!r} step {member!r}: its {missing} is missing")
-    revision = meta.split(b":", 1)[0]
-    return StoredRow(
-        int(member) if member.isdigit() else member,
-        int(revision) if revision.isdigit() else revision,
-        payload,
-    )
-
-
-def _info(name: bytes, stored: bytes | None) -> ThreadInfo:
-    try:
-        thread = name.decode()
-    except UnicodeDecodeError as exc:
-        raise CheckpointCorrupted("a namespace index holds an id that is not UTF-8") from exc
-    if stored is None:
-        raise CheckpointCorrupted(f"thread {thread!r} is listed without a summary")
-    try:
-        return ThreadInfo(thread, **orjson.loads(stored[19:]))
-    except (TypeError, ValueError) as exc:
-        raise CheckpointCorrupted(f"summary of thread {thread!r} is damaged") from exc
-
-
-def _refused_access(exc: BaseException | None) -> bool:
-    """A wrong password or a missing permission: retrying will not help.
-    redis-py re-raises these at connect as a plain ConnectionError."""
-    while exc is not None:
-        if isinstance(exc, AuthenticationError | AuthorizationError | NoPermissionError):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 class RedisCheckpointer(CheckpointerBase):
@@ -168,9 +124,12 @@ class RedisCheckpointer(CheckpointerBase):
         if client is not None and client.connection_pool.connection_kwargs.get("decode_responses"):
             raise InvalidArgument("the redis client must use decode_responses=False")
         self._owned = client is None
-        self._client: aioredis.Redis = client or aioredis.Redis.from_url(
-            url, decode_responses=False, retry=Retry(NoBackoff(), 0)
-        )
+        try:
+            self._client: aioredis.Redis = client or aioredis.Redis.from_url(
+                url, decode_responses=False, retry=Retry(NoBackoff(), 0)
+            )
+        except ValueError as exc:
+            raise InvalidStoreUrl(f"not a Redis URL: {safe_url(url)!r}") from exc
         self._where = _address(self._client)
         self._ns = namespace_keys(self._prefix, self._namespace)
         self._put = self._client.register_script(LUA_PUT)
@@ -178,7 +137,9 @@ class RedisCheckpointer(CheckpointerBase):
         self._delete = self._client.register_script(LUA_DELETE)
         self._prune = self._client.register_script(LUA_PRUNE)
         self._page = self._client.register_script(LUA_PAGE)
+        #: The largest payload the server takes; 0 until :meth:`_setup` ran.
         self._max_payload = 0
+        self._setup_lock = asyncio.Lock()
 
     def __repr__(self) -> str:
         return f"RedisCheckpointer({self._where!r}, prefix={self._prefix!r})"
@@ -188,21 +149,24 @@ class RedisCheckpointer(CheckpointerBase):
         namespace onto this layout unless it is there (refusing a newer one)."""
         if self._max_payload:
             return
-        async with self._client.pipeline(transaction=False) as pipe:
-            pipe.get(self._ns[5])
-            pipe.config_get("proto-max-bulk-len")
-            version, config = await pipe.execute(raise_on_error=False)
-        if isinstance(version, Exception):
-            raise version
-        if version is None:
-            await migrate_namespace(self._client, self._prefix, self._namespace)
-        elif version != LAYOUT_VERSION:
-            raise IncompatibleSchema(
-                f"namespace {self.namespace!r} under prefix {self._prefix!r} has Redis layout "
-                f"{version!r}, newer than this agentflow's ({LAYOUT_VERSION.decode()})"
-            )
-        limit = str(config.get("proto-max-bulk-len")) if isinstance(config, dict) else ""
-        self._max_payload = int(limit) if limit.isdigit() else _DEFAULT_MAX_BULK
+        async with self._setup_lock:
+            if self._max_payload:
+                return
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.get(self._ns[5])
+                pipe.config_get("proto-max-bulk-len")
+                version, config = await pipe.execute(raise_on_error=False)
+            if isinstance(version, Exception):
+                raise version
+            if version is None:
+                await migrate_namespace(self._client, self._prefix, self._namespace)
+            elif version != LAYOUT_VERSION:
+                raise IncompatibleSchema(
+                    f"namespace {self.namespace!r} under prefix {self._prefix!r} has Redis "
+                    f"layout {version!r}, newer than this agentflow's ({LAYOUT_VERSION.decode()})"
+                )
+            limit = str(config.get("proto-max-bulk-len")) if isinstance(config, dict) else ""
+            self._max_payload = int(limit) if limit.isdigit() else _DEFAULT_MAX_BULK
 
     def _thread(self, thread: str) -> list[bytes]:
         """The keys of ``thread`` and of the namespace indexes it is in."""
@@ -222,16 +186,8 @@ class RedisCheckpointer(CheckpointerBase):
                 f"thread {thread!r} step {step}: the encoded checkpoint is {len(enc.payload):,} "
                 f"bytes; this Redis accepts at most {self._max_payload:,} (proto-max-bulk-len)"
             )
-        fields = {
-            "latest_step": step,
-            "interrupted": enc.interrupted,
-            "done": enc.done,
-            "ts": enc.ts,
-            "wake_at": enc.wake_at,
-        }
-        stored = summary(enc.status, enc.wake_us, orjson.dumps(fields))
         write_id = os.urandom(16).hex().encode()
-        tail = b"%s:%s:%s" % (write_id, sortable_instant(enc.ts_us), stored)
+        tail = b"%s:%s:%s" % (write_id, sortable_instant(enc.ts_us), summary_of(enc))
         expected = b"" if if_revision is None else b"%d" % if_revision
         args = (step_member(step), enc.payload, tail, expected, self._ttl_ms, utf8(thread))
         written, revision = await self._put(keys=self._thread(thread), args=args)
@@ -245,10 +201,12 @@ class RedisCheckpointer(CheckpointerBase):
             if not reply:
                 return None
             (member,), (payload, meta) = reply
-            return _row(thread, member, payload, meta)
+            return stored_row(thread, member, payload, meta)
         member = step_member(step)
         payload, meta = cast(_Values, await self._client.hmget(data, [member, member + b"m"]))
-        return None if payload is None and meta is None else _row(thread, member, payload, meta)
+        return (
+            None if payload is None and meta is None else stored_row(thread, member, payload, meta)
+        )
 
     async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
         """Reads step ids in keyset batches, then their data in reads sized by
@@ -280,7 +238,7 @@ class RedisCheckpointer(CheckpointerBase):
                 chunk = max(1, min(_BATCH, _HISTORY_BYTES * len(part) // max(size, 1)))
                 for member, payload, meta in pairs:
                     if payload is not None or meta is not None:
-                        yield _row(thread, member, payload, meta)
+                        yield stored_row(thread, member, payload, meta)
             if len(steps) < _BATCH:
                 return
             start = b"(" + steps[-1]
@@ -288,16 +246,16 @@ class RedisCheckpointer(CheckpointerBase):
     async def _scan(
         self, target: bytes, bounds: tuple[bytes, bytes, int], limit: int
     ) -> list[ThreadInfo]:
-        """Up to ``limit`` unexpired threads of one namespace index, from one
-        script per ``limit`` members read: an expired member not yet swept
-        is skipped and the scan goes on, so a page stays full."""
+        """Up to ``limit`` unexpired threads of one namespace index, in scripts
+        of at most ``_PAGE_READ`` members each: an expired member not yet
+        swept is skipped and the scan goes on, so a page stays full."""
         await self._setup()
         start, stop, skip = bounds
         infos: list[ThreadInfo] = []
         while True:
-            args = (start, stop, limit - len(infos), skip)
+            args = (start, stop, min(limit - len(infos), _PAGE_READ), skip)
             last, *found = await self._page(keys=[*self._ns[:5], target], args=args)
-            infos += [_info(n, s) for n, s in zip(found[::2], found[1::2], strict=True)]
+            infos += [thread_info(n, s) for n, s in zip(found[::2], found[1::2], strict=True)]
             if not last or len(infos) == limit:
                 return infos
             start = b"(" + last
@@ -347,20 +305,7 @@ class RedisCheckpointer(CheckpointerBase):
             await self._client.aclose()
 
     def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
-        if not isinstance(exc, RedisError):
-            return None
-        text = str(exc).split(" script: ", 1)[0]
-        message = f"redis {operation} on {self._where} failed: {text}"
-        if _refused_access(exc):
-            return CheckpointError(message)
-        if isinstance(exc, RedisConnectionError | RedisTimeoutError | ReadOnlyError):
-            return StoreUnavailable(message)
-        if isinstance(exc, ResponseError):
-            if text.startswith(("AGENTFLOW_CORRUPT", "WRONGTYPE")):
-                return CheckpointCorrupted(f"redis {operation}: stored data is damaged: {text}")
-            if text.startswith(_TRANSIENT):
-                return StoreUnavailable(message)
-        return CheckpointError(message)
+        return driver_error(exc, operation, self._where)
 
 
 def from_url(url: str, *, namespace: str | None = None) -> RedisCheckpointer:

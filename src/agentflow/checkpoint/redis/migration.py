@@ -21,11 +21,11 @@ import orjson
 import redis.asyncio as aioredis
 
 from agentflow.checkpoint.base import ThreadInfo
+from agentflow.checkpoint.redis.records import summary
 from agentflow.checkpoint.redis.scripts import (
     LAYOUT_VERSION,
     LUA_SHARED,
     namespace_keys,
-    summary,
     thread_base,
 )
 from agentflow.checkpoint.timestamps import parse_instant

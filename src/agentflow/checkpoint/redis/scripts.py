@@ -14,13 +14,13 @@ base64url of the UTF-8 bytes; ``docs/redis.md`` gives the reasons)::
     P:{n.b64(N)}:v          STR     layout version of the namespace
     P:secret                STR     the cursor secret of the prefix
 
-A summary is a status letter (``r``, ``i``, ``w``, ``d``), the wake instant
-(18 digits, zeros unless waiting) and the :class:`ThreadInfo` fields as JSON,
-so the scripts keep the status and due indexes without parsing JSON.
-Instants are 18 digits of microseconds since year 1, so they compare as
-strings. Caller data never shapes a key: ids are base64url-encoded, whose
-alphabet has no ``:``, ``{``, ``}`` or glob characters, and a prefix may not
-contain a brace, so the first ``{`` of a key always opens our hash tag.
+A summary (:mod:`~agentflow.checkpoint.redis.records`) starts with the
+thread's status letter and wake instant, which the scripts index. Instants
+are 18 digits of microseconds since year 1, so they compare as strings.
+
+Caller data never shapes a key: ids are base64url-encoded, whose alphabet
+has no ``:``, ``{``, ``}`` or glob characters, and a prefix may not contain
+a brace, so the first ``{`` of a key always opens our hash tag.
 
 Every script reads (and so type-checks) each key it will write before its
 first write: Redis does not undo the writes of a script that fails half way.
@@ -42,6 +42,8 @@ __all__ = [
     "LUA_PRUNE",
     "LUA_PUT",
     "LUA_SHARED",
+    "STATUS_LETTERS",
+    "SUMMARY_HEAD",
     "check_prefix",
     "due_range",
     "instant_bound",
@@ -50,7 +52,6 @@ __all__ = [
     "secret_key",
     "sortable_instant",
     "step_member",
-    "summary",
     "thread_base",
     "thread_keys",
     "utf8",
@@ -60,8 +61,10 @@ __all__ = [
 LAYOUT_VERSION: Final = b"2"
 #: Shifts epoch microseconds of year 1 to 0, so every instant is 18 sortable digits.
 _EPOCH_SHIFT_US: Final = 62_135_596_800_000_000
-_NO_WAKE: Final = b"0" * 18
-_LETTERS: Final[dict[ThreadStatus, bytes]] = {
+#: Bytes of a stored summary before its JSON: status letter and wake instant.
+SUMMARY_HEAD: Final = 19
+#: The letter each status has in summaries and in the status index.
+STATUS_LETTERS: Final[dict[ThreadStatus, bytes]] = {
     "running": b"r",
     "interrupted": b"i",
     "waiting": b"w",
@@ -154,7 +157,12 @@ if latest then
     expect('zset', {IDX, ST, DUE})
   end
 end
-if ttl ~= '' or not top then expect('zset', {EXP}) end
+if ttl ~= '' then
+  expect('zset', {EXP, IDX, ST, DUE})
+  expect('hash', {SUM})
+elseif not top then
+  expect('zset', {EXP})
+end
 rev = rev + 1
 redis.call('HSET', D, step, ARGV[2], meta, string.format('%d:', rev) .. ARGV[3])
 if not old then redis.call('ZADD', S, 0, step) end
@@ -355,19 +363,12 @@ def instant_bound(us: int) -> bytes:
     return b"%018d" % min(max(us + _EPOCH_SHIFT_US, 0), 10**18 - 1)
 
 
-def summary(status: ThreadStatus, wake_us: int | None, info: bytes) -> bytes:
-    """The stored summary of a thread: its status letter, wake instant and
-    ``info``, the JSON of its :class:`ThreadInfo` fields."""
-    wake = sortable_instant(wake_us) if status == "waiting" and wake_us is not None else _NO_WAKE
-    return _LETTERS[status] + wake + info
-
-
 def listing_range(status: ThreadStatus | None, after: str) -> tuple[bytes, bytes, int]:
     """``ZRANGE BYLEX`` bounds of the threads after ``after`` (of ``status``
     when given: its index then) and the bytes each member has before the id."""
     if status is None:
         return (b"(" + utf8(after) if after else b"-"), b"+", 0
-    letter = _LETTERS[status]
+    letter = STATUS_LETTERS[status]
     start = b"(" + letter + utf8(after) if after else b"[" + letter
     return start, b"(" + bytes([letter[0] + 1]), 1
 

@@ -1,0 +1,134 @@
+"""Setting a collection up for the MongoDB backend, and upgrading an older layout.
+
+Version 2 keeps a summary per thread (its latest step's number, revision,
+status and wake instant, indexed). Version 1 had no version document and a
+registry entry per thread holding nothing but the thread's id, so its listing
+joined every entry to the thread's latest checkpoint. The first version-2
+``setup()`` on a version-1 store builds every summary from the checkpoints;
+one process does it, under a lease in the version document, while the others
+wait for it to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Final
+
+from pymongo import UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+
+from agentflow.checkpoint.mongodb.documents import (
+    STATUS_FIELDS,
+    THREADS_INDEX,
+    Document,
+    indexes,
+    newer_wins,
+    summary_of_stored,
+)
+from agentflow.errors import IncompatibleSchema, InvalidArgument
+
+__all__ = ["SCHEMA_VERSION", "prepare"]
+
+SCHEMA_VERSION: Final = 2
+_SCHEMA_ID: Final = {"m": "schema"}
+#: How long a migrating process holds the store before another may take over.
+_LEASE_MS: Final = 60_000
+#: How often a process waiting for another's migration looks again.
+_POLL_S: Final = 0.1
+#: Threads whose summaries one round trip builds.
+_BATCH: Final = 500
+
+
+async def prepare(coll: AsyncCollection[Document], ttl: bool) -> None:
+    """Check the collation, create the indexes, and bring the layout to this version."""
+    listing = await coll.database.list_collections(filter={"name": coll.name})
+    info = await listing.to_list()
+    collation = info[0].get("options", {}).get("collation") if info else None
+    if collation and collation.get("locale") != "simple":
+        raise InvalidArgument(
+            f"collection {coll.name!r} has a default collation; "
+            "agentflow needs the simple (binary) collation"
+        )
+    await coll.create_indexes(indexes(ttl))
+    token = os.urandom(12).hex()
+    while not await _current(coll):
+        if await _claim(coll, token):
+            await _summarize_every_thread(coll, token)
+            await coll.update_one(
+                {"_id": _SCHEMA_ID, "owner": token},
+                {"$set": {"v": SCHEMA_VERSION}, "$unset": {"owner": "", "lease": ""}},
+            )
+        else:
+            await asyncio.sleep(_POLL_S)
+
+
+async def _current(coll: AsyncCollection[Document]) -> bool:
+    """Whether the store is at this version; a newer one is refused, never misread."""
+    doc = await coll.find_one({"_id": _SCHEMA_ID}, {"v": 1})
+    version = doc.get("v", 1) if doc else 1
+    if type(version) is not int or version > SCHEMA_VERSION:
+        raise IncompatibleSchema(
+            f"the MongoDB collection {coll.name!r} has layout version {version!r}; "
+            f"this agentflow reads version {SCHEMA_VERSION}"
+        )
+    return version == SCHEMA_VERSION
+
+
+async def _claim(coll: AsyncCollection[Document], token: str) -> bool:
+    """Take the migration lease unless a live one is held (server time, so clocks may differ)."""
+    await coll.update_one({"_id": _SCHEMA_ID}, {"$setOnInsert": {"v": 1}}, upsert=True)
+    free = {
+        "_id": _SCHEMA_ID,
+        "v": {"$lt": SCHEMA_VERSION},
+        "$or": [{"lease": {"$exists": False}}, {"$expr": {"$lt": ["$lease", "$$NOW"]}}],
+    }
+    take = [{"$set": {"owner": token, "lease": {"$add": ["$$NOW", _LEASE_MS]}}}]
+    return (await coll.update_one(free, take)).matched_count == 1
+
+
+async def _summarize_every_thread(coll: AsyncCollection[Document], token: str) -> None:
+    """Write the summary of every thread from its latest checkpoint, then drop the
+    entries of threads that have none left.
+
+    The scan of ``(n, t, s desc)`` is covered (index keys only, no document read);
+    then one round trip reads the latest checkpoints of a batch of threads and
+    one writes their summaries, newer-wins, so puts of this version running
+    meanwhile are never overwritten with older data.
+    """
+    latest = await coll.aggregate(
+        [
+            {"$match": {"n": {"$type": "string"}}},
+            {"$sort": {"n": 1, "t": 1, "s": -1}},
+            {"$group": {"_id": {"n": "$n", "t": "$t"}, "s": {"$first": "$s"}}},
+        ],
+        hint=THREADS_INDEX,
+        allowDiskUse=True,
+    )
+    batch: list[Document] = []
+    async for row in latest:
+        batch.append({"n": row["_id"]["n"], "t": row["_id"]["t"], "s": row["s"]})
+        if len(batch) == _BATCH:
+            await _summarize(coll, batch, token)
+            batch = []
+    if batch:
+        await _summarize(coll, batch, token)
+    await coll.delete_many({"tn": {"$exists": True}, "ls": {"$exists": False}})
+
+
+async def _summarize(coll: AsyncCollection[Document], keys: list[Document], token: str) -> None:
+    docs = await coll.find({"_id": {"$in": keys}}, STATUS_FIELDS).to_list()
+    writes = [
+        UpdateOne(
+            {"_id": {"n": doc["_id"]["n"], "t": doc["_id"]["t"]}},
+            newer_wins(summary_of_stored(doc["_id"]["n"], doc), doc.get("expires_at")),
+            upsert=True,
+        )
+        for doc in docs
+    ]
+    if writes:
+        await coll.bulk_write(writes, ordered=False)
+    await coll.update_one(
+        {"_id": _SCHEMA_ID, "owner": token},
+        [{"$set": {"lease": {"$add": ["$$NOW", _LEASE_MS]}}}],
+    )

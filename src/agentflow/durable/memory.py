@@ -1,0 +1,387 @@
+"""In-process durable stores. Not durable across processes; for tests and embedding.
+
+They keep rows in the same layout a database backend writes (head, body
+bytes, journal entry bytes) and apply the same planned writes, so what
+passes here exercises the shared rules, and a caller mutating a record
+after a write changes nothing stored. Every operation runs without awaiting
+between its check and its write, which makes it atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Self
+
+from agentflow.checkpoint.validation import validate_namespace
+from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
+from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
+from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
+from agentflow.durable.events import (
+    AcceptedEvent,
+    AppendOnceResult,
+    EventCursor,
+    EventPage,
+    check_append,
+    resolve_append,
+)
+from agentflow.durable.journal import OperationJournalEntry
+from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
+from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.rows import RunRow, RunSummary, decode_row, encode_row
+from agentflow.durable.store import RunPage
+from agentflow.durable.transitions import (
+    JournalPut,
+    JournalReplace,
+    Write,
+    plan_acknowledge,
+    plan_commit,
+    plan_event_delivery,
+    plan_finalize,
+    plan_finalize_claimed,
+    plan_progress,
+    plan_record_operation,
+    plan_suspend,
+    refusal,
+)
+from agentflow.durable.validators import CapabilityRef, require_non_empty, validate_checkpoint_key
+from agentflow.errors import InvalidCursor
+
+__all__ = ["DurableMemory", "InMemoryRunEventStore", "MemoryDurableStore"]
+
+_KIND = "memory"
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch, the lease clock of stores without a server."""
+    return time.time_ns() // 1_000_000
+
+
+class _SortedKeys:
+    """Keys in code point order (which is UTF-8 byte order), for O(page) listing."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def add(self, key: str) -> None:
+        index = bisect.bisect_left(self.keys, key)
+        if index == len(self.keys) or self.keys[index] != key:
+            self.keys.insert(index, key)
+
+    def discard(self, key: str) -> None:
+        index = bisect.bisect_left(self.keys, key)
+        if index < len(self.keys) and self.keys[index] == key:
+            del self.keys[index]
+
+    def after(self, key: str | None, count: int) -> list[str]:
+        start = 0 if key is None else bisect.bisect_right(self.keys, key)
+        return self.keys[start : start + count]
+
+
+@dataclass
+class _Runs:
+    rows: dict[str, RunRow] = field(default_factory=dict)
+    keys: _SortedKeys = field(default_factory=_SortedKeys)
+    by_status: dict[CheckpointStatus, _SortedKeys] = field(default_factory=dict)
+
+    def put(self, row: RunRow) -> None:
+        previous = self.rows.get(row.key)
+        if previous is not None and previous.head.status is not row.head.status:
+            self.by_status[previous.head.status].discard(row.key)
+        self.rows[row.key] = row
+        self.keys.add(row.key)
+        self.by_status.setdefault(row.head.status, _SortedKeys()).add(row.key)
+
+    def remove(self, key: str) -> bool:
+        row = self.rows.pop(key, None)
+        if row is None:
+            return False
+        self.keys.discard(key)
+        self.by_status[row.head.status].discard(key)
+        return True
+
+
+@dataclass
+class _Events:
+    by_id: dict[str, AcceptedEvent] = field(default_factory=dict)
+    by_run: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    by_parent: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    sequence: int = 0
+
+
+class DurableMemory:
+    """Shared in-process storage for memory stores of several namespaces."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, _Runs] = {}
+        self._events: dict[str, _Events] = {}
+
+    def runs(self, namespace: str) -> _Runs:
+        return self._runs.setdefault(namespace, _Runs())
+
+    def events(self, namespace: str) -> _Events:
+        return self._events.setdefault(namespace, _Events())
+
+
+class _Closing:
+    async def close(self) -> None:
+        """Nothing to release; safe to call twice."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class MemoryDurableStore(_Closing):
+    """A :class:`~agentflow.durable.DurableStore` in process memory.
+
+    ``clock`` returns epoch milliseconds; it is the lease clock (tests pass
+    a fake one to move time). Pass one :class:`DurableMemory` to several
+    stores to share it across namespaces.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        memory: DurableMemory | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._namespace = validate_namespace(namespace)
+        self._data = (memory or DurableMemory()).runs(self._namespace)
+        self._clock = clock
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    def _row(self, key: str) -> RunRow | None:
+        return self._data.rows.get(validate_checkpoint_key(key))
+
+    async def create(self, checkpoint: DurableCheckpoint) -> None:
+        row = encode_row(checkpoint)
+        if row.key in self._data.rows:
+            raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
+        self._data.put(row)
+
+    async def load(self, key: str) -> DurableCheckpoint | None:
+        row = self._row(key)
+        return None if row is None else decode_row(row)
+
+    async def claim(
+        self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
+    ) -> DurableCheckpoint:
+        check_claim_request(cycle_index, claim_token, lease_ms)
+        row = self._row(key)
+        now = self._clock()
+        error = claim_refusal(None if row is None else row.head, cycle_index, now, mode)
+        if error is not None:
+            raise error
+        assert row is not None
+        claimed = replace(
+            row,
+            head=claimed_head(
+                row.head, cycle_index, claim_token, now_ms=now, lease_ms=lease_ms, mode=mode
+            ),
+        )
+        record = decode_row(claimed)
+        self._data.put(claimed)
+        return record
+
+    async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
+        check_claim_request(1, claim_token, lease_ms)
+        row = self._row(key)
+        now = self._clock()
+        error = renew_refusal(None if row is None else row.head, claim_token, now)
+        if error is not None:
+            raise error
+        assert row is not None
+        expiry = now + lease_ms
+        if expiry > MAX_WIRE_INTEGER:
+            raise DurableError(
+                "checkpoint_claim_invalid", "lease expiry is outside the JSON-safe range"
+            )
+        self._data.put(replace(row, head=replace(row.head, lease_expires_at_ms=expiry)))
+        return expiry
+
+    def _apply(self, write: Write) -> DurableCheckpoint:
+        row = self._data.rows.get(write.key)
+        if row is None or not write.guard.holds(row.head):
+            raise refusal(None if row is None else row.head, write.guard)
+        head = write.head
+        if write.keep_lease:
+            head = replace(head, lease_expires_at_ms=row.head.lease_expires_at_ms)
+        model, tool = row.model_journal, row.tool_journal
+        if isinstance(write.journal, JournalReplace):
+            model, tool = write.journal.model, write.journal.tool
+        elif isinstance(write.journal, JournalPut):
+            entries = list(row.journal(write.journal.kind))
+            entries[write.journal.index : write.journal.index + 1] = [write.journal.entry]
+            if write.journal.kind is OperationKind.MODEL:
+                model = tuple(entries)
+            else:
+                tool = tuple(entries)
+        body = row.body if write.body is None else write.body
+        self._data.put(RunRow(write.key, head, body, model, tool))
+        return replace(write.record, lease_expires_at_ms=head.lease_expires_at_ms)
+
+    async def progress(
+        self, checkpoint: DurableCheckpoint, *, claim_token: str
+    ) -> DurableCheckpoint:
+        return self._apply(plan_progress(checkpoint, claim_token))
+
+    async def record_operation(
+        self, checkpoint: DurableCheckpoint, entry: OperationJournalEntry, *, claim_token: str
+    ) -> DurableCheckpoint:
+        return self._apply(plan_record_operation(checkpoint, entry, claim_token))
+
+    async def suspend(
+        self, checkpoint: DurableCheckpoint, *, claim_token: str
+    ) -> DurableCheckpoint:
+        return self._apply(plan_suspend(checkpoint, claim_token))
+
+    async def commit(self, checkpoint: DurableCheckpoint, *, claim_token: str) -> DurableCheckpoint:
+        return self._apply(plan_commit(checkpoint, claim_token))
+
+    async def finalize_claimed(
+        self, checkpoint: DurableCheckpoint, *, claim_token: str
+    ) -> DurableCheckpoint:
+        return self._apply(plan_finalize_claimed(checkpoint, claim_token))
+
+    async def finalize(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
+        return self._apply(plan_finalize(checkpoint))
+
+    async def record_event_delivery(
+        self,
+        checkpoint: DurableCheckpoint,
+        *,
+        claim_token: str | None,
+        event_id: str,
+        payload_digest: str,
+        cursor: EventCursor,
+    ) -> DurableCheckpoint:
+        write = plan_event_delivery(checkpoint, claim_token, event_id, payload_digest, cursor)
+        return self._apply(write)
+
+    async def acknowledge_terminal(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
+        return self._apply(plan_acknowledge(checkpoint))
+
+    async def delete(self, key: str) -> bool:
+        return self._data.remove(validate_checkpoint_key(key))
+
+    async def list_runs(
+        self,
+        *,
+        status: CheckpointStatus | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> RunPage:
+        check_limit(limit)
+        status = None if status is None else CheckpointStatus(status)
+        after = (
+            None if cursor is None else decode_run_cursor(_KIND, self._namespace, status, cursor)
+        )
+        index = self._data.keys if status is None else self._data.by_status.get(status)
+        keys = [] if index is None else index.after(after, limit + 1)
+        more = len(keys) > limit
+        keys = keys[:limit]
+        runs = [RunSummary.of(key, self._data.rows[key].head) for key in keys]
+        next_cursor = encode_run_cursor(_KIND, self._namespace, status, keys[-1]) if more else None
+        return RunPage(runs, next_cursor)
+
+
+class InMemoryRunEventStore(_Closing):
+    """A :class:`~agentflow.durable.DurableEventStore` in process memory.
+
+    Cursors are ``{"sequence": n}``, one sequence per namespace starting at 1.
+    """
+
+    def __init__(
+        self, *, namespace: str | None = None, memory: DurableMemory | None = None
+    ) -> None:
+        self._namespace = validate_namespace(namespace)
+        self._data = (memory or DurableMemory()).events(self._namespace)
+
+    @property
+    def store_ref(self) -> CapabilityRef:
+        return CapabilityRef("events.in-memory", "1")
+
+    async def append_once(
+        self, event_id: str, payload_digest: str, event: Mapping[str, Any]
+    ) -> AppendOnceResult:
+        computed = check_append(event_id, payload_digest, event)
+        existing = self._data.by_id.get(event_id)
+        stored = None if existing is None else existing.payload_digest
+        if resolve_append(payload_digest, computed, stored) == "duplicate":
+            assert existing is not None
+            return AppendOnceResult(False, dict(existing.cursor))
+        self._data.sequence += 1
+        sequence = self._data.sequence
+        copy = parse_json(canonical_json(event, what="event payload"))
+        accepted = AcceptedEvent(event_id, payload_digest, copy, {"sequence": sequence})
+        self._data.by_id[event_id] = accepted
+        for index, member in (
+            (self._data.by_run, "run_id"),
+            (self._data.by_parent, "parent_run_id"),
+        ):
+            run = copy.get(member)
+            if isinstance(run, str) and run:
+                index.setdefault(run, []).append((sequence, event_id))
+        return AppendOnceResult(True, {"sequence": sequence})
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        after: Mapping[str, Any] | None = None,
+        limit: int = 100,
+        include_children: bool = False,
+    ) -> EventPage:
+        require_non_empty(run_id, "run_id")
+        check_limit(limit)
+        start = _sequence_of(after)
+        lists = [self._data.by_run.get(run_id, [])]
+        if include_children:
+            lists.append(self._data.by_parent.get(run_id, []))
+        picked: list[AcceptedEvent] = []
+        for _, event_id in _dedupe(heapq.merge(*(_from(items, start) for items in lists))):
+            if len(picked) > limit:
+                break
+            picked.append(self._data.by_id[event_id])
+        more = len(picked) > limit
+        events = [replace(e, event=parse_json(canonical_json(e.event))) for e in picked[:limit]]
+        return EventPage(events, dict(events[-1].cursor) if more else None)
+
+
+def _sequence_of(after: Mapping[str, Any] | None) -> int:
+    if after is None:
+        return 0
+    value = after.get("sequence") if isinstance(after, Mapping) else None
+    if (
+        not isinstance(after, Mapping)
+        or set(after) != {"sequence"}
+        or isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < 0
+    ):
+        raise InvalidCursor("an in-memory event cursor is {'sequence': n}")
+    return value
+
+
+def _from(items: list[tuple[int, str]], start: int) -> Iterator[tuple[int, str]]:
+    index = bisect.bisect_right(items, start, key=lambda item: item[0])
+    return (items[position] for position in range(index, len(items)))
+
+
+def _dedupe(items: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    last = -1
+    for item in items:
+        if item[0] != last:
+            last = item[0]
+            yield item

@@ -1,0 +1,121 @@
+"""How a durable backend presents itself to the conformance suites, and test records."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from agentflow.durable.definition import RUN_DEFINITION_SCHEMA
+from agentflow.durable.digests import tool_request_digest
+from agentflow.durable.enums import ToolIdempotency
+from agentflow.durable.ids import tool_idempotency_key, tool_operation_id
+from agentflow.durable.journal import OperationJournalEntry
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.store import DurableEventStore, DurableStore
+
+__all__ = ["DurableHarness", "make_record", "make_run_definition", "make_tool_entry"]
+
+
+@dataclass
+class DurableHarness:
+    """One fresh, empty backend and the way to open stores on it.
+
+    ``stores(namespace)`` and ``event_stores(namespace)`` open stores that
+    share the backend; every store opened is closed by the suite.
+    ``corrupt(namespace, key)``, when given, overwrites the stored body of a
+    record with bytes that are not a record, to check reads fail closed.
+    """
+
+    name: str
+    stores: Callable[[str | None], DurableStore]
+    event_stores: Callable[[str | None], DurableEventStore]
+    corrupt: Callable[[str | None, str], Awaitable[None]] | None = None
+
+    @asynccontextmanager
+    async def store(self, namespace: str | None = None) -> AsyncIterator[DurableStore]:
+        """A store on this backend, closed when the block ends."""
+        store = self.stores(namespace)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    @asynccontextmanager
+    async def events(self, namespace: str | None = None) -> AsyncIterator[DurableEventStore]:
+        """An event store on this backend, closed when the block ends."""
+        store = self.event_stores(namespace)
+        try:
+            yield store
+        finally:
+            await store.close()
+
+
+def make_run_definition(**overrides: Any) -> dict[str, Any]:
+    """A small valid run definition (every closed member present)."""
+    definition: dict[str, Any] = {
+        "schema_version": RUN_DEFINITION_SCHEMA,
+        "agent": {"name": "ledger-agent", "type": None},
+        "root_input": "Settle invoice 7.",
+        "compiled_prompt": "You keep the ledger.",
+        "initial_messages": [],
+        "initial_shared_state": {},
+        "run_metadata": {},
+        "context_ref": None,
+        "model": {"backend": "fake", "model_id": "fake-1", "settings": {}},
+        "credential_slots": [],
+        "runtime_controls": {"max_cycles": 5},
+        "tools": [],
+        "tool_policy": {"allowed_tools": None, "disallowed_tools": []},
+        "checkpoint_policy": {
+            "ambiguous_model_policy": "require_reconciliation",
+            "ambiguous_tool_policy": "require_reconciliation",
+            "max_extension_state_bytes": 262_144,
+        },
+        "budget_limits": None,
+        "output_schema": None,
+        "workspace_ref": None,
+        "session_ref": None,
+        "extensions": [],
+        "capability_refs": {},
+    }
+    definition.update(overrides)
+    return definition
+
+
+def make_record(key: str = "run-1", **fields: Any) -> DurableCheckpoint:
+    """A fresh, unclaimed, running record under ``key``."""
+    return DurableCheckpoint.new(
+        fields.pop("run_definition", None) or make_run_definition(),
+        key,
+        task_id=fields.pop("task_id", "task-1"),
+        root_run_id=fields.pop("root_run_id", f"root-{key}"),
+        trace_id=fields.pop("trace_id", "trace-1"),
+        **fields,
+    )
+
+
+def make_tool_entry(
+    key: str,
+    cycle_index: int,
+    position: int = 1,
+    *,
+    tool_name: str = "charge",
+    arguments: dict[str, Any] | None = None,
+    support: ToolIdempotency = ToolIdempotency.UNSUPPORTED,
+) -> OperationJournalEntry:
+    """A planned tool call with its real idempotency key and request digest."""
+    call_id = f"call_{position}"
+    arguments = {"amount": 12} if arguments is None else arguments
+    idempotency_key = tool_idempotency_key(key, cycle_index, call_id)
+    return OperationJournalEntry.tool(
+        tool_operation_id(cycle_index, position),
+        cycle_index,
+        tool_request_digest(call_id, tool_name, arguments, idempotency_key),
+        tool_call_id=call_id,
+        tool_name=tool_name,
+        arguments=arguments,
+        idempotency_key=idempotency_key,
+        idempotency_support=support,
+    )

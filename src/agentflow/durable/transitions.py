@@ -1,0 +1,404 @@
+"""The compare-and-set rules of every store operation, as pure functions.
+
+Each operation is planned here from the caller's snapshot into a
+:class:`Write`: a :class:`Guard` on the stored head and the new head, body
+and journal change to apply if the guard holds. A backend applies a write
+as one conditional statement (an ``UPDATE ... WHERE``, one Lua script, one
+``find_one_and_update``) and, when it matched nothing, reads the head again
+and raises :func:`refusal` of it. Because every change of stored content
+bumps the revision, a guard on the revision makes the caller's snapshot the
+stored state, so planning needs no read.
+
+Fencing: writes of a claim holder are guarded on its claim token (and the
+claimed cycle). A recovery claim replaces the token, so every later write of
+the old holder is refused with :class:`LeaseLost`, and so is its lease
+renewal; a holder renews before each external call, so a holder that lost
+its lease never starts another one. A lease that lapsed but was not yet
+taken over still fences nothing: the holder's receipts remain welcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from agentflow.durable.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
+from agentflow.durable.errors import (
+    CheckpointNotFound,
+    ClaimActive,
+    CycleConflict,
+    DurableConflict,
+    DurableError,
+    LeaseLost,
+    RevisionConflict,
+    TerminalImmutable,
+)
+from agentflow.durable.events import EventCursor
+from agentflow.durable.journal import ALLOWED_TRANSITIONS, OperationJournalEntry
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.rows import RunHead, encode_body, encode_entry, head_of, identity_of
+from agentflow.durable.validators import is_blank, validate_sha256
+
+__all__ = [
+    "Guard",
+    "JournalPut",
+    "JournalReplace",
+    "Write",
+    "next_revision",
+    "plan_acknowledge",
+    "plan_commit",
+    "plan_event_delivery",
+    "plan_finalize",
+    "plan_finalize_claimed",
+    "plan_progress",
+    "plan_record_operation",
+    "plan_suspend",
+    "refusal",
+]
+
+_CLAIM = "checkpoint_claim_invalid"
+#: The states a new entry may be written in: planned, or one legal move from it.
+_FIRST_STATES = frozenset({OperationState.PLANNED, OperationState.STARTED, OperationState.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What the stored head must equal for a write to apply (every field that is set).
+
+    ``claim_token`` is compared always (``None`` means the row must be
+    unclaimed); ``claimed_cycle`` only when a token is required.
+    """
+
+    revision: int
+    claim_token: str | None
+    terminal: bool
+    identity: str
+    claimed_cycle: int | None = None
+    resume_attempt: int | None = None
+    terminal_acknowledged: bool | None = None
+
+    def holds(self, head: RunHead) -> bool:
+        return (
+            head.revision == self.revision
+            and head.claim_token == self.claim_token
+            and (self.claim_token is None or head.claimed_cycle == self.claimed_cycle)
+            and head.terminal == self.terminal
+            and head.identity == self.identity
+            and (self.resume_attempt is None or head.resume_attempt == self.resume_attempt)
+            and (
+                self.terminal_acknowledged is None
+                or head.terminal_acknowledged == self.terminal_acknowledged
+            )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class JournalReplace:
+    """Replace both journals with these entries."""
+
+    model: tuple[bytes, ...]
+    tool: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalPut:
+    """Write one entry at ``index`` of one journal (``index == len`` appends)."""
+
+    kind: OperationKind
+    index: int
+    entry: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One conditional write and the record it leaves behind.
+
+    Apply ``head`` (every field; but when ``keep_lease`` the stored lease
+    stays), ``body`` unless None, and ``journal`` unless None, iff ``guard``
+    holds. ``record`` is the stored record afterwards; when ``keep_lease``
+    its lease must be set from the store's (a renewal may have moved it).
+    """
+
+    key: str
+    guard: Guard
+    head: RunHead
+    keep_lease: bool
+    body: bytes | None
+    journal: JournalReplace | JournalPut | None
+    record: DurableCheckpoint
+
+
+def next_revision(revision: int) -> int:
+    if revision >= MAX_WIRE_INTEGER:
+        raise DurableError("checkpoint_revision_overflow", "revision overflow")
+    return revision + 1
+
+
+def _claimed_guard(snapshot: DurableCheckpoint, claim_token: str) -> Guard:
+    if not isinstance(claim_token, str) or is_blank(claim_token):
+        raise DurableError(_CLAIM, "claim_token must be non-empty")
+    if snapshot.claimed_cycle is None:
+        raise DurableError(_CLAIM, "a claimed write needs the snapshot of a claimed record")
+    return Guard(
+        revision=snapshot.revision,
+        claim_token=claim_token,
+        terminal=False,
+        identity=identity_of(snapshot),
+        claimed_cycle=snapshot.claimed_cycle,
+        resume_attempt=snapshot.resume_attempt,
+        terminal_acknowledged=snapshot.terminal_acknowledged,
+    )
+
+
+def _journals(record: DurableCheckpoint) -> JournalReplace:
+    return JournalReplace(
+        tuple(encode_entry(entry) for entry in record.model_call_journal),
+        tuple(encode_entry(entry) for entry in record.tool_journal),
+    )
+
+
+def _write(guard: Guard, record: DurableCheckpoint, *, keep_lease: bool) -> Write:
+    record.validate()
+    return Write(
+        key=record.checkpoint_key,
+        guard=guard,
+        head=head_of(record),
+        keep_lease=keep_lease,
+        body=encode_body(record),
+        journal=_journals(record),
+        record=record,
+    )
+
+
+def plan_progress(snapshot: DurableCheckpoint, claim_token: str) -> Write:
+    """Replace the claimed record's content; claim and lease stay as stored."""
+    guard = _claimed_guard(snapshot, claim_token)
+    record = replace(snapshot, claim_token=claim_token, revision=next_revision(snapshot.revision))
+    return _write(guard, record, keep_lease=True)
+
+
+def plan_suspend(snapshot: DurableCheckpoint, claim_token: str) -> Write:
+    """Release the claim of a run left with an ambiguous operation, for reconciliation."""
+    guard = _claimed_guard(snapshot, claim_token)
+    if not snapshot.has_ambiguous_operation():
+        raise DurableError("checkpoint_status_invalid", "suspend requires an ambiguous operation")
+    record = replace(
+        snapshot,
+        status=CheckpointStatus.RECONCILIATION_REQUIRED,
+        claim_token=None,
+        claimed_cycle=None,
+        lease_expires_at_ms=None,
+        revision=next_revision(snapshot.revision),
+    )
+    return _write(guard, record, keep_lease=False)
+
+
+def plan_commit(snapshot: DurableCheckpoint, claim_token: str) -> Write:
+    """Commit the claimed cycle: it becomes ``cycle_index``; journals and claim clear."""
+    guard = _claimed_guard(snapshot, claim_token)
+    if snapshot.cycle_index != snapshot.claimed_cycle:
+        raise CycleConflict("commit must set cycle_index to the claimed cycle")
+    record = replace(
+        snapshot,
+        model_call_journal=[],
+        tool_journal=[],
+        claim_token=None,
+        claimed_cycle=None,
+        lease_expires_at_ms=None,
+        revision=next_revision(snapshot.revision),
+    )
+    return _write(guard, record, keep_lease=False)
+
+
+def _terminal(snapshot: DurableCheckpoint) -> DurableCheckpoint:
+    if snapshot.terminal_result is None:
+        raise DurableError(
+            "checkpoint_terminal_result_required", "finalize requires terminal_result"
+        )
+    if not snapshot.status.is_terminal:
+        raise DurableError("checkpoint_status_invalid", "finalize requires a terminal status")
+    keep = snapshot.is_operator_abort_terminal()
+    return replace(
+        snapshot,
+        model_call_journal=snapshot.model_call_journal if keep else [],
+        tool_journal=snapshot.tool_journal if keep else [],
+        claim_token=None,
+        claimed_cycle=None,
+        lease_expires_at_ms=None,
+        revision=next_revision(snapshot.revision),
+    )
+
+
+def plan_finalize_claimed(snapshot: DurableCheckpoint, claim_token: str) -> Write:
+    """Write the terminal result under the caller's claim and clear the claim."""
+    guard = _claimed_guard(snapshot, claim_token)
+    return _write(guard, _terminal(snapshot), keep_lease=False)
+
+
+def plan_finalize(snapshot: DurableCheckpoint) -> Write:
+    """Write the terminal result of an unclaimed run (an operator's abort, say)."""
+    guard = Guard(
+        revision=snapshot.revision,
+        claim_token=None,
+        terminal=False,
+        identity=identity_of(snapshot),
+        resume_attempt=snapshot.resume_attempt,
+        terminal_acknowledged=snapshot.terminal_acknowledged,
+    )
+    if snapshot.claim_token is not None:
+        raise ClaimActive("an unclaimed finalize needs the snapshot of an unclaimed record")
+    return _write(guard, _terminal(snapshot), keep_lease=False)
+
+
+def _check_successor(previous: OperationJournalEntry | None, entry: OperationJournalEntry) -> None:
+    if previous is None:
+        if entry.attempt != 1 or entry.state not in _FIRST_STATES:
+            raise DurableError(
+                "operation_transition_invalid",
+                f"a new journal entry starts at attempt 1 as planned, started or failed,"
+                f" not at attempt {entry.attempt} as {entry.state.value}",
+            )
+        return
+    if not previous.same_call(entry):
+        raise DurableError(
+            "checkpoint_journal_integrity_mismatch", "the entry does not journal the same call"
+        )
+    retry = previous.state is OperationState.AMBIGUOUS and entry.state is OperationState.PLANNED
+    if (previous.state, entry.state) not in ALLOWED_TRANSITIONS or entry.attempt != (
+        previous.attempt + 1 if retry else previous.attempt
+    ):
+        raise DurableError(
+            "operation_transition_invalid",
+            f"cannot transition {previous.state.value} to {entry.state.value}"
+            f" (attempt {previous.attempt} to {entry.attempt})",
+        )
+
+
+def plan_record_operation(
+    snapshot: DurableCheckpoint, entry: OperationJournalEntry, claim_token: str
+) -> Write:
+    """Write one journal entry: a new one (planned, or straight to started/failed) or a transition.
+
+    The entry is matched by ``(kind, operation_id)`` in the snapshot; the move
+    from the snapshot's entry must be legal. Only the entry and the head change.
+    """
+    guard = _claimed_guard(snapshot, claim_token)
+    entry.validate()
+    if entry.cycle_index != snapshot.active_cycle():
+        raise DurableError(
+            "checkpoint_journal_cycle_invalid", "journal cycle_index must equal the active cycle"
+        )
+    journal = list(snapshot.journal(entry.kind))
+    index = next(
+        (i for i, item in enumerate(journal) if item.operation_id == entry.operation_id),
+        len(journal),
+    )
+    _check_successor(journal[index] if index < len(journal) else None, entry)
+    journal[index : index + 1] = [entry]
+    field = "model_call_journal" if entry.kind is OperationKind.MODEL else "tool_journal"
+    record = replace(
+        snapshot,
+        claim_token=claim_token,
+        revision=next_revision(snapshot.revision),
+        **{field: journal},  # type: ignore[arg-type]
+    )
+    return Write(
+        key=record.checkpoint_key,
+        guard=guard,
+        head=head_of(record),
+        keep_lease=True,
+        body=None,
+        journal=JournalPut(entry.kind, index, encode_entry(entry)),
+        record=record,
+    )
+
+
+def plan_event_delivery(
+    snapshot: DurableCheckpoint,
+    claim_token: str | None,
+    event_id: str,
+    payload_digest: str,
+    cursor: EventCursor,
+) -> Write:
+    """Mark one pending outbox entry delivered at ``cursor``; claim and terminal stay.
+
+    ``claim_token`` is the stored claim (None for an unclaimed or terminal record).
+    """
+    if not isinstance(event_id, str) or is_blank(event_id):
+        raise DurableError("checkpoint_event_outbox_invalid", "event_id must be non-empty")
+    validate_sha256(payload_digest, "event_outbox.payload_digest")
+    cursor.validate()
+    if cursor.last_event_id != event_id:
+        raise DurableError(
+            "checkpoint_event_cursor_invalid",
+            "event cursor last_event_id must match the delivered event",
+        )
+    matching = [i for i, item in enumerate(snapshot.event_outbox) if item.event_id == event_id]
+    if len(matching) != 1 or snapshot.event_outbox[matching[0]].state != "pending":
+        raise DurableError(
+            "checkpoint_event_outbox_invalid", f"no pending outbox entry {event_id!r}"
+        )
+    index = matching[0]
+    if snapshot.event_outbox[index].payload_digest != payload_digest:
+        raise DurableError(
+            "event_identity_conflict", f"outbox entry {event_id!r} has another digest"
+        )
+    outbox = list(snapshot.event_outbox)
+    outbox[index] = replace(outbox[index], state="delivered", cursor=cursor.to_dict())
+    guard = Guard(
+        revision=snapshot.revision,
+        claim_token=claim_token,
+        terminal=snapshot.terminal_result is not None,
+        identity=identity_of(snapshot),
+        claimed_cycle=snapshot.claimed_cycle,
+    )
+    record = replace(
+        snapshot,
+        event_outbox=outbox,
+        event_cursor=cursor,
+        claim_token=claim_token,
+        revision=next_revision(snapshot.revision),
+    )
+    write = _write(guard, record, keep_lease=True)
+    return replace(write, journal=None)
+
+
+def plan_acknowledge(snapshot: DurableCheckpoint) -> Write:
+    """Mark a terminal record acknowledged (kept until an explicit delete)."""
+    if snapshot.terminal_result is None or snapshot.terminal_acknowledged:
+        raise DurableError(
+            "checkpoint_status_invalid", "only an unacknowledged terminal can be acknowledged"
+        )
+    guard = Guard(
+        revision=snapshot.revision,
+        claim_token=None,
+        terminal=True,
+        identity=identity_of(snapshot),
+        terminal_acknowledged=False,
+    )
+    record = replace(
+        snapshot, terminal_acknowledged=True, revision=next_revision(snapshot.revision)
+    )
+    return Write(record.checkpoint_key, guard, head_of(record), False, None, None, record)
+
+
+def refusal(head: RunHead | None, guard: Guard) -> DurableError:
+    """The typed error for a guard that did not hold against ``head`` (None: no row)."""
+    if head is None:
+        return CheckpointNotFound("no record under this key")
+    if guard.claim_token is not None:
+        if head.claim_token != guard.claim_token or head.claimed_cycle != guard.claimed_cycle:
+            return LeaseLost("the claim was replaced or released")
+    else:
+        if head.terminal and not guard.terminal:
+            return TerminalImmutable("the record is terminal")
+        if head.claim_token is not None:
+            return ClaimActive("the record is claimed")
+    if head.revision != guard.revision:
+        return RevisionConflict(f"expected revision {guard.revision}, stored {head.revision}")
+    if head.identity != guard.identity:
+        return DurableError(
+            "checkpoint_definition_mismatch",
+            "the snapshot's run identity differs from the stored one",
+        )
+    return DurableConflict("the stored record is not in the state this write requires")
