@@ -277,6 +277,7 @@ async def _mongodb() -> AsyncIterator[list[_Contestant]]:
     client: AsyncMongoClient[Any] = AsyncMongoClient(uri)
 
     async def database_bytes(name: str) -> int:
+        await client.admin.command("fsync")  # storageSize counts only what a checkpoint wrote
         stats = await client[name].command("dbStats")
         return int(stats["storageSize"] + stats["indexSize"])
 
