@@ -1,0 +1,315 @@
+"""One LangGraph graph on LangGraph's own savers and on AgentflowSaver, per database.
+
+The graph is a 10-node chain (no LLM) whose every node replaces a ~10 KB
+nested state, run with LangGraph's default durability ("async"). On each
+database the stock saver and ``AgentflowSaver`` over agentflow's backend write
+into the same server (SQLite: two files in one folder; PostgreSQL: two schemas
+of one database; MongoDB: two databases of one mongod) at equal durability,
+and every measurement runs in interleaved blocks, so load on this shared box
+hits both alike.
+
+- steps/s: graph steps (one checkpoint and one pending write each) per second
+  over fresh threads;
+- get_state p50: ``graph.aget_state`` of a finished thread;
+- get_state_history: listing 1,000 snapshots of a 1,001-checkpoint thread;
+- bytes/step: what the store holds afterwards (files after a WAL checkpoint,
+  ``pg_total_relation_size``, MongoDB ``storageSize`` + index size) divided
+  by the checkpoints written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sqlite3
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+from benchmarks.common import Table, median, ms, nested_state, percentile, ratio
+
+NODES = 10
+DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+class _State(TypedDict, total=False):
+    step: int
+    doc: dict[str, Any]
+
+
+_DOCS = [nested_state(i) for i in range(NODES + 1)]
+
+
+def _graph(saver: Any) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    def node(state: _State) -> _State:
+        step = state.get("step", 0) + 1
+        return {"step": step, "doc": _DOCS[step % len(_DOCS)]}
+
+    builder = StateGraph(_State)
+    names = [f"n{i}" for i in range(NODES)]
+    for name in names:
+        builder.add_node(name, node)
+    builder.add_edge(START, names[0])
+    for a, b in itertools.pairwise(names):
+        builder.add_edge(a, b)
+    builder.add_edge(names[-1], END)
+    return builder.compile(checkpointer=saver)
+
+
+@dataclass
+class _Contestant:
+    label: str
+    graph: Any
+    storage: Callable[[], Awaitable[int]]
+    checkpoints: int = 0
+    seconds: float = 0.0
+    threads: int = 0
+
+    async def runs(self, count: int) -> None:
+        start = time.perf_counter()
+        for _ in range(count):
+            self.threads += 1
+            config = {"configurable": {"thread_id": f"{self.label}-{self.threads}"}}
+            await self.graph.ainvoke({"step": 0, "doc": _DOCS[0]}, config)
+        self.seconds += time.perf_counter() - start
+        self.checkpoints += count * (NODES + 1)
+
+    async def get_state(self, thread: int) -> float:
+        config = {"configurable": {"thread_id": f"{self.label}-{thread}"}}
+        start = time.perf_counter()
+        await self.graph.aget_state(config)
+        return time.perf_counter() - start
+
+    async def fill_history(self, thread: str, checkpoints: int) -> None:
+        config = {"configurable": {"thread_id": thread}}
+        for _ in range(-(-checkpoints // (NODES + 1))):
+            await self.graph.ainvoke({"step": 0, "doc": _DOCS[0]}, config)
+            self.checkpoints += NODES + 1
+
+    async def history(self, thread: str, limit: int) -> float:
+        config = {"configurable": {"thread_id": thread}}
+        start = time.perf_counter()
+        listed = [s async for s in self.graph.aget_state_history(config, limit=limit)]
+        assert len(listed) == limit
+        return time.perf_counter() - start
+
+
+@dataclass
+class _Sizes:
+    blocks: int
+    runs: int
+    gets: int
+    history: int
+    history_rounds: int
+
+    @classmethod
+    def of(cls, quick: bool) -> _Sizes:
+        return cls(3, 3, 30, 100, 2) if quick else cls(8, 12, 300, 1_000, 5)
+
+
+async def _measure(name: str, pair: list[_Contestant], sizes: _Sizes) -> Table:
+    for _ in range(sizes.blocks):
+        for contestant in pair:
+            await contestant.runs(sizes.runs)
+    gets: dict[str, list[float]] = {c.label: [] for c in pair}
+    for i in range(sizes.gets):
+        for contestant in pair:
+            gets[contestant.label].append(await contestant.get_state(1 + i % contestant.threads))
+    for contestant in pair:
+        await contestant.fill_history("long", sizes.history + 1)
+    listing: dict[str, list[float]] = {c.label: [] for c in pair}
+    for _ in range(sizes.history_rounds):
+        for contestant in pair:
+            listing[contestant.label].append(await contestant.history("long", sizes.history))
+    rows = []
+    for contestant in pair:
+        steps = contestant.threads * NODES / contestant.seconds
+        per_step = await contestant.storage() / contestant.checkpoints
+        rows.append(
+            (
+                contestant.label,
+                steps,
+                percentile(gets[contestant.label], 50),
+                median(listing[contestant.label]),
+                per_step,
+            )
+        )
+    (_, their_steps, their_get, their_list, their_bytes), ours = rows[0], rows[1]
+    table = Table(
+        title=f"LangGraph graph on {name}: the stock saver vs AgentflowSaver",
+        headers=[
+            "saver",
+            "steps/s",
+            "get_state p50",
+            f"get_state_history {sizes.history:,}",
+            "bytes/step",
+        ],
+    )
+    for label, steps, get, listed, per_step in rows:
+        table.rows.append([label, f"{steps:,.0f}", ms(get), ms(listed), f"{per_step:,.0f}"])
+    table.rows.append(
+        [
+            "AgentflowSaver / stock",
+            ratio(ours[1], their_steps),
+            ratio(their_get, ours[2]) + " faster",
+            ratio(their_list, ours[3]) + " faster",
+            ratio(ours[4], their_bytes),
+        ]
+    )
+    table.notes.append(
+        f"{sizes.blocks} interleaved blocks of {sizes.runs} runs x {NODES} steps each; "
+        f"{sizes.gets} get_state samples; history median of {sizes.history_rounds}"
+    )
+    return table
+
+
+def _sqlite_bytes(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+@contextlib.asynccontextmanager
+async def _sqlite(tmp: str) -> AsyncIterator[list[_Contestant]]:
+    import aiosqlite
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from agentflow.checkpoint.sqlite import SqliteCheckpointer
+    from agentflow.integrations.langgraph import AgentflowSaver
+
+    theirs, ours = Path(tmp, "langgraph.db"), Path(tmp, "agentflow.db")
+    async with (
+        aiosqlite.connect(theirs) as conn,
+        SqliteCheckpointer(ours, synchronous="FULL") as cp,
+    ):
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=FULL")
+        saver = AsyncSqliteSaver(conn)
+        await saver.setup()
+
+        async def their_bytes() -> int:
+            await conn.commit()
+            return _sqlite_bytes(theirs)
+
+        async def our_bytes() -> int:
+            return _sqlite_bytes(ours)
+
+        yield [
+            _Contestant("AsyncSqliteSaver (WAL, FULL)", _graph(saver), their_bytes),
+            _Contestant(
+                "AgentflowSaver(SqliteCheckpointer, FULL)", _graph(AgentflowSaver(cp)), our_bytes
+            ),
+        ]
+
+
+async def _schema_bytes(schema: str) -> int:
+    import asyncpg
+
+    conn = await asyncpg.connect(DSN)
+    try:
+        size: int = await conn.fetchval(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = $1 AND c.relkind = 'r'",
+            schema,
+        )
+        return size
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def _postgres() -> AsyncIterator[list[_Contestant]]:
+    import asyncpg
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    from agentflow.checkpoint.postgres import PostgresCheckpointer
+    from agentflow.integrations.langgraph import AgentflowSaver
+
+    tag = uuid.uuid4().hex[:8]
+    theirs, ours = f"bench_lg_{tag}", f"bench_af_{tag}"
+    admin = await asyncpg.connect(DSN)
+    try:
+        await admin.execute(f'CREATE SCHEMA "{theirs}"; CREATE SCHEMA "{ours}"')
+        dsn = f"{DSN}?options=-csearch_path%3D{theirs}"
+        async with (
+            AsyncPostgresSaver.from_conn_string(dsn) as saver,
+            PostgresCheckpointer(DSN, table="lg", schema=ours) as cp,
+        ):
+            await saver.setup()
+            yield [
+                _Contestant(
+                    "AsyncPostgresSaver (1 conn)", _graph(saver), lambda: _schema_bytes(theirs)
+                ),
+                _Contestant(
+                    "AgentflowSaver(PostgresCheckpointer)",
+                    _graph(AgentflowSaver(cp)),
+                    lambda: _schema_bytes(ours),
+                ),
+            ]
+    finally:
+        await admin.execute(
+            f'DROP SCHEMA IF EXISTS "{theirs}" CASCADE; DROP SCHEMA IF EXISTS "{ours}" CASCADE'
+        )
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def _mongodb() -> AsyncIterator[list[_Contestant]]:
+    from langgraph.checkpoint.mongodb import MongoDBSaver
+    from pymongo import AsyncMongoClient, MongoClient
+    from tests.support.mongod import mongodb_uri
+
+    from agentflow.checkpoint.mongodb import MongoCheckpointer
+    from agentflow.integrations.langgraph import AgentflowSaver
+
+    uri = mongodb_uri()
+    tag = uuid.uuid4().hex[:8]
+    theirs, ours = f"bench_lg_{tag}", f"bench_af_{tag}"
+    sync_client: MongoClient[Any] = MongoClient(uri)
+    client: AsyncMongoClient[Any] = AsyncMongoClient(uri)
+
+    async def database_bytes(name: str) -> int:
+        await client.admin.command("fsync")  # storageSize counts only what a checkpoint wrote
+        stats = await client[name].command("dbStats")
+        return int(stats["storageSize"] + stats["indexSize"])
+
+    try:
+        async with MongoCheckpointer(client=client, database=ours) as cp:
+            yield [
+                _Contestant(
+                    "MongoDBSaver",
+                    _graph(MongoDBSaver(sync_client, db_name=theirs)),
+                    lambda: database_bytes(theirs),
+                ),
+                _Contestant(
+                    "AgentflowSaver(MongoCheckpointer)",
+                    _graph(AgentflowSaver(cp)),
+                    lambda: database_bytes(ours),
+                ),
+            ]
+    finally:
+        for name in (theirs, ours):
+            await client.drop_database(name)
+        await client.close()
+        sync_client.close()
+
+
+async def run(quick: bool) -> list[Table]:
+    sizes = _Sizes.of(quick)
+    tables = []
+    with tempfile.TemporaryDirectory(prefix="bench-langgraph-") as tmp:
+        async with _sqlite(tmp) as pair:
+            tables.append(await _measure("SQLite", pair, sizes))
+    async with _postgres() as pair:
+        tables.append(await _measure("PostgreSQL", pair, sizes))
+    async with _mongodb() as pair:
+        tables.append(await _measure("MongoDB", pair, sizes))
+    return tables

@@ -1,0 +1,15 @@
+"""LangGraph's ``BaseCheckpointSaver`` over any agentflow ``Checkpointer``.
+
+``AgentflowSaver(checkpointer)`` stores a graph's checkpoints and pending
+writes in any backend (memory, file, SQLite, PostgreSQL, Redis, MongoDB), in
+the checkpointer's namespace; ``copy_checkpoints`` moves threads from another
+saver into it. See docs/langgraph.md.
+"""
+
+from __future__ import annotations
+
+from agentflow.integrations.langgraph.migrate import copy_checkpoints
+from agentflow.integrations.langgraph.saver import AgentflowSaver
+from agentflow.integrations.langgraph.serde import DEFAULT_ALLOWED, StrictSerializer
+
+__all__ = ["DEFAULT_ALLOWED", "AgentflowSaver", "StrictSerializer", "copy_checkpoints"]

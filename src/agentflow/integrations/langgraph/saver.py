@@ -1,0 +1,290 @@
+"""``AgentflowSaver``: LangGraph's ``BaseCheckpointSaver`` over any agentflow Checkpointer."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.base import Checkpoint as LangGraphCheckpoint
+
+from agentflow.checkpoint.base import Checkpointer, with_defaults
+from agentflow.errors import InvalidArgument
+from agentflow.integrations.langgraph import maintenance
+from agentflow.integrations.langgraph.bridge import LoopBridge
+from agentflow.integrations.langgraph.delta import delta_channel_history
+from agentflow.integrations.langgraph.records import (
+    check_namespace,
+    check_thread_id,
+    checkpoint_step,
+    namespace_thread,
+)
+from agentflow.integrations.langgraph.serde import StrictSerializer
+from agentflow.integrations.langgraph.store import Pair, RecordStore
+from agentflow.integrations.langgraph.tuples import TupleCodec
+from agentflow.integrations.langgraph.values import Serde, ValueCodec
+
+__all__ = ["AgentflowSaver"]
+
+
+def _keys(config: RunnableConfig) -> tuple[str, str | None, str | None]:
+    """``(thread_id, checkpoint_ns or None when absent, checkpoint_id or None)``."""
+    configurable = config.get("configurable") or {}
+    if "thread_id" not in configurable:
+        raise InvalidArgument("a LangGraph config needs configurable.thread_id")
+    thread_id = check_thread_id(configurable["thread_id"])
+    ns = configurable.get("checkpoint_ns")
+    checkpoint_id = configurable.get("checkpoint_id") or None
+    return thread_id, None if ns is None else check_namespace(ns), checkpoint_id
+
+
+class AgentflowSaver(BaseCheckpointSaver[str]):
+    """Stores LangGraph checkpoints in an agentflow ``Checkpointer`` of any backend.
+
+    Tenancy is the checkpointer's ``namespace``: bind one per tenant. Values
+    that are exact JSON are stored as JSON; others with LangGraph's msgpack
+    encoding, decoded only for the types on :class:`StrictSerializer`'s
+    allowlist (extend it with ``allowed=``). The saver does not own
+    ``checkpointer``: close it yourself. See docs/langgraph.md for the layout
+    and the cost of each method.
+    """
+
+    def __init__(
+        self,
+        checkpointer: Checkpointer,
+        *,
+        allowed: Iterable[tuple[str, ...] | type] = (),
+        serde: Serde | None = None,
+        verify_writes: bool = True,
+    ) -> None:
+        super().__init__(serde=serde or StrictSerializer(allowed=allowed))
+        self.checkpointer = with_defaults(checkpointer)
+        self._verify = verify_writes
+        self._store = RecordStore(self.checkpointer, self._codec())
+        self._bridge = LoopBridge()
+
+    def _codec(self) -> TupleCodec:
+        return TupleCodec(ValueCodec(self.serde, verify=self._verify))
+
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> AgentflowSaver:
+        """A saver on the same store that also decodes ``extra_allowlist``
+        (LangGraph passes the types of a compiled graph's state schema)."""
+        if not isinstance(self.serde, StrictSerializer):
+            return self
+        serde = self.serde.with_allowlist(extra_allowlist)
+        if serde is self.serde:
+            return self
+        clone = copy.copy(self)
+        clone.serde = serde
+        clone._store = copy.copy(self._store)
+        clone._store.codec = clone._codec()
+        return clone
+
+    def get_next_version(self, current: str | int | float | None, channel: None) -> str:
+        """LangGraph's string versions (as its SQL savers write), so copied
+        threads keep comparing versions of one type."""
+        number = 0 if current is None else int(str(current).split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- async API -------------------------------------------------------------
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: LangGraphCheckpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, parent_id = _keys(config)
+        ns = ns or ""
+        thread = namespace_thread(thread_id, ns)
+        await self._store.register(thread_id, ns)
+        cp = self._store.codec.checkpoint_record(
+            thread,
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint=checkpoint,
+            metadata=get_serializable_checkpoint_metadata(config, metadata),
+            parent_id=parent_id,
+        )
+        await self._store.put_checkpoint(cp, checkpoint["id"])
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id, ns, checkpoint_id = _keys(config)
+        if checkpoint_id is None:
+            raise InvalidArgument("put_writes needs configurable.checkpoint_id")
+        checkpoint_step(checkpoint_id)
+        if not writes:
+            return
+        ns = ns or ""
+        await self._store.register(thread_id, ns)
+        entries = self._store.codec.write_entries(writes, task_id, task_path)
+        thread = namespace_thread(thread_id, ns)
+        await self._store.put_writes(thread, thread_id, ns, checkpoint_id, entries)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, checkpoint_id = _keys(config)
+        thread = namespace_thread(thread_id, ns or "")
+        if checkpoint_id is None:
+            pair = await self._store.latest(thread)
+        else:
+            pair = await self._store.by_id(thread, checkpoint_id)
+        return None if pair is None else self._store.codec.to_tuple(*pair)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Newest first within each (thread, namespace); with no thread in
+        ``config``, every LangGraph thread of the namespace, thread by thread."""
+        bound = None
+        if before is not None and (
+            before_id := (before.get("configurable") or {}).get("checkpoint_id")
+        ):
+            bound = checkpoint_step(before_id)
+        only_id = None
+        if config is None:
+            threads = self._store.threads()
+        else:
+            thread_id, ns, only_id = _keys(config)
+            namespaces = [ns] if ns is not None else await self._store.namespaces(thread_id)
+            threads = _iterate([namespace_thread(thread_id, n) for n in namespaces])
+        left = limit
+        async for pairs in self._pairs_of(threads, merge=config is not None):
+            for cp, writes in pairs:
+                if left is not None and left <= 0:
+                    return
+                if bound is not None and cp.step >= bound:
+                    continue
+                if only_id is not None and cp.checkpoint_id != only_id:
+                    continue
+                if filter and not _matches(self._store.codec.metadata(cp), filter):
+                    continue
+                if left is not None:
+                    left -= 1
+                yield self._store.codec.to_tuple(cp, writes)
+
+    async def _pairs_of(
+        self, threads: AsyncIterator[str], *, merge: bool
+    ) -> AsyncIterator[list[Pair]]:
+        """Newest-first pairs per thread, or of all ``threads`` merged by id."""
+        if not merge:
+            async for thread in threads:
+                yield list(reversed(await self._store.pairs(thread)))
+            return
+        merged: list[Pair] = []
+        async for thread in threads:
+            merged.extend(await self._store.pairs(thread))
+        merged.sort(key=lambda pair: pair[0].checkpoint_id, reverse=True)
+        yield merged
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await maintenance.delete_thread(self._store, check_thread_id(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await maintenance.delete_for_runs(self._store, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await maintenance.copy_thread(
+            self._store, check_thread_id(source_thread_id), check_thread_id(target_thread_id)
+        )
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await maintenance.prune(self._store, [check_thread_id(t) for t in thread_ids], strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        thread_id, ns, checkpoint_id = _keys(config)
+        thread = namespace_thread(thread_id, ns or "")
+        return await delta_channel_history(self._store, thread, checkpoint_id, channels)
+
+    # -- sync API: the same coroutines, run on the saver's loop ----------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: LangGraphCheckpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._bridge.run(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._bridge.run(self.aput_writes(config, writes, task_id, task_path))
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._bridge.run(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        async def collect() -> list[CheckpointTuple]:
+            listed = self.alist(config, filter=filter, before=before, limit=limit)
+            return [tup async for tup in listed]
+
+        return iter(self._bridge.run(collect()))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._bridge.run(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._bridge.run(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._bridge.run(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._bridge.run(self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._bridge.run(self.aget_delta_channel_history(config=config, channels=channels))
+
+
+def _matches(metadata: Mapping[str, Any], query: Mapping[str, Any]) -> bool:
+    return all(metadata.get(key) == value for key, value in query.items())
+
+
+async def _iterate(items: list[str]) -> AsyncIterator[str]:
+    for item in items:
+        yield item

@@ -1,0 +1,241 @@
+"""Reads and writes of LangGraph records through the public Checkpointer protocol.
+
+Costs, in protocol calls (each one round trip):
+
+- ``put``: one conditional ``put`` (``if_revision=0``); a second id on the same
+  step, or a re-put of the same id, adds a ``get`` and a ``put``.
+- ``put_writes``: one conditional ``put`` of the step's writes record, merged
+  in memory with what this process last wrote there; a race with another
+  writer costs a ``get`` and a retry. Calls for one checkpoint are serialized
+  in the process, so parallel branches never lose a write.
+- ``get_tuple`` by id: two ``get`` calls at once (checkpoint, writes).
+- ``get_tuple`` latest: one ``get``, two when the latest record is writes.
+- ``list``: one ``history`` of the (thread, namespace): the protocol has no
+  descending or bounded range read, so ``before`` and ``limit`` filter a full
+  read of that thread, never of other threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.errors import CheckpointConflict, CheckpointCorrupted
+from agentflow.integrations.langgraph.records import (
+    KEY,
+    Record,
+    checkpoint_key,
+    parse_thread,
+    record,
+    registry_thread,
+    stored_record,
+)
+from agentflow.integrations.langgraph.tuples import TupleCodec, merge_writes
+
+__all__ = ["Pair", "RecordStore"]
+
+#: A live checkpoint and its writes record (None when it has none).
+Pair = tuple[Record, Record | None]
+
+#: Writes records this process remembers (revision and entries), per store.
+_CACHED_WRITES: Final = 4096
+_LOCK_STRIPES: Final = 64
+
+
+class RecordStore:
+    """LangGraph's records in one agentflow checkpointer (and so one namespace)."""
+
+    def __init__(self, checkpointer: Checkpointer, codec: TupleCodec) -> None:
+        self.checkpointer = checkpointer
+        self.codec = codec
+        self._namespaces: set[tuple[str, str]] = set()
+        self._writes: OrderedDict[tuple[str, int], tuple[int, list[Any]]] = OrderedDict()
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]]
+        self._locks = weakref.WeakKeyDictionary()
+
+    def _lock(self, key: tuple[str, int]) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        stripes = self._locks.get(loop)
+        if stripes is None:
+            stripes = self._locks[loop] = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
+        return stripes[hash(key) % _LOCK_STRIPES]
+
+    async def read(self, thread: str, step: int | None) -> Record | None:
+        cp = await self.checkpointer.get(thread, step)
+        if cp is None:
+            return None
+        rec = stored_record(cp)
+        if rec is None:
+            raise CheckpointCorrupted(f"thread {thread!r} step {cp.step} is not a LangGraph record")
+        return rec
+
+    # -- namespaces ------------------------------------------------------------
+
+    async def namespaces(self, thread_id: str) -> list[str]:
+        """Every namespace of ``thread_id`` that may hold checkpoints, root first."""
+        rec = await self.read(registry_thread(thread_id), 0)
+        if rec is None:
+            return [""]
+        if rec.kind != "namespaces" or not all(type(n) is str for n in rec.fields["namespaces"]):
+            raise CheckpointCorrupted(f"the namespace list of thread {thread_id!r} is damaged")
+        return ["", *rec.fields["namespaces"]]
+
+    async def register(self, thread_id: str, checkpoint_ns: str) -> None:
+        """Add a child namespace to its thread's list (once per process)."""
+        if not checkpoint_ns or (thread_id, checkpoint_ns) in self._namespaces:
+            return
+        thread = registry_thread(thread_id)
+        while True:
+            rec = await self.read(thread, 0)
+            known = [] if rec is None else rec.fields["namespaces"]
+            if checkpoint_ns in known:
+                break
+            fields = {"id": None, "thread_id": thread_id, "namespaces": [*known, checkpoint_ns]}
+            try:
+                await self.checkpointer.put(
+                    record(thread, 0, "namespaces", fields),
+                    if_revision=0 if rec is None else rec.revision,
+                )
+                break
+            except CheckpointConflict:
+                continue
+        self._namespaces.add((thread_id, checkpoint_ns))
+
+    async def forget(self, thread_id: str, threads: list[str]) -> None:
+        """Delete every namespace thread of ``thread_id`` and its list."""
+        for thread in threads:
+            await self.checkpointer.delete_thread(thread)
+        await self.checkpointer.delete_thread(registry_thread(thread_id))
+        self._namespaces = {key for key in self._namespaces if key[0] != thread_id}
+        for key in [key for key in self._writes if key[0] in threads]:
+            del self._writes[key]
+
+    # -- writing -------------------------------------------------------------
+
+    async def put_checkpoint(self, cp: Checkpoint, checkpoint_id: str) -> None:
+        """Store a checkpoint record; a re-put of its id replaces it, another id is refused."""
+        expected = 0
+        while True:
+            try:
+                await self.checkpointer.put(cp, if_revision=expected)
+                return
+            except CheckpointConflict as conflict:
+                stored = await self.read(cp.thread, cp.step)
+                if stored is None:
+                    expected = 0
+                elif stored.kind == "deleted" or stored.checkpoint_id == checkpoint_id:
+                    expected = stored.revision
+                else:
+                    raise CheckpointConflict(cp.thread, cp.step, 0, stored.revision) from conflict
+
+    async def put_writes(
+        self, thread: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str, new: list[Any]
+    ) -> None:
+        step = 2 * (checkpoint_key(checkpoint_id) or 0) + 1
+        key = (thread, step)
+        async with self._lock(key):
+            revision, entries = self._writes.get(key, (0, []))
+            while True:
+                merged = merge_writes(entries, new)
+                if merged is None and revision:
+                    return
+                merged = merged if merged is not None else entries
+                cp = self.codec.writes_record(
+                    thread, thread_id, checkpoint_ns, checkpoint_id, merged
+                )
+                try:
+                    await self.checkpointer.put(cp, if_revision=revision)
+                except CheckpointConflict:
+                    stored = await self.read(thread, step)
+                    revision = 0 if stored is None else stored.revision
+                    live = stored is not None and stored.kind == "writes"
+                    entries = stored.fields["writes"] if live and stored else []
+                    continue
+                self._writes[key] = (revision + 1, merged)
+                self._writes.move_to_end(key)
+                if len(self._writes) > _CACHED_WRITES:
+                    self._writes.popitem(last=False)
+                return
+
+    def forget_writes(self, thread: str) -> None:
+        for key in [key for key in self._writes if key[0] == thread]:
+            del self._writes[key]
+
+    # -- reading -------------------------------------------------------------
+
+    async def by_id(self, thread: str, checkpoint_id: str) -> Pair | None:
+        key = checkpoint_key(checkpoint_id)
+        if key is None:
+            return None
+        cp, writes = await asyncio.gather(
+            self.read(thread, 2 * key), self.read(thread, 2 * key + 1)
+        )
+        if cp is None or cp.kind != "checkpoint" or cp.checkpoint_id != checkpoint_id:
+            return None
+        if writes is not None and (
+            writes.kind != "writes" or writes.checkpoint_id != checkpoint_id
+        ):
+            writes = None
+        return cp, writes
+
+    async def latest(self, thread: str) -> Pair | None:
+        top = await self.read(thread, None)
+        if top is None:
+            return None
+        if top.kind == "checkpoint":
+            return top, None
+        if top.kind == "writes":
+            below = await self.read(thread, top.step - 1)
+            if below is not None and below.kind == "checkpoint":
+                return below, top
+        elif top.kind == "deleted" and top.fields["live"] is not None:
+            live = await self.read(thread, top.fields["live"])
+            if live is not None and live.kind == "checkpoint":
+                return await self.by_id(thread, live.checkpoint_id)
+        # A write that landed before its checkpoint, or a stale pointer: scan.
+        pairs = await self.pairs(thread)
+        return pairs[-1] if pairs else None
+
+    async def threads(self) -> AsyncIterator[str]:
+        """Every agentflow thread of the namespace that holds LangGraph checkpoints
+        (a page of 500 at a time, plus one ``get`` each to tell them from others)."""
+        cursor: str | None = None
+        while True:
+            page = await self.checkpointer.list_threads_page(limit=500, cursor=cursor)
+            for info in page.threads:
+                if parse_thread(info.thread) is None:
+                    continue
+                top = await self.checkpointer.get(info.thread)
+                if top is not None and KEY in top.extra:
+                    yield info.thread
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def records(self, thread: str) -> AsyncIterator[Record]:
+        async for cp in self.checkpointer.history(thread):
+            rec = stored_record(cp)
+            if rec is None:
+                raise CheckpointCorrupted(
+                    f"thread {thread!r} step {cp.step} is not a LangGraph record"
+                )
+            yield rec
+
+    async def pairs(self, thread: str) -> list[Pair]:
+        """Every live checkpoint of ``thread`` with its writes, in id order."""
+        pairs: list[Pair] = []
+        async for rec in self.records(thread):
+            if rec.kind == "checkpoint":
+                pairs.append((rec, None))
+            elif (
+                rec.kind == "writes"
+                and pairs
+                and pairs[-1][1] is None
+                and pairs[-1][0].checkpoint_id == rec.checkpoint_id
+            ):
+                pairs[-1] = (pairs[-1][0], rec)
+        return pairs

@@ -1,0 +1,234 @@
+"""AgentflowSaver's own guarantees: safe decoding, exact values, tenancy, typed errors."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import enum
+import uuid
+from typing import Any
+
+import ormsgpack
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agentflow.checkpoint.testing import BackendHarness
+from agentflow.errors import (
+    CheckpointConflict,
+    CheckpointCorrupted,
+    CheckpointNotSerializable,
+    InvalidArgument,
+)
+from agentflow.integrations.langgraph import AgentflowSaver, StrictSerializer, copy_checkpoints
+from agentflow.integrations.langgraph.records import checkpoint_step
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+def _config(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> Any:
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def _checkpoint(values: dict[str, Any]) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = {key: 1 for key in values}
+    return cp
+
+
+async def _put(saver: AgentflowSaver, thread_id: str, values: dict[str, Any]) -> Any:
+    cp = _checkpoint(values)
+    return await saver.aput(_config(thread_id), cp, {"source": "input", "step": -1}, {})
+
+
+async def test_values_come_back_with_their_types(harness: BackendHarness) -> None:
+    values = {
+        "text": "hé",
+        "nested": {"a": [1, 2.5, None, True]},
+        "pair": (1, 2),
+        "when": __import__("datetime").datetime(2026, 1, 2, 3, 4, 5),
+        "id": uuid.UUID(int=7),
+        "tags": {"x", "y"},
+        "colour": Colour.RED,
+        "point": Point(1, 2),
+        "raw": b"\x00\xff",
+    }
+    async with harness.open() as checkpointer:
+        saver = AgentflowSaver(checkpointer, allowed=[Colour, Point])
+        stored = await _put(saver, "types", values)
+        got = await saver.aget_tuple(stored)
+        stock = InMemorySaver()
+        expected = await stock.aget_tuple(
+            await stock.aput(_config("types"), _checkpoint(values), {}, dict.fromkeys(values, 1))
+        )
+        assert got is not None and expected is not None
+        # What LangGraph's own saver gives back, value for value and type for type.
+        for key, value in expected.checkpoint["channel_values"].items():
+            assert got.checkpoint["channel_values"][key] == value
+            assert type(got.checkpoint["channel_values"][key]) is type(value)
+        assert got.checkpoint["channel_values"]["when"] == values["when"]
+        # Exact JSON is stored as JSON, where agentflow's own tools show it.
+        record = await checkpointer.get("types")
+        assert record is not None and record.state == {
+            "text": "hé",
+            "nested": {"a": [1, 2.5, None, True]},
+        }
+        with pytest.raises(CheckpointNotSerializable, match="64-bit"):
+            await _put(saver, "huge", {"n": 2**70})
+
+
+async def test_a_type_off_the_allowlist_is_refused_at_write_and_nothing_is_stored(
+    harness: BackendHarness,
+) -> None:
+    async with harness.open() as checkpointer:
+        saver = AgentflowSaver(checkpointer)
+        with pytest.raises(CheckpointNotSerializable, match="Point"):
+            await _put(saver, "refused", {"p": Point(1, 2)})
+        assert await checkpointer.get("refused") is None
+        assert saver.with_allowlist([(Point.__module__, "Point")]) is not saver
+
+
+def _ext(code: int, payload: Any) -> bytes:
+    return ormsgpack.packb(ormsgpack.Ext(code, ormsgpack.packb(payload)))
+
+
+@pytest.mark.parametrize(
+    ("kind", "blob", "message"),
+    [
+        ("msgpack", _ext(1, ["os", "system", ["echo pwned"]]), "os.system is not on the allowlist"),
+        ("msgpack", _ext(3, ["os", "popen", "id", "read"]), "refused"),
+        ("msgpack", _ext(42, ["x"]), "malformed|extension"),
+        ("pickle", b"cos\nsystem\n(S'echo pwned'\ntR.", "refused"),
+        ("json", b'{"lc": 2, "type": "constructor", "id": ["os", "system"]}', "constructor"),
+        ("msgpack", b"\xc1", "does not decode"),
+    ],
+)
+def test_hostile_stored_values_raise_and_never_run(kind: str, blob: bytes, message: str) -> None:
+    with pytest.raises(CheckpointCorrupted, match=message):
+        StrictSerializer().loads_typed((kind, blob))
+
+
+async def test_a_tampered_record_raises_on_read(harness: BackendHarness) -> None:
+    async with harness.open() as checkpointer:
+        saver = AgentflowSaver(checkpointer, allowed=[Point])
+        stored = await _put(saver, "tampered", {"p": Point(1, 2)})
+        record = await checkpointer.get("tampered")
+        assert record is not None
+        fields = record.extra["langgraph"]
+        evil = base64.b64encode(_ext(1, ["os", "system", ["echo pwned"]])).decode()
+        fields["values_packed"]["p"] = ["msgpack", evil]
+        await checkpointer.put(dataclasses.replace(record, extra={"langgraph": fields}))
+        with pytest.raises(CheckpointCorrupted, match=r"os\.system"):
+            await saver.aget_tuple(stored)
+        if harness.corrupt is not None:
+            await harness.corrupt(None, "tampered", record.step)
+            with pytest.raises(CheckpointCorrupted):
+                await saver.aget_tuple(stored)
+
+
+async def test_tenants_never_see_each_other(harness: BackendHarness) -> None:
+    async with harness.open(namespace="a") as first, harness.open(namespace="b") as second:
+        a, b = AgentflowSaver(first), AgentflowSaver(second)
+        await _put(a, "shared-id", {"owner": "a"})
+        assert await b.aget_tuple(_config("shared-id")) is None
+        assert [t async for t in b.alist(None)] == []
+        await _put(b, "shared-id", {"owner": "b"})
+        got = await a.aget_tuple(_config("shared-id"))
+        assert got is not None and got.checkpoint["channel_values"] == {"owner": "a"}
+
+
+async def test_bad_input_is_a_typed_error(harness: BackendHarness) -> None:
+    async with harness.open() as checkpointer:
+        saver = AgentflowSaver(checkpointer)
+        cp = _checkpoint({})
+        cp["id"] = "not-a-uuid"
+        with pytest.raises(InvalidArgument, match="UUID"):
+            await saver.aput(_config("t"), cp, {}, {})
+        with pytest.raises(InvalidArgument, match="thread_id"):
+            await saver.aput(_config("a\x1fb"), _checkpoint({}), {}, {})
+        with pytest.raises(InvalidArgument, match="checkpoint_id"):
+            await saver.aput_writes(_config("t"), [("ch", 1)], "task")
+        with pytest.raises(InvalidArgument, match="strategy"):
+            await saver.aprune(["t"], strategy="everything")
+        assert await checkpointer.list_threads() == []
+
+
+async def test_two_ids_on_one_step_are_refused(harness: BackendHarness) -> None:
+    async with harness.open() as checkpointer:
+        saver = AgentflowSaver(checkpointer)
+        first = _checkpoint({"v": 1})
+        await saver.aput(_config("t"), first, {}, {})
+        other = _checkpoint({"v": 2})
+        number = uuid.UUID(first["id"]).int ^ 1  # same time bits, another node
+        other["id"] = str(uuid.UUID(int=number))
+        assert checkpoint_step(other["id"]) == checkpoint_step(first["id"])
+        with pytest.raises(CheckpointConflict):
+            await saver.aput(_config("t"), other, {}, {})
+        again = await saver.aput(_config("t"), {**first, "channel_values": {"v": 3}}, {}, {})
+        got = await saver.aget_tuple(again)
+        assert got is not None and got.checkpoint["channel_values"] == {"v": 3}
+
+
+async def test_concurrent_writes_to_one_checkpoint_are_all_kept(harness: BackendHarness) -> None:
+    async with harness.open() as first, harness.open() as second:
+        savers = [AgentflowSaver(first), AgentflowSaver(second)]
+        stored = await _put(savers[0], "parallel", {})
+        await asyncio.gather(
+            *(savers[i % 2].aput_writes(stored, [("ch", i)], f"task-{i}") for i in range(12))
+        )
+        got = await savers[1].aget_tuple(stored)
+        assert got is not None
+        assert sorted(w[2] for w in got.pending_writes or []) == list(range(12))
+
+
+async def test_copy_checkpoints_from_a_stock_saver(harness: BackendHarness) -> None:
+    from tests.integrations import langgraph_graphs as graphs
+
+    source = InMemorySaver()
+    graph = graphs.approval_graph(source)  # type: ignore[arg-type]
+    config = {"configurable": {"thread_id": "moved"}}
+    await graph.ainvoke({"topic": "bees"}, config)
+    async with harness.open() as checkpointer:
+        target = AgentflowSaver(checkpointer)
+        copied = await copy_checkpoints(source, target)
+        assert copied == len([t async for t in source.alist(None)])
+        assert await copy_checkpoints(source, target, thread_ids=["moved"]) == copied
+        moved = graphs.approval_graph(target)
+        from langgraph.types import Command
+
+        done = await moved.ainvoke(Command(resume="ok"), config)
+        assert done["log"] == ["draft", "approve", "publish:ok"]
+
+
+def test_sync_methods_run_on_the_saver_loop() -> None:
+    from agentflow.checkpoint.memory import MemoryCheckpointer, MemoryStore
+
+    saver = AgentflowSaver(MemoryCheckpointer(store=MemoryStore()))
+    stored = saver.put(_config("sync"), _checkpoint({"k": "v"}), {"step": 0}, {})
+    saver.put_writes(stored, [("ch", 1)], "task")
+    got = saver.get_tuple(stored)
+    assert got is not None and got.pending_writes == [("task", "ch", 1)]
+    assert [t.config for t in saver.list(_config("sync"))] == [got.config]
+    saver.delete_thread("sync")
+    assert saver.get_tuple(_config("sync")) is None
+
+
+async def test_sync_methods_on_the_running_loop_raise() -> None:
+    from agentflow.checkpoint.memory import MemoryCheckpointer, MemoryStore
+
+    saver = AgentflowSaver(MemoryCheckpointer(store=MemoryStore()))
+    with pytest.raises(RuntimeError, match="a\\* method"):
+        saver.get_tuple(_config("t"))
