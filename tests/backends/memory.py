@@ -20,6 +20,13 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
         store.namespace(namespace or "").threads[thread][step].revision = -7
 
+    async def read_payload(namespace: str | None, thread: str, step: int) -> bytes:
+        return store.namespace(namespace or "").threads[thread][step].encoded.payload
+
+    async def write_payload(namespace: str | None, thread: str, step: int, data: bytes) -> None:
+        stored = store.namespace(namespace or "").threads[thread][step]
+        stored.encoded = dataclasses.replace(stored.encoded, payload=data)
+
     yield BackendHarness(
         name="memory",
         factory=MemoryCheckpointer,
@@ -27,4 +34,6 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         multiprocess=False,
         corrupt=corrupt,
         damage_revision=damage_revision,
+        read_payload=read_payload,
+        write_payload=write_payload,
     )

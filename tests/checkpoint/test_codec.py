@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentflow.checkpoint import Checkpoint, MemoryCheckpointer
+from agentflow.checkpoint import Checkpoint, MemoryCheckpointer, integrity
 from agentflow.checkpoint.backend import EncodedCheckpoint
 from agentflow.checkpoint.codec import PAYLOAD_VERSION, JsonCodec, RecordKey
 from agentflow.checkpoint.timestamps import parse_instant
@@ -17,8 +19,11 @@ _KEY = RecordKey("", "t", 0)
 
 
 def encode(cp: Checkpoint) -> EncodedCheckpoint:
-    """What a backend stores for ``cp``: the base's checks, then the JSON codec."""
-    return MemoryCheckpointer()._encode(cp)
+    """What a backend stores for ``cp``: the base's checks, then the JSON codec
+    (taken out of the integrity envelope the base wraps it in)."""
+    encoded = MemoryCheckpointer()._encode(cp)
+    key = RecordKey("", encoded.thread, encoded.step)
+    return dataclasses.replace(encoded, payload=integrity.unwrap(key, encoded.payload))
 
 
 def decode(blob: bytes, revision: int) -> Checkpoint:

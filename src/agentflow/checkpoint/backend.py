@@ -2,7 +2,8 @@
 
 A backend is a handful of I/O hooks (the ``_``-prefixed abstract methods
 below). The base checks every argument and every checkpoint field before a
-hook runs, binds the namespace, redacts and encodes through the codec, issues
+hook runs, binds the namespace, redacts and encodes through the codec, wraps
+every record in an integrity envelope checked on every read (integrity.py), issues
 and checks authenticated cursors (and the ``limit + 1`` peek that tells
 whether another page follows), checks that every row read back is a valid
 record of the key that was asked for, refuses use after :meth:`close`, and
@@ -19,11 +20,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Final, NamedTuple, NoReturn
 
+from agentflow.checkpoint import integrity
 from agentflow.checkpoint.base import (
     Checkpoint,
     Checkpointer,
@@ -128,6 +131,10 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             raise InvalidArgument(f"codec must have encode() and decode(), got {codec!r}")
         self._redact: Redactor = redact or redact_none
         self._codec: CheckpointCodec = codec or JsonCodec()
+        self._binds_store = bool(getattr(self._codec, "binds_store", False))
+        #: :attr:`RecordKey.store`, read before the first encode or decode when
+        #: the codec binds it (hooks may encode and decode on other threads).
+        self._store_id = b""
         self._closed = False
         self._signer: CursorSigner | None = None
 
@@ -217,14 +224,21 @@ class CheckpointerBase(Checkpointer, abc.ABC):
                 raise error from exc
         raise exc
 
+    async def _bind_store(self, operation: str) -> None:
+        try:
+            secret = await self._cursor_secret()
+        except Exception as exc:
+            self._reraise(exc, operation)
+        self._store_id = _store_identity(secret)
+
     def _encode(self, cp: Checkpoint) -> EncodedCheckpoint:
-        """Redact and encode a checked checkpoint; safe on any thread."""
+        """Redact, encode and wrap a checked checkpoint; safe on any thread."""
         ts = cp.ts or utc_now_iso()
         if not cp.ts:
             cp = dataclasses.replace(cp, ts=ts)
         cp = redact_checkpoint(cp, self._redact)
-        key = RecordKey(self._namespace, cp.thread, cp.step)
-        payload = self._codec.encode(cp, key)
+        key = RecordKey(self._namespace, cp.thread, cp.step, self._store_id)
+        payload = integrity.wrap(key, self._codec.encode(cp, key))
         wake_at = cp.wake_at
         return EncodedCheckpoint(
             thread=cp.thread,
@@ -243,7 +257,8 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         """Check and decode a row read for ``thread``; safe on any thread.
 
         A revision or step column that is not a positive (resp. non-negative)
-        int, bytes the codec refuses, or a payload of another key all raise
+        int, a payload failing its integrity check, bytes the codec refuses, or
+        a payload of another key all raise
         :class:`~agentflow.errors.CheckpointCorrupted`, never other data.
         """
         step, revision, payload = row
@@ -251,7 +266,8 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             raise CheckpointCorrupted(f"thread {thread!r}: a stored step number is damaged")
         if type(revision) is not int or revision < 1:
             raise CheckpointCorrupted(f"thread {thread!r} step {step}: the revision is damaged")
-        cp = self._codec.decode(payload, RecordKey(self._namespace, thread, step), revision)
+        key = RecordKey(self._namespace, thread, step, self._store_id)
+        cp = self._codec.decode(integrity.unwrap(key, payload), key, revision)
         if cp.thread != thread or cp.step != step:
             raise CheckpointCorrupted(
                 f"thread {thread!r} step {step} holds the checkpoint of another key"
@@ -272,6 +288,8 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         check_checkpoint(cp)
         if if_revision is not None:
             validate_revision(if_revision)
+        if self._binds_store and not self._store_id:
+            await self._bind_store("put")
         thread, step = cp.thread, cp.step
         try:
             found = await self._write_step(thread, step, lambda: self._encode(cp), if_revision)
@@ -286,6 +304,8 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         validate_thread(thread)
         if step is not None:
             validate_step(step)
+        if self._binds_store and not self._store_id:
+            await self._bind_store("get")
         try:
             row = await self._read_step(thread, step)
         except Exception as exc:
@@ -299,6 +319,8 @@ class CheckpointerBase(Checkpointer, abc.ABC):
     async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
         self._check_open()
         validate_thread(thread)
+        if self._binds_store and not self._store_id:
+            await self._bind_store("history")
         rows = self._read_history(thread)
         previous = -1
         try:
@@ -410,6 +432,11 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             await self._close_store()
         except Exception as exc:
             self._reraise(exc, "close")
+
+
+def _store_identity(secret: bytes) -> bytes:
+    """The store's identity: one-way from its cursor secret, so it reveals no cursor key."""
+    return hashlib.blake2b(secret, digest_size=16, person=b"agentflow-store").digest()
 
 
 def _thread_in(value: object) -> str:

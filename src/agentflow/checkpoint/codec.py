@@ -5,7 +5,9 @@ inside them; it indexes only the few columns the base derives from the model.
 Every backend takes ``codec=``, so a codec that seals records (encryption
 bound to namespace, thread and step) plugs in without a backend knowing.
 The codec receives the record's :class:`RecordKey` on both sides for that
-binding.
+binding. The base wraps whatever a codec returns in an integrity envelope
+(:mod:`agentflow.checkpoint.integrity`) and checks it before ``decode``, so a
+codec never sees damaged bytes of a record it wrote.
 
 :class:`JsonCodec`, the default, uses orjson because decoding must be faster
 than the standard library (a 2,000-step history is decoded in well under the
@@ -46,6 +48,10 @@ class RecordKey:
     namespace: str
     thread: str
     step: int
+    #: The store's identity (16 bytes, derived from its cursor secret) when the
+    #: codec has a true ``binds_store`` attribute, else empty: a codec that binds
+    #: it refuses a record copied in from another store.
+    store: bytes = b""
 
 
 @runtime_checkable
@@ -58,6 +64,10 @@ class CheckpointCodec(Protocol):
     encode. ``decode`` raises :class:`~agentflow.errors.CheckpointCorrupted`
     for bytes it did not write or that do not belong to ``key``, and never
     returns other data. Both must be safe to call from any thread.
+
+    A codec whose ``binds_store`` attribute is true gets the store's identity
+    in :attr:`RecordKey.store`; the base then reads the store's secret before
+    the first encode or decode (which a store without it creates).
     """
 
     def encode(self, cp: Checkpoint, key: RecordKey) -> bytes: ...

@@ -16,7 +16,13 @@ from agentflow.checkpoint.testing.conformance import (
     PruneConformance,
     PutConformance,
 )
-from agentflow.checkpoint.testing.harness import BackendHarness, StoredKeyHook, make_checkpoint
+from agentflow.checkpoint.testing.harness import (
+    BackendHarness,
+    PayloadReader,
+    PayloadWriter,
+    StoredKeyHook,
+    make_checkpoint,
+)
 
 __all__ = [
     "BackendHarness",
@@ -27,6 +33,8 @@ __all__ = [
     "HistoryConformance",
     "LifecycleConformance",
     "ListingConformance",
+    "PayloadReader",
+    "PayloadWriter",
     "PruneConformance",
     "PutConformance",
     "StoredKeyHook",

@@ -10,10 +10,21 @@ from typing import Any
 from agentflow.checkpoint.base import Checkpoint, Checkpointer, Redactor
 from agentflow.checkpoint.codec import CheckpointCodec
 
-__all__ = ["BackendHarness", "StoredKeyHook", "make_checkpoint", "open_from_recipe"]
+__all__ = [
+    "BackendHarness",
+    "PayloadReader",
+    "PayloadWriter",
+    "StoredKeyHook",
+    "make_checkpoint",
+    "open_from_recipe",
+]
 
 #: An async hook on one stored record: (namespace or None, thread, step).
 StoredKeyHook = Callable[[str | None, str, int], Awaitable[None]]
+#: Reads the raw stored bytes of one record: (namespace or None, thread, step).
+PayloadReader = Callable[[str | None, str, int], Awaitable[bytes]]
+#: Overwrites them: (namespace or None, thread, step, bytes).
+PayloadWriter = Callable[[str | None, str, int, bytes], Awaitable[None]]
 
 
 @dataclass
@@ -26,10 +37,10 @@ class BackendHarness:
     picklable, :attr:`recipe` lets a child process open the same store (for
     the multi-process races and the crash tests).
 
-    The two hooks damage what is stored, directly in the database or files,
-    as a disk fault or a hostile operator would: the suite then checks that a
-    read raises instead of returning other data. A backend that cannot offer
-    one leaves it None and the case that needs it fails, so it is never
+    The damage hooks change what is stored, directly in the database or
+    files, as a disk fault or a hostile operator would: the suites then check
+    that a read raises instead of returning other data. A backend that cannot
+    offer one leaves it None and the case that needs it fails, so it is never
     skipped silently.
     """
 
@@ -45,6 +56,11 @@ class BackendHarness:
     #: Overwrite the stored revision of (namespace, thread, step) with a value no
     #: write can produce (a negative number, or text where the store allows it).
     damage_revision: StoredKeyHook | None = None
+    #: The stored bytes of a record's payload, exactly as the store keeps them
+    #: (what the integrity envelope covers, plus any framing the store adds).
+    read_payload: PayloadReader | None = None
+    #: Replace those bytes in place, changing nothing else that is stored.
+    write_payload: PayloadWriter | None = None
 
     def open(
         self,
