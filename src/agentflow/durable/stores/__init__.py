@@ -1,0 +1,1 @@
+"""Native durable stores, one module per backend beside its checkpointer."""
