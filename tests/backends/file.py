@@ -30,6 +30,13 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         data = path.read_bytes()
         path.write_bytes(re.sub(rb'"revision":\d+', b'"revision":-7', data, count=1))
 
+    async def read_payload(namespace: str | None, thread: str, step: int) -> bytes:
+        # The whole step file: its JSON header frames the record the base checks.
+        return step_path(root, namespace, thread, step).read_bytes()
+
+    async def write_payload(namespace: str | None, thread: str, step: int, data: bytes) -> None:
+        step_path(root, namespace, thread, step).write_bytes(data)
+
     yield BackendHarness(
         name="file",
         factory=FileCheckpointer,
@@ -37,4 +44,6 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         restricted_thread_ids=True,
         corrupt=corrupt,
         damage_revision=damage_revision,
+        read_payload=read_payload,
+        write_payload=write_payload,
     )

@@ -132,10 +132,22 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
             # BSON stores any type: text where an int belongs, as no put writes it.
             await damage(namespace, thread, step, {"rev": "abc"})
 
+        async def read_payload(namespace: str | None, thread: str, step: int) -> bytes:
+            key = {"n": namespace or "", "t": thread, "s": step}
+            found = await collection.find_one({"_id": key}, {"payload": 1})
+            assert found is not None, f"no stored step {(namespace, thread, step)}"
+            payload: bytes = found["payload"]
+            return payload
+
+        async def write_payload(namespace: str | None, thread: str, step: int, data: bytes) -> None:
+            await damage(namespace, thread, step, {"payload": data})
+
         yield BackendHarness(
             name="mongodb",
             factory=MongoCheckpointer,
             kwargs={"uri": uri, "database": database},
             corrupt=corrupt,
             damage_revision=damage_revision,
+            read_payload=read_payload,
+            write_payload=write_payload,
         )

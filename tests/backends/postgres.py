@@ -64,12 +64,13 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     admin = await admin_connection()
     table = unique_table()
 
-    async def overwrite(change: str, namespace: str | None, thread: str, step: int) -> None:
+    where = "WHERE namespace = $1 AND thread = $2 AND step = $3"
+
+    async def overwrite(
+        change: str, namespace: str | None, thread: str, step: int, *values: object
+    ) -> None:
         status = await admin.execute(
-            f'UPDATE "{table}" SET {change} WHERE namespace = $1 AND thread = $2 AND step = $3',
-            namespace or "",
-            thread,
-            step,
+            f'UPDATE "{table}" SET {change} {where}', namespace or "", thread, step, *values
         )
         assert status == "UPDATE 1", f"no stored row for {(namespace, thread, step)}"
 
@@ -79,6 +80,17 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
         await overwrite("revision = -7", namespace, thread, step)
 
+    async def read_payload(namespace: str | None, thread: str, step: int) -> bytes:
+        rows = await admin.fetch(
+            f'SELECT payload FROM "{table}" {where}', namespace or "", thread, step
+        )
+        assert len(rows) == 1, f"no stored row for {(namespace, thread, step)}"
+        payload: bytes = rows[0][0]
+        return payload
+
+    async def write_payload(namespace: str | None, thread: str, step: int, data: bytes) -> None:
+        await overwrite("payload = $4", namespace, thread, step, data)
+
     try:
         yield BackendHarness(
             name="postgres",
@@ -86,6 +98,8 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
             kwargs={"dsn": DSN, "table": table},
             corrupt=corrupt,
             damage_revision=damage_revision,
+            read_payload=read_payload,
+            write_payload=write_payload,
         )
     finally:
         await drop_tables(admin, table)

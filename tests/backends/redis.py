@@ -154,6 +154,17 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         assert isinstance(meta, bytes), f"no stored step {(namespace, thread, step)}"
         await admin.hset(data, b"%020dm" % step, b"-7:" + meta.split(b":", 1)[1])
 
+    async def read_payload(namespace: str | None, thread: str, step: int) -> bytes:
+        data = thread_keys(prefix, namespace or "", thread)[1]
+        payload = await admin.hget(data, b"%020d" % step)
+        assert isinstance(payload, bytes), f"no stored step {(namespace, thread, step)}"
+        return payload
+
+    async def write_payload(namespace: str | None, thread: str, step: int, payload: bytes) -> None:
+        data = thread_keys(prefix, namespace or "", thread)[1]
+        assert await admin.hexists(data, b"%020d" % step)
+        await admin.hset(data, b"%020d" % step, payload)
+
     try:
         yield BackendHarness(
             name="redis",
@@ -161,6 +172,8 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
             kwargs={"url": REDIS_URL, "prefix": prefix},
             corrupt=corrupt,
             damage_revision=damage_revision,
+            read_payload=read_payload,
+            write_payload=write_payload,
         )
     finally:
         await drop_prefix(admin, prefix)
