@@ -152,14 +152,13 @@ INSERT_EVENT: Final = f"""INSERT INTO {_EVENTS}
     ON CONFLICT (namespace, event_id) DO NOTHING RETURNING seq"""
 EVENT_BY_ID: Final = f"""SELECT payload_digest, seq FROM {_EVENTS}
     WHERE namespace = :namespace AND event_id = :event_id"""
-_EVENT_PAGE: Final = f"""SELECT seq, event_id, payload_digest, event FROM {_EVENTS}
-    WHERE namespace = :namespace AND {{member}} = :run_id AND seq > :after
-    ORDER BY seq LIMIT :limit"""
-REPLAY: Final = _EVENT_PAGE.format(member="run_id")
-#: Two bounded index ranges merged in sequence order (an event naming the run
-#: as both its run and its parent appears once).
-REPLAY_FAMILY: Final = f"""SELECT * FROM ({REPLAY}) UNION
-    SELECT * FROM ({_EVENT_PAGE.format(member="parent_run_id")}) ORDER BY seq LIMIT :limit"""
+_EVENTS_OF: Final = f"""SELECT seq, event_id, payload_digest, event FROM {_EVENTS}
+    WHERE namespace = :namespace AND {{member}} = :run_id AND seq > :after"""
+REPLAY: Final = f"{_EVENTS_OF.format(member='run_id')} ORDER BY seq LIMIT :limit"
+#: Two index ranges merged in sequence order as they are read, stopping at the
+#: limit (an event naming the run as both its run and its parent appears once).
+REPLAY_FAMILY: Final = f"""{_EVENTS_OF.format(member="run_id")}
+    UNION {_EVENTS_OF.format(member="parent_run_id")} ORDER BY seq LIMIT :limit"""
 
 
 def ensure_schema(conn: sqlite3.Connection) -> object:
