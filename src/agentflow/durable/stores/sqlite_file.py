@@ -105,9 +105,12 @@ class SqliteFile:
             raise error from exc
         return result
 
-    async def _ready(self, operation: str) -> Pair:
+    def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed(f"this {self._owner} is closed")
+
+    async def _ready(self, operation: str) -> Pair:
+        self._check_open()
         pair = self._pair
         if pair is None:
             if sqlite3.sqlite_version_info < _MIN_SQLITE:
@@ -124,6 +127,7 @@ class SqliteFile:
                 )
             self._check_version(version)
             self._schema_checked = True
+        self._check_open()  # closed while the version was read: its threads may be gone
         return pair
 
     def _check_version(self, version: object) -> None:
