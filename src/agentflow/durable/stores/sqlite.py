@@ -32,15 +32,15 @@ from agentflow.durable.leases import check_claim_request, claim_refusal, claimed
 from agentflow.durable.memory import wall_clock_ms
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary, decode_row, encode_row
+from agentflow.durable.rows import RunSummary, encode_row
 from agentflow.durable.store import RunPage
 from agentflow.durable.stores.sqlite_file import SqliteFileStore
 from agentflow.durable.stores.sqlite_rows import (
+    decode_claimed,
     decode_loaded,
     head_from,
     head_params,
     journal_text,
-    run_row,
     write_params,
 )
 from agentflow.durable.stores.sqlite_sql import (
@@ -48,7 +48,6 @@ from agentflow.durable.stores.sqlite_sql import (
     CLAIM,
     DELETE,
     HEAD,
-    HEAD_COLUMNS,
     INSERT_RUN,
     LIST_AFTER,
     LIST_STATUS_AFTER,
@@ -71,8 +70,6 @@ from agentflow.durable.transitions import (
 from agentflow.durable.validators import validate_checkpoint_key
 
 __all__ = ["SqliteDurableStore", "from_url"]
-
-_WIDTH = len(HEAD_COLUMNS)
 
 
 class SqliteDurableStore(SqliteFileStore):
@@ -115,13 +112,12 @@ class SqliteDurableStore(SqliteFileStore):
     ) -> DurableCheckpoint:
         check_claim_request(cycle_index, claim_token, lease_ms)
         run = self._run(validate_checkpoint_key(key))
-        recovery = mode is ClaimMode.RECOVERY
         params = {
             **run,
             "cycle_index": cycle_index,
             "claim_token": claim_token,
             "lease_ms": lease_ms,
-            "recovery": int(recovery),
+            "recovery": int(mode is ClaimMode.RECOVERY),
         }
 
         def apply(conn: sqlite3.Connection) -> tuple[int, Any, list[Any]]:
@@ -133,8 +129,7 @@ class SqliteDurableStore(SqliteFileStore):
 
         now, claimed, found = await self._file.write("claim", apply)
         if claimed is not None:
-            body = found[0][0] if found else None
-            return decode_row(run_row(key, claimed[:_WIDTH], claimed[_WIDTH:], body))
+            return decode_claimed(key, claimed, found)
         head = head_from(key, found[0]) if found else None
         error = claim_refusal(head, cycle_index, now, mode)
         if error is None and head is not None:  # only an overflow is left: raise it

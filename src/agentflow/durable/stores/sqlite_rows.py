@@ -21,6 +21,7 @@ from agentflow.durable.stores.sqlite_sql import HEAD_COLUMNS, write_statement
 from agentflow.durable.transitions import JournalPut, JournalReplace, Write
 
 __all__ = [
+    "decode_claimed",
     "decode_loaded",
     "head_from",
     "head_params",
@@ -100,6 +101,12 @@ def decode_loaded(key: str, rows: list[Any]) -> DurableCheckpoint | None:
     return decode_row(
         run_row(key, head[1 : 1 + _WIDTH], head[1 + _WIDTH : 3 + _WIDTH], body[3 + _WIDTH])
     )
+
+
+def decode_claimed(key: str, claimed: Sequence[Any], bodies: list[Any]) -> DurableCheckpoint:
+    """The record a claim returned (its head columns and journals) with its body row's body."""
+    body = bodies[0][0] if bodies else None
+    return decode_row(run_row(key, claimed[:_WIDTH], claimed[_WIDTH:], body))
 
 
 def journal_text(entries: tuple[bytes, ...]) -> str:
