@@ -57,19 +57,9 @@ def head_from(key: str, values: Sequence[Any]) -> RunHead:
         and isinstance(ident, str)
         and status in _STATUSES
     ):
-        return RunHead(
-            revision=revision,
-            status=CheckpointStatus(status),
-            cycle_index=cycle,
-            resume_attempt=attempt,
-            claim_token=token,
-            claimed_cycle=claimed,
-            lease_expires_at_ms=lease,
-            terminal=bool(terminal),
-            terminal_acknowledged=bool(acked),
-            ambiguous=bool(ambiguous),
-            identity=ident,
-        )
+        flags = (bool(terminal), bool(acked), bool(ambiguous))
+        status = CheckpointStatus(status)
+        return RunHead(revision, status, cycle, attempt, token, claimed, lease, *flags, ident)
     raise DurableCorrupted(_ROW_INVALID, f"stored head of {key!r} has damaged columns")
 
 
@@ -115,20 +105,9 @@ def journal_text(entries: tuple[bytes, ...]) -> str:
 
 
 def head_params(head: RunHead) -> dict[str, Any]:
-    """The head columns' parameters (named as the columns)."""
-    return {
-        "revision": head.revision,
-        "status": head.status.value,
-        "cycle_index": head.cycle_index,
-        "resume_attempt": head.resume_attempt,
-        "claim_token": head.claim_token,
-        "claimed_cycle": head.claimed_cycle,
-        "lease_expires_at_ms": head.lease_expires_at_ms,
-        "terminal": int(head.terminal),
-        "terminal_acknowledged": int(head.terminal_acknowledged),
-        "ambiguous": int(head.ambiguous),
-        "identity": head.identity,
-    }
+    """The head columns' parameters (named as the columns; sqlite3 binds the status
+    enum as its string and the flags as 0 and 1)."""
+    return {name: getattr(head, name) for name in HEAD_COLUMNS}
 
 
 def write_params(namespace: str, write: Write) -> tuple[str, dict[str, Any]]:

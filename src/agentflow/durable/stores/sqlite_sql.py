@@ -21,11 +21,13 @@ versioned under their own key in the checkpointer's ``agentflow_meta`` table.
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import fields
 from functools import lru_cache
 from typing import Final
 
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus
+from agentflow.durable.rows import RunHead
 
 __all__ = [
     "BODY",
@@ -58,20 +60,8 @@ _EVENTS: Final = "agentflow_durable_events"
 _HEAD_PART: Final = 0
 _BODY_PART: Final = 1
 
-#: The head columns, in the field order of :class:`~agentflow.durable.rows.RunHead`.
-HEAD_COLUMNS: Final = (
-    "revision",
-    "status",
-    "cycle_index",
-    "resume_attempt",
-    "claim_token",
-    "claimed_cycle",
-    "lease_expires_at_ms",
-    "terminal",
-    "terminal_acknowledged",
-    "ambiguous",
-    "identity",
-)
+#: The head columns: the fields of :class:`~agentflow.durable.rows.RunHead`, in order.
+HEAD_COLUMNS: Final = tuple(field.name for field in fields(RunHead))
 _HEAD: Final = ", ".join(HEAD_COLUMNS)
 _JOURNALS: Final = ("model_journal", "tool_journal")
 
