@@ -19,7 +19,7 @@ from agentflow.checkpoint.sqlite.workers import acquire_pair, release_pair
 from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.errors import ClaimActive, LeaseLost, RevisionConflict
+from agentflow.durable.errors import ClaimActive, LeaseLost, RecoveryRequired, RevisionConflict
 from agentflow.durable.stores import sqlite_sql
 from agentflow.durable.stores.sqlite import SqliteDurableStore, from_url
 from agentflow.durable.stores.sqlite_events import SqliteRunEventStore
@@ -187,6 +187,28 @@ async def test_renewals_claims_and_journal_writes_leave_the_body_pages_alone(
     assert frames["progress"] >= 70  # the body is ~74 pages, and a body write writes them
     assert frames["renew"] == 1  # one integer, overwritten in place
     assert frames["claim"] <= 3 and frames["journal"] <= 3
+
+
+async def test_leases_are_judged_on_the_clock_read_inside_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [1_700_000_000_000]
+    monkeypatch.setattr("agentflow.durable.stores.sqlite.wall_clock_ms", lambda: now[0])
+    async with SqliteDurableStore(tmp_path / "durable.db") as store:
+        await store.create(make_record())
+        held = await take(store, "owner-a", lease_ms=1_000)
+        assert held.lease_expires_at_ms == now[0] + 1_000
+        now[0] += 999  # live until the expiry itself
+        with pytest.raises(ClaimActive):
+            await take(store, "owner-b", mode=ClaimMode.RECOVERY)
+        assert await store.renew_claim("run-1", claim_token="owner-a", lease_ms=1) == now[0] + 1
+        now[0] += 1  # expiry == now: lapsed
+        with pytest.raises(LeaseLost):
+            await store.renew_claim("run-1", claim_token="owner-a", lease_ms=1_000)
+        with pytest.raises(RecoveryRequired):
+            await take(store, "owner-b")
+        taken = await take(store, "owner-b", mode=ClaimMode.RECOVERY, lease_ms=5)
+    assert (taken.claim_token, taken.lease_expires_at_ms) == ("owner-b", now[0] + 5)
 
 
 def _writer_threads() -> int:
