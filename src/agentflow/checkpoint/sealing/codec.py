@@ -1,0 +1,76 @@
+"""The sealing codec: any codec's bytes, sealed for the checkpoint they encode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
+from agentflow.checkpoint.sealing.keyring import KeyRing
+from agentflow.checkpoint.sealing.sealer import Sealer, is_sealed, record_context
+from agentflow.errors import InvalidArgument
+
+__all__ = ["OpenedHook", "SealedCodec", "checkpoint_context"]
+
+#: Called after each record is opened: its key and the key id (None: plaintext).
+OpenedHook = Callable[[RecordKey, "str | None"], None]
+
+
+def checkpoint_context(key: RecordKey) -> bytes:
+    """What a sealed checkpoint is bound to: store, namespace, thread and step."""
+    return record_context("checkpoint", key.store, key.namespace, key.thread, key.step)
+
+
+class SealedCodec:
+    """Seals what ``inner`` (JSON by default) encodes; opens and checks on decode.
+
+    Pass it as ``codec=`` to any backend. It binds the store's identity
+    (:attr:`RecordKey.store`), so a record replayed into another store does not
+    open. A record that is not sealed is refused, unless ``accept_plaintext``
+    is set: only while a plaintext store is migrated (docs/sealing.md).
+    ``on_open`` hears of every record opened, with the key id that opened it.
+    """
+
+    binds_store: ClassVar[bool] = True
+    __slots__ = ("_accept_plaintext", "_inner", "_on_open", "_sealer")
+
+    def __init__(
+        self,
+        keyring: KeyRing,
+        inner: CheckpointCodec | None = None,
+        *,
+        accept_plaintext: bool = False,
+        on_open: OpenedHook | None = None,
+    ) -> None:
+        if inner is not None and not isinstance(inner, CheckpointCodec):
+            raise InvalidArgument(f"inner must be a codec, got {type(inner).__name__}")
+        if getattr(inner, "binds_store", False):
+            raise InvalidArgument("inner must not be a sealing codec itself")
+        self._sealer = Sealer(keyring)
+        self._inner: CheckpointCodec = inner or JsonCodec()
+        self._accept_plaintext = bool(accept_plaintext)
+        self._on_open = on_open
+
+    @property
+    def keyring(self) -> KeyRing:
+        return self._sealer.keyring
+
+    def __repr__(self) -> str:
+        plaintext = ", accept_plaintext=True" if self._accept_plaintext else ""
+        return f"SealedCodec({self._sealer.keyring!r}, inner={self._inner!r}{plaintext})"
+
+    def encode(self, cp: Checkpoint, key: RecordKey) -> bytes:
+        return self._sealer.seal(self._inner.encode(cp, key), checkpoint_context(key))
+
+    def decode(self, payload: bytes, key: RecordKey, revision: int) -> Checkpoint:
+        key_id: str | None = None
+        if self._accept_plaintext and not is_sealed(payload):
+            plaintext = payload
+        else:
+            where = f"thread {key.thread!r} step {key.step}"
+            opened = self._sealer.open(payload, checkpoint_context(key), where)
+            plaintext, key_id = opened.plaintext, opened.key_id
+        if self._on_open is not None:
+            self._on_open(key, key_id)
+        return self._inner.decode(plaintext, key, revision)

@@ -1,0 +1,158 @@
+"""``agentflow rekey``: the command's work, apart from argument parsing.
+
+The command line opens the store and calls :func:`rekey_command`, which runs
+:func:`~agentflow.checkpoint.sealing.rekey`, saves its resume token to a
+state file as it goes (so an interrupted run picks up where it stopped), and
+returns the exit status, the text to print and the same as JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentflow.checkpoint.sealing.keyring import DEFAULT_KEYS_VARIABLE, KeyRing
+from agentflow.checkpoint.sealing.rekey import RekeyProgress, RekeyReport, StoreOpener, rekey
+from agentflow.errors import InvalidArgument
+
+__all__ = ["CommandResult", "load_keyring", "rekey_command"]
+
+#: Exit status when records are left on another key or could not be read.
+EXIT_LEFT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """What the command line prints (``text``, or ``data`` with ``--json``) and exits with."""
+
+    status: int
+    text: str
+    data: dict[str, Any]
+
+
+def load_keyring(
+    keys_file: str | os.PathLike[str] | None = None,
+    keys_env: str = DEFAULT_KEYS_VARIABLE,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> KeyRing | None:
+    """The key ring the command line names: ``keys_file`` if given, else the
+    spec in ``keys_env`` when that variable is set, else None (no sealing)."""
+    if keys_file is not None:
+        return KeyRing.from_file(keys_file)
+    env = os.environ if environ is None else environ
+    if env.get(keys_env):
+        return KeyRing.from_env(keys_env, environ=env)
+    return None
+
+
+async def rekey_command(
+    open_store: StoreOpener,
+    keyring: KeyRing | None,
+    *,
+    state_file: str | os.PathLike[str] | None = None,
+    check: bool = False,
+    echo: Callable[[str], object] | None = None,
+    interval: float = 2.0,
+) -> CommandResult:
+    """Re-seal the store (``check``: only audit it), printing progress through
+    ``echo`` at most every ``interval`` seconds and keeping the resume token in
+    ``state_file``; the file is removed once the walk is complete."""
+    if keyring is None and check:
+        raise InvalidArgument("rekey --check needs sealing keys (--keys-file or the environment)")
+    state = Path(state_file) if state_file is not None else None
+    resume = _read_state(state)
+    last = time.monotonic()
+
+    def report_progress(done: RekeyProgress) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < interval:
+            return
+        last = now
+        if state is not None and not check:
+            _write_state(state, done.resume)
+        if echo is not None:
+            echo(
+                f"rekey: {done.threads:,} threads, {done.records:,} records, "
+                f"re-sealed {done.resealed:,}, skipped {done.skipped:,}"
+            )
+
+    report = await rekey(
+        open_store, keyring, resume=resume, progress=report_progress, check_only=check
+    )
+    if state is not None and not check:
+        state.unlink(missing_ok=True)
+    failed = report.left_count > 0 or bool(report.unreadable)
+    return CommandResult(
+        EXIT_LEFT if failed else 0, _text(report, keyring, check), _data(report, keyring, check)
+    )
+
+
+def _read_state(state: Path | None) -> str | None:
+    if state is None or not state.exists():
+        return None
+    token = state.read_text(encoding="ascii").strip()
+    return token or None
+
+
+def _write_state(state: Path, token: str) -> None:
+    scratch = state.with_name(f".{state.name}.tmp")
+    scratch.write_text(token + "\n", encoding="ascii")
+    os.replace(scratch, state)
+
+
+def _key_name(key_id: str | None) -> str:
+    return "plaintext" if key_id is None else key_id
+
+
+def _text(report: RekeyReport, keyring: KeyRing | None, check: bool) -> str:
+    verb = "checked" if check else "rekey"
+    lines = [f"{verb}: {report.threads:,} threads, {report.records:,} records"]
+    if not check:
+        lines[0] += (
+            f"; {'re-sealed' if keyring else 're-written'} {report.resealed:,}, "
+            f"skipped {report.skipped:,} (written meanwhile; the newer write stands)"
+        )
+    if keyring is not None:
+        found = ", ".join(
+            f"{_key_name(k)} {n:,}"
+            for k, n in sorted(report.by_key.items(), key=lambda kv: _key_name(kv[0]))
+        )
+        lines.append(f"records by key as found: {found or 'none'}")
+        retired = len(report.retired_left)
+        lines.append(
+            f"left on another key than {keyring.current!r}: {report.left_count:,}"
+            f" ({retired:,} listed on a retired key)"
+        )
+        for left in report.left:
+            mark = " (retired)" if left.retired else ""
+            lines.append(
+                f"  thread {left.thread!r} step {left.step}: {_key_name(left.key_id)}{mark}"
+            )
+    if report.unreadable:
+        lines.append(f"unreadable: {len(report.unreadable):,}")
+        lines.extend(f"  {message}" for _, message in report.unreadable)
+    return "\n".join(lines)
+
+
+def _data(report: RekeyReport, keyring: KeyRing | None, check: bool) -> dict[str, Any]:
+    return {
+        "check": check,
+        "current_key": keyring.current if keyring else None,
+        "threads": report.threads,
+        "records": report.records,
+        "resealed": report.resealed,
+        "skipped": report.skipped,
+        "by_key": {_key_name(k): n for k, n in report.by_key.items()},
+        "left_count": report.left_count,
+        "left": [
+            {"thread": r.thread, "step": r.step, "key": r.key_id, "retired": r.retired}
+            for r in report.left
+        ],
+        "unreadable": [{"thread": t, "error": m} for t, m in report.unreadable],
+    }
