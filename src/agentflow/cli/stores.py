@@ -8,13 +8,23 @@ needs it, with the ``pip install`` line that fixes it.
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from agentflow.checkpoint.base import Checkpointer
 from agentflow.errors import InvalidArgument
 
-__all__ = ["DEFAULT_STORE", "InvalidStoreUrl", "Store", "open_store", "safe_url"]
+__all__ = [
+    "DEFAULT_STORE",
+    "InvalidStoreUrl",
+    "Store",
+    "has_password",
+    "local_path",
+    "open_store",
+    "safe_url",
+    "server_hosts",
+]
 
 DEFAULT_STORE = "sqlite:///.runs/checkpoints.db"
 
@@ -43,14 +53,36 @@ class InvalidStoreUrl(InvalidArgument):
     code = "invalid_store_url"
 
 
+def _userinfo_and_hosts(url: str) -> tuple[str, str]:
+    """The ``user:password`` and ``host:port[,host:port]`` parts of ``url``'s netloc
+    (read as text: a MongoDB seed list is not one host and port)."""
+    userinfo, at, hosts = urlsplit(url).netloc.rpartition("@")
+    return (userinfo, hosts) if at else ("", hosts)
+
+
+def has_password(url: str) -> bool:
+    """True when ``url`` carries a password."""
+    return ":" in _userinfo_and_hosts(url)[0]
+
+
 def safe_url(url: str) -> str:
     """``url`` with any password masked, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, hosts = _userinfo_and_hosts(url)
+    if ":" not in userinfo:
         return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    user = userinfo.partition(":")[0]
+    return urlunsplit(urlsplit(url)._replace(netloc=f"{user}:***@{hosts}"))
+
+
+def server_hosts(url: str) -> str:
+    """The ``host:port`` list of a server URL, without credentials."""
+    return _userinfo_and_hosts(url)[1]
+
+
+def local_path(url: str) -> Path | None:
+    """Where a ``sqlite:///`` or ``file://`` store lives; None for a server URL."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    return Path(_location(url, scheme)) if scheme in ("sqlite", "file") else None
 
 
 def _location(url: str, scheme: str) -> str:

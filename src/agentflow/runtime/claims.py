@@ -79,12 +79,20 @@ async def refuse_if_claimed(
     holder, until = str(claim.get("by")), str(claim.get("until"))
     expected = int(claim["revision"])
     if parse_instant(until) > instant_us(now):
-        raise StepClaimed(cp.thread, cp.step, expected, cp.revision, holder, until)
+        raise StepClaimed(cp.thread, cp.step, expected, cp.revision, holder=holder, until=until)
     if superseded_check:
         latest = await checkpointer.get(cp.thread)
         if latest is None or latest.step != cp.step:
             moved_on = latest.step if latest is not None else cp.step
-            raise StepClaimed(cp.thread, cp.step, expected, cp.revision, holder, until, moved_on)
+            raise StepClaimed(
+                cp.thread,
+                cp.step,
+                expected,
+                cp.revision,
+                holder=holder,
+                until=until,
+                moved_on=moved_on,
+            )
 
 
 async def take_claim(
@@ -109,8 +117,8 @@ async def take_claim(
             cp.step,
             cp.revision,
             winner.revision,
-            str(held.get("by")),
-            str(held.get("until")),
+            holder=str(held.get("by")),
+            until=str(held.get("until")),
         ) from lost
     return claimed
 

@@ -8,6 +8,9 @@ node raised, a route named no node, a timer is not due yet. Storage errors
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from agentflow.errors import AgentflowError, CheckpointConflict, CheckpointNotSerializable
 
 __all__ = [
@@ -187,6 +190,7 @@ class StepClaimed(CheckpointConflict):
         step: int,
         expected: int,
         actual: int,
+        *,
         holder: str,
         until: str,
         moved_on: int | None = None,
@@ -208,21 +212,11 @@ class StepClaimed(CheckpointConflict):
             )
         self.args = (f"{text}; expected revision {expected}, found revision {actual}",)
 
-    def __reduce__(  # type: ignore[override]
-        self,
-    ) -> tuple[type[StepClaimed], tuple[str, int, int, int, str, str, int | None]]:
-        return (
-            type(self),
-            (
-                self.thread,
-                self.step,
-                self.expected,
-                self.actual,
-                self.holder,
-                self.until,
-                self.moved_on,
-            ),
+    def __reduce__(self) -> tuple[Any, tuple[str, int, int, int]]:
+        rebuild = functools.partial(
+            type(self), holder=self.holder, until=self.until, moved_on=self.moved_on
         )
+        return (rebuild, (self.thread, self.step, self.expected, self.actual))
 
 
 class CannotReroute(RunError):

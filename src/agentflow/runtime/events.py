@@ -19,7 +19,9 @@ from agentflow.runtime.result import RunResult
 
 __all__ = ["EventKind", "RunEvent", "Sink", "final_event", "no_events", "stream_of"]
 
-EventKind = Literal["node_started", "node_finished", "step_stored", "interrupted", "waiting", "done"]
+EventKind = Literal[
+    "node_started", "node_finished", "step_stored", "interrupted", "waiting", "done"
+]
 
 
 @dataclass(frozen=True, slots=True)

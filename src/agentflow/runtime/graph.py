@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agentflow.runtime.errors import GraphInvalid
 from agentflow.runtime.reducers import Reducer
@@ -118,7 +118,7 @@ class Graph:
         if not callable(fn):
             raise GraphInvalid(f"node {name!r} must be a function, got {type(fn).__name__}")
         _check_arity(name, fn)
-        self.nodes[name] = fn if _is_async(fn) else _in_thread(fn)
+        self.nodes[name] = cast(AsyncNodeFn, fn) if _is_async(fn) else _in_thread(fn)
         return self
 
     def add_edge(self, source: str, target: str) -> Graph:

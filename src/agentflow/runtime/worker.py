@@ -40,8 +40,10 @@ class WorkerPass:
     """What one scan of the store did."""
 
     resumed: list[RunResult] = field(default_factory=list)
-    #: Due runs another worker (or resume) took first.
-    taken: list[str] = field(default_factory=list)
+    #: ``(thread, why)`` for due runs another worker (or resume) took first or
+    #: holds: ``why`` is the error that said so (a :class:`StepClaimed` names
+    #: the holder and how long its claim lasts).
+    taken: list[tuple[str, AgentflowError]] = field(default_factory=list)
     #: ``(thread, error)`` for runs that could not be resumed (a node failed, the
     #: store failed, the checkpoint is corrupted); a run whose first resumed
     #: step failed keeps its suspend and stays due.
@@ -131,7 +133,7 @@ class Worker:
                 return
             try:
                 outcome.resumed.append(await graph.resume(info.thread, step=info.latest_step))
-            except (CheckpointConflict, NothingToResume, NotDue):
-                outcome.taken.append(info.thread)
+            except (CheckpointConflict, NothingToResume, NotDue) as exc:
+                outcome.taken.append((info.thread, exc))
             except AgentflowError as exc:  # one bad run must not stop the others
                 outcome.failed.append((info.thread, exc))
