@@ -120,7 +120,7 @@ async def test_a_crashed_workers_claim_is_taken_over_once_it_lapses(tmp_path: Pa
     assert suspended is not None
     await take_claim(store, suspended, "dead-worker", clock.now + timedelta(seconds=30))
     worker = Worker([compiled])
-    assert (await worker.run_once()).taken == ["c"]
+    assert [thread for thread, _ in (await worker.run_once()).taken] == ["c"]
     clock.now += timedelta(seconds=31)
     assert [r.status for r in (await worker.run_once()).resumed] == ["done"]
     assert (tmp_path / "log").read_text().count("c ") == 1
