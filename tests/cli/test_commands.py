@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli.support import af, af_json
+from tests.cli.support import af, af_json, env
 
 
 def test_bare_command_prints_help(tmp_path: Path) -> None:
     done = af(tmp_path)
     assert "usage: agentflow" in done.stdout and "demo" in done.stdout
+
+
+def test_python_m_agentflow_is_the_command(tmp_path: Path) -> None:
+    run = [sys.executable, "-m", "agentflow", "demo", "--approve", "--hold", "0", "--thread", "m"]
+    done = subprocess.run(run, cwd=tmp_path, env=env(), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "done m at step 7" in done.stdout
+    assert af_json(tmp_path, "show", "m")["status"] == "done"
 
 
 def test_demo_runs_to_the_end_on_the_default_store(tmp_path: Path) -> None:

@@ -119,10 +119,13 @@ class StoreCopy:
             finally:
                 slots.release()
 
-        async with asyncio.TaskGroup() as group:
-            async for thread in threads:
-                await slots.acquire()
-                group.create_task(one(thread))
+        try:
+            async with asyncio.TaskGroup() as group:
+                async for thread in threads:
+                    await slots.acquire()
+                    group.create_task(one(thread))
+        except ExceptionGroup as failed:  # the first failure says why; the rest stopped
+            raise failed.exceptions[0] from None
 
     async def _copy(self, thread: str) -> None:
         outcome = await self._copy_thread(thread)

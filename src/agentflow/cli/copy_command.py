@@ -44,6 +44,7 @@ def _summary(report: CopyReport, source: StoreTarget, destination: StoreTarget) 
         "source": source.safe,
         "destination": destination.safe,
         "namespace": source.namespace,
+        "to_namespace": destination.namespace,
         "threads": report.threads,
         "copied": report.count("copied"),
         "unchanged": report.count("unchanged"),
@@ -56,10 +57,14 @@ def _summary(report: CopyReport, source: StoreTarget, destination: StoreTarget) 
     }
 
 
+def _in(namespace: str | None) -> str:
+    return f" (namespace {namespace})" if namespace else ""
+
+
 def _print_summary(console: Console, summary: dict[str, Any]) -> None:
     lines = [
-        f"copied {summary['source']} -> {summary['destination']}"
-        + (f" (namespace {summary['namespace']})" if summary["namespace"] else ""),
+        f"copied {summary['source']}{_in(summary['namespace'])} -> "
+        f"{summary['destination']}{_in(summary['to_namespace'])}",
         f"threads: {summary['threads']} ({summary['copied']} copied, "
         f"{summary['unchanged']} already there, {summary['replaced']} replaced, "
         f"{len(summary['refused'])} refused)",
@@ -77,7 +82,8 @@ async def copy(args: Any, console: Console) -> int:
         raise UsageError("copy takes its stores as SRC_URL and DST_URL; --store does not apply")
     namespace = getattr(args, "namespace", None)
     source = StoreTarget.from_args(args.source, namespace)
-    destination = StoreTarget.from_args(args.destination, namespace)
+    to_namespace = args.to_namespace if args.to_namespace is not None else namespace
+    destination = StoreTarget.from_args(args.destination, to_namespace)
     if (source.url, source.namespace) == (destination.url, destination.namespace):
         raise UsageError("copy needs two different stores (or namespaces)")
     src = open_cli_store(source, create=False)
@@ -90,7 +96,8 @@ async def copy(args: Any, console: Console) -> int:
     finally:
         await src.close()
     summary = _summary(report, source, destination)
-    if args.json:
+    as_json = bool(getattr(args, "json", False))
+    if as_json:
         print(inert_json(dump_json(summary)))
     else:
         _print_summary(console, summary)
@@ -110,7 +117,7 @@ async def copy(args: Any, console: Console) -> int:
 async def _copy(args: Any, console: Console, src: Store, dst: Store) -> CopyReport:
     named: list[str] = args.thread or []
     threads = _named(src, named) if named else source_threads(src)
-    if not (console.is_terminal and not args.json):
+    if not console.is_terminal or getattr(args, "json", False):
         return await StoreCopy(
             src, dst, overwrite=args.overwrite, concurrency=args.concurrency
         ).run(threads)

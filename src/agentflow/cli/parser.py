@@ -170,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("destination", metavar="DST_URL", help="store to write (created if needed)")
     p.add_argument("--thread", action="append", help="copy only this thread (repeatable)")
     p.add_argument(
+        "--to-namespace",
+        metavar="NS",
+        help="write into this namespace (default: the one read, --namespace)",
+    )
+    p.add_argument(
         "--overwrite", action="store_true", help="replace threads that differ at the destination"
     )
     p.add_argument("--concurrency", type=CONCURRENCY, default=8, help="threads copied at once (8)")

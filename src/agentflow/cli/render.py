@@ -64,7 +64,8 @@ def inert_json(text: str) -> str:
 
 
 def _short(value: Any, width: int = 60) -> str:
-    text = inert(orjson.dumps(value).decode()) if value is not _MISSING else "-"
+    """``value`` as JSON, cut to ``width`` for a table cell (raw: show it inert)."""
+    text = orjson.dumps(value).decode() if value is not _MISSING else "-"
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -141,9 +142,9 @@ def diff_states(old: Any, new: Any, path: str = "") -> list[Change]:
 
 
 def question_of(payload: Any) -> str:
-    """A human interrupt's payload as one inert line: its ``question`` if any."""
+    """A human interrupt's payload as one line: its ``question`` if any (raw)."""
     if isinstance(payload, dict) and isinstance(payload.get("question"), str):
-        return inert(str(payload["question"]))
+        return str(payload["question"])
     return _short(payload, 48)
 
 
@@ -153,8 +154,8 @@ def _forked_from(cp: Checkpoint) -> str | None:
 
 
 def event_of(previous: Checkpoint | None, cp: Checkpoint) -> str:
-    """One line saying what produced ``cp``; ``previous`` is the step before
-    it, or None when that step is not stored."""
+    """One line saying what produced ``cp`` (raw: show it inert); ``previous``
+    is the step before it, or None when that step is not stored."""
     if cp.interrupted:
         if cp.wake_at is not None:
             text = f"{cp.interrupt_node} waits until {cp.wake_at[11:23]}"
@@ -168,7 +169,7 @@ def event_of(previous: Checkpoint | None, cp: Checkpoint) -> str:
             text = "input" if cp.step == 0 else "(the steps before are pruned)"
     else:
         text = "ran " + ", ".join(previous.next)
-    return inert(text + (" -> done" if cp.done else ""))
+    return text + (" -> done" if cp.done else "")
 
 
 def _changed_keys(previous: Checkpoint | None, cp: Checkpoint) -> str:
@@ -221,7 +222,7 @@ def print_timeline(console: Console, history: Sequence[Checkpoint], title: str) 
         table.add_row(
             Text(str(cp.step)),
             Text(inert(cp.ts[11:23])),
-            Text(event_of(known, cp)),
+            Text(inert(event_of(known, cp))),
             Text(_changed_keys(known, cp)),
         )
         previous = cp
@@ -248,7 +249,7 @@ def print_checkpoint(console: Console, cp: Checkpoint, latest_step: int) -> None
         Text(f"written  {inert(cp.ts)}  (revision {cp.revision})"),
     ]
     if cp.interrupted:
-        pending = _short(cp.interrupt_payload, 200)
+        pending = inert(_short(cp.interrupt_payload, 200))
         lines.append(Text(f"pending  {inert(cp.interrupt_node or '-')}: {pending}"))
     if cp.wake_at:
         lines.append(Text(f"wakes at {inert(cp.wake_at)}"))
@@ -266,7 +267,9 @@ def print_diff(console: Console, changes: Sequence[Change], a: int, b: int) -> N
         return
     table = Table("path", "change", f"step {a}", f"step {b}", title=f"state diff {a} -> {b}")
     for path, kind, old, new in changes:
-        table.add_row(Text(inert(path)), Text(kind), Text(_short(old)), Text(_short(new)))
+        table.add_row(
+            Text(inert(path)), Text(kind), Text(inert(_short(old))), Text(inert(_short(new)))
+        )
     console.print(table)
 
 

@@ -57,7 +57,7 @@ def _prompt_decide(s: Session) -> Decide:
         choices = pending.get("choices")
         if not _interactive(s) or not isinstance(choices, list):
             return False, None
-        question = Text(render.question_of(result.pending) if "question" in pending else "")
+        question = Text(inert(render.question_of(result.pending)) if "question" in pending else "")
         if not question.plain:
             question = Text(f"{inert(str(result.interrupt_node))} needs an answer")
         return True, Prompt.ask(question, choices=[str(c) for c in choices], console=s.console)
