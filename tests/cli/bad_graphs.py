@@ -32,3 +32,12 @@ def duplicate_of_demo() -> Graph:
         return None
 
     return Graph("refund-approval").add_node("n", node).add_edge(START, "n")
+
+
+async def _leaky(state: object, ctx: object) -> None:
+    raise KeyError("bad key SUPERSECRET-7f3a9")
+
+
+def leaky() -> Graph:
+    """A node whose exception text holds a secret."""
+    return Graph("leaky").add_node("leak", _leaky).add_edge(START, "leak")

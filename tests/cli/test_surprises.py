@@ -149,3 +149,35 @@ def test_a_held_suspend_names_its_holder_and_show_tells_held_from_answered(
     run("demo", "--approve", "--hold", "0", "--thread", "done")
     status, out = run("show", "done", "--step", "2")
     assert "resumed  by" in out and "claimed" not in out and "until" not in out
+
+
+async def _leaky_thread(db: Path) -> None:
+    from tests.cli.bad_graphs import leaky
+
+    async with SqliteCheckpointer(db) as store:
+        graph = leaky().compile(store, step_limit=1)
+        with pytest.raises(Exception, match="KeyError"):
+            await graph.run({}, thread="leak")
+
+
+def test_a_failed_node_is_reported_without_its_exceptions_text(
+    here: Callable[..., Run], tmp_path: Path
+) -> None:
+    asyncio.run(_leaky_thread(tmp_path / ".runs" / "checkpoints.db"))
+    status, out = here("--graph", "tests.cli.bad_graphs:leaky", "resume", "leak")
+    assert status == 1 and "SUPERSECRET" not in out
+    assert "node 'leak' failed in thread 'leak' after step 0 with KeyError" in out
+    assert "AGENTFLOW_DEBUG=1 shows the node's exception" in out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the checkpoint refactor creates SQLite stores 0600 in a 0700 directory; "
+    "remove this marker when it is merged",
+)
+def test_the_default_store_is_owner_only(here: Callable[..., Run], tmp_path: Path) -> None:
+    assert here("demo", "--approve", "--hold", "0", "--thread", "t")[0] == 0
+    runs = tmp_path / ".runs"
+    assert runs.stat().st_mode & 0o777 == 0o700
+    for path in runs.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o600, path

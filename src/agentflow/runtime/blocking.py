@@ -9,9 +9,9 @@ them, so running each call under its own ``asyncio.run`` would break them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from datetime import timedelta
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.runtime.engine import CompiledGraph
@@ -20,6 +20,8 @@ from agentflow.runtime.graph import Graph
 from agentflow.runtime.result import RunResult
 
 __all__ = ["SyncGraph"]
+
+T = TypeVar("T")
 
 
 class SyncGraph:
@@ -50,17 +52,17 @@ class SyncGraph:
         close = getattr(self.compiled.checkpointer, "close", None)
         try:
             if close is not None:
-                self._runner.run(close())
+                self._call(close)
         finally:
             self._runner.close()
 
     def run(self, input: Mapping[str, Any], *, thread: str) -> RunResult:
         """:meth:`CompiledGraph.run`, blocking."""
-        return self._runner.run(self.compiled.run(input, thread=thread))
+        return self._call(lambda: self.compiled.run(input, thread=thread))
 
     def resume(self, thread: str, value: Any = None, *, step: int | None = None) -> RunResult:
         """:meth:`CompiledGraph.resume`, blocking."""
-        return self._runner.run(self.compiled.resume(thread, value, step=step))
+        return self._call(lambda: self.compiled.resume(thread, value, step=step))
 
     def run_until_settled(
         self,
@@ -70,8 +72,9 @@ class SyncGraph:
         max_wait: timedelta | None = None,
     ) -> RunResult:
         """:meth:`CompiledGraph.run_until_settled`, blocking (timers are slept out)."""
-        coro = self.compiled.run_until_settled(input, thread=thread, max_wait=max_wait)
-        return self._runner.run(coro)
+        return self._call(
+            lambda: self.compiled.run_until_settled(input, thread=thread, max_wait=max_wait)
+        )
 
     def stream(self, input: Mapping[str, Any], *, thread: str) -> Iterator[RunEvent]:
         """:meth:`CompiledGraph.stream`, as a plain iterator."""
@@ -85,7 +88,7 @@ class SyncGraph:
 
     def get_state(self, thread: str, step: int | None = None) -> Checkpoint:
         """:meth:`CompiledGraph.get_state`, blocking."""
-        return self._runner.run(self.compiled.get_state(thread, step))
+        return self._call(lambda: self.compiled.get_state(thread, step))
 
     def history(self, thread: str) -> list[Checkpoint]:
         """Every checkpoint of ``thread``, oldest first."""
@@ -93,7 +96,7 @@ class SyncGraph:
         async def collect() -> list[Checkpoint]:
             return [cp async for cp in self.compiled.history(thread)]
 
-        return self._runner.run(collect())
+        return self._call(collect)
 
     def fork(
         self,
@@ -105,10 +108,11 @@ class SyncGraph:
         reroute: bool = True,
     ) -> Checkpoint:
         """:meth:`CompiledGraph.fork`, blocking."""
-        coro = self.compiled.fork(
-            thread, step, new_thread=new_thread, update=update, reroute=reroute
+        return self._call(
+            lambda: self.compiled.fork(
+                thread, step, new_thread=new_thread, update=update, reroute=reroute
+            )
         )
-        return self._runner.run(coro)
 
     def _iterate(self, events: AsyncIterator[RunEvent]) -> Iterator[RunEvent]:
         """Drive an async iterator one item per loop run. The run advances only
@@ -122,9 +126,21 @@ class SyncGraph:
             return event
 
         try:
-            while (event := self._runner.run(next_event())) is not None:
+            while (event := self._call(next_event)) is not None:
                 yield event
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None and not self._closed:
-                self._runner.run(aclose())
+                self._call(aclose)
+
+    def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run the coroutine ``make()`` on this object's loop (made only once
+        it can run, so a refusal leaves no coroutine unawaited)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._runner.run(make())
+        raise RuntimeError(
+            "SyncGraph cannot be used inside a running event loop; await the "
+            "CompiledGraph (SyncGraph.compiled) there instead"
+        )
