@@ -32,7 +32,7 @@ from agentflow.runtime.graph import END, START, Graph
 from agentflow.runtime.reducers import Reducer, add, append, merge
 from agentflow.runtime.result import RunResult, Status, status_of
 from agentflow.runtime.settle import Waiter
-from agentflow.runtime.worker import Worker
+from agentflow.runtime.worker import Worker, WorkerPass
 
 __all__ = [
     "END",
@@ -64,6 +64,7 @@ __all__ = [
     "UpdateNotSerializable",
     "Waiter",
     "Worker",
+    "WorkerPass",
     "add",
     "append",
     "merge",
