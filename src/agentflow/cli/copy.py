@@ -104,9 +104,18 @@ class StoreCopy:
 
     async def run(self, threads: AsyncIterable[str]) -> CopyReport:
         """Copy ``threads``, then read every copied one back; return the report."""
-        await self._each(threads, self._copy)
-        await self._each(_listed(list(self._expected)), self._verify)
+        await self.copy(threads)
+        await self.verify()
         return self.report
+
+    async def copy(self, threads: AsyncIterable[str]) -> None:
+        """Copy ``threads`` (the first half of :meth:`run`)."""
+        await self._each(threads, self._copy)
+
+    async def verify(self) -> None:
+        """Read every thread copied so far back from the destination and record
+        in ``report.mismatched`` those that do not match (the second half)."""
+        await self._each(_listed(list(self._expected)), self._verify)
 
     async def _each(
         self, threads: AsyncIterable[str], work: Callable[[str], Awaitable[None]]
