@@ -23,7 +23,6 @@ median) so that load from other jobs on the shared box hits all alike.
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import statistics
 import tempfile
@@ -39,9 +38,9 @@ from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.cli.copy import StoreCopy, source_threads
+from benchmarks.bench_postgres import DSN, _admin
 from benchmarks.common import Table, nested_state, rate, ratio
 
-DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 STEPS = 20
 #: Threads copied at once by agentflow copy (more than its pool's connections,
 #: so the pool stays busy while other threads are being read).
@@ -64,14 +63,6 @@ async def _seed(path: Path, threads: int) -> None:
 
         for start in range(0, threads, 256):
             await asyncio.gather(*(one(i) for i in range(start, min(start + 256, threads))))
-
-
-async def _admin(sql: str) -> None:
-    conn = await asyncpg.connect(DSN)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 def _sqlite_rows(path: Path) -> Iterator[list[tuple[str, int, int, bytes]]]:

@@ -12,13 +12,6 @@ import pytest
 from tests.cli.support import af, af_here, command, env
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cwd = tmp_path_factory.mktemp("arguments")
-    af(cwd, "demo", "--thread", "t", "--hold", "0")
-    return cwd
-
-
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -37,29 +30,29 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
 )
 def test_numbers_are_checked_by_one_rule_each_as_usage_errors(
-    store: Path,
+    demo_store: Path,
     args: list[str],
     needle: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.chdir(store)
+    monkeypatch.chdir(demo_store)
     status, out = af_here(capsys, *args)
     assert status == 2 and needle in out, out
     assert "Traceback" not in out
 
 
-def test_an_empty_namespace_is_refused_not_defaulted(store: Path) -> None:
+def test_an_empty_namespace_is_refused_not_defaulted(demo_store: Path) -> None:
     for args in (["--namespace", "", "threads"], ["threads", "--namespace", ""]):
-        done = af(store, *args, check=False)
+        done = af(demo_store, *args, check=False)
         assert done.returncode == 2
         assert done.stderr.strip() == (
             "agentflow: error: --namespace must not be empty; omit it for the default namespace"
         )
 
 
-def test_prune_without_bounds_names_the_flags(store: Path) -> None:
-    done = af(store, "prune", "t", check=False)
+def test_prune_without_bounds_names_the_flags(demo_store: Path) -> None:
+    done = af(demo_store, "prune", "t", check=False)
     assert done.returncode == 2
     assert "--before-step N, --older-than TIME" in done.stderr
     assert "before_step" not in done.stderr and "older_than" not in done.stderr

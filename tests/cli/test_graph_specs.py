@@ -9,13 +9,6 @@ import pytest
 from tests.cli.support import af
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cwd = tmp_path_factory.mktemp("specs")
-    af(cwd, "demo", "--thread", "t", "--hold", "0")
-    return cwd
-
-
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
@@ -37,8 +30,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("nocolon", "--graph takes MODULE:ATTR, got 'nocolon'"),
     ],
 )
-def test_a_bad_graph_spec_is_one_line_and_exit_2(store: Path, spec: str, needle: str) -> None:
-    done = af(store, "--graph", spec, "resume", "t", "--value", '"approve"', check=False)
+def test_a_bad_graph_spec_is_one_line_and_exit_2(demo_store: Path, spec: str, needle: str) -> None:
+    done = af(demo_store, "--graph", spec, "resume", "t", "--value", '"approve"', check=False)
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr
     assert "Traceback" not in done.stderr and "never awaited" not in done.stderr
@@ -46,7 +39,7 @@ def test_a_bad_graph_spec_is_one_line_and_exit_2(store: Path, spec: str, needle:
     assert done.stdout == ""
 
 
-def test_the_same_spec_twice_is_one_graph(store: Path) -> None:
+def test_the_same_spec_twice_is_one_graph(demo_store: Path) -> None:
     spec = "tests.runtime.graphs:approval_graph"
-    done = af(store, "--graph", spec, "--graph", spec, "worker", "--once")
+    done = af(demo_store, "--graph", spec, "--graph", spec, "worker", "--once")
     assert done.stdout.strip() == "nothing due"

@@ -88,6 +88,20 @@ def _script(cwd: Path, block: Block) -> Path:
     return script
 
 
+def _run(
+    command: list[str], cwd: Path, variables: dict[str, str] | None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        env=variables,
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT,
+        check=False,
+    )
+
+
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_block_of_the_document_runs(document: Path, tmp_path: Path) -> None:
     blocks = _runnable(document)
@@ -96,15 +110,7 @@ def test_every_block_of_the_document_runs(document: Path, tmp_path: Path) -> Non
     cwd = _scratch(tmp_path)
     variables = _environment(any("mongodb" in b.code.lower() for b in blocks))
     for block in blocks:
-        done = subprocess.run(
-            _command(block, _script(cwd, block)),
-            cwd=cwd,
-            env=variables,
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT,
-            check=False,
-        )
+        done = _run(_command(block, _script(cwd, block)), cwd, variables)
         if done.returncode != 0:
             pytest.fail(
                 f"{block} exited {done.returncode}\n--- code\n{block.code}"
@@ -121,15 +127,8 @@ def test_every_python_block_passes_mypy_strict(tmp_path: Path) -> None:
         module = tmp_path / f"{block.path.name.replace('.', '_')}_{block.line}.py"
         module.write_text(block.code)
         modules.append(str(module))
-    done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(ROOT / ".mypy_cache")]
-        + modules,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=_TIMEOUT,
-        check=False,
-    )
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(ROOT / ".mypy_cache")]
+    done = _run([*mypy, *modules], tmp_path, None)
     if done.returncode != 0:
         pytest.fail(f"mypy --strict on the docs' Python blocks:\n{done.stdout}", pytrace=False)
 

@@ -15,17 +15,10 @@ from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.errors import CheckpointConflict
 from agentflow.runtime import START, Graph, NodeContext, StepClaimed, Worker, append
 from agentflow.runtime.claims import claim_of, take_claim
+from tests.runtime.clock import Clock
 from tests.runtime.graphs import approval_graph, timer_graph
 
 HOLDER = "crashed-host:999:dead"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 async def test_a_crashed_resumers_claim_names_the_holder_and_until() -> None:

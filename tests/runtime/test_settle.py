@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.runtime import RunResult
+from tests.runtime.clock import Clock
 from tests.runtime.graphs import approval_graph, timer_graph
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 async def test_a_timer_is_waited_out_and_the_run_finishes(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 from agentflow.checkpoint.paging import MAX_PAGE
 from agentflow.cli.stores import DEFAULT_STORE
@@ -19,44 +20,37 @@ __all__ = ["STATUSES", "build_parser"]
 STATUSES = ["done", "interrupted", "waiting", "running"]
 #: The most runs one worker or copy drives at once.
 MAX_CONCURRENCY = 256
+N = TypeVar("N", int, float)
 
 
-def _int_between(low: int, high: int | None, what: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
+def _number(
+    kind: type[N], what: str, low: N, high: N | None = None, *, low_allowed: bool = True
+) -> Callable[[str], N]:
+    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
+    unit = "a whole number" if kind is int else "a number of seconds"
+
+    def parse(text: str) -> N:
         try:
-            value = int(text)
+            value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{what} must be a whole number, got {text!r}"
-            ) from None
-        if value < low or (high is not None and value > high):
-            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-            raise argparse.ArgumentTypeError(f"{what} must be {bounds}, got {value}")
+            raise argparse.ArgumentTypeError(f"{what} must be {unit}, got {text!r}") from None
+        below = value < low if low_allowed else value <= low
+        if below or (high is not None and value > high) or not math.isfinite(value):
+            if high is not None:
+                bounds = f"from {low} to {high}"
+            else:
+                bounds = f"at least {low:g}" if low_allowed else f"more than {low:g}"
+            raise argparse.ArgumentTypeError(f"{what} must be {bounds}, got {text}")
         return value
 
     return parse
 
 
-def _seconds(minimum: float, what: str, *, inclusive: bool) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{what} must be a number of seconds, got {text!r}"
-            ) from None
-        too_small = value < minimum if inclusive else value <= minimum
-        if too_small or not math.isfinite(value):
-            relation = "at least" if inclusive else "more than"
-            raise argparse.ArgumentTypeError(f"{what} must be {relation} {minimum:g}, got {text}")
-        return value
-
-    return parse
-
-
-PAGE_SIZE = _int_between(1, MAX_PAGE, "the page size")
-STEP = _int_between(0, 2**63 - 1, "a step")
-CONCURRENCY = _int_between(1, MAX_CONCURRENCY, "the concurrency")
+PAGE_SIZE = _number(int, "the page size", 1, MAX_PAGE)
+STEP = _number(int, "a step", 0, 2**63 - 1)
+CONCURRENCY = _number(int, "the concurrency", 1, MAX_CONCURRENCY)
+HOLD = _number(float, "--hold", 0.0)
+INTERVAL = _number(float, "--interval", 0.0, low_allowed=False)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -103,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thread", help="thread id (default: refund-ORDER-RANDOM)")
     p.add_argument(
         "--hold",
-        type=_seconds(0, "--hold", inclusive=True),
+        type=HOLD,
         default=5.0,
         help="seconds of the refund hold timer (default 5)",
     )
@@ -159,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="scan once and exit")
     p.add_argument(
         "--interval",
-        type=_seconds(0, "--interval", inclusive=False),
+        type=INTERVAL,
         default=1.0,
         help="seconds between scans (default 1)",
     )
