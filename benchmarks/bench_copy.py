@@ -37,7 +37,7 @@ import asyncpg
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.cli.copy import StoreCopy, source_threads
+from agentflow.cli.copy import StoreCopy
 from benchmarks.bench_postgres import DSN, _admin
 from benchmarks.common import Table, nested_state, rate, ratio
 
@@ -89,7 +89,7 @@ async def _copy_agentflow(source: Path, schema: str) -> dict[str, float]:
     ):
         copier = StoreCopy(src, dst, concurrency=CONCURRENCY)
         started = time.perf_counter()
-        await copier.copy(source_threads(src))
+        await copier.copy()
         copied = time.perf_counter()
         await copier.verify()
         verified = time.perf_counter()

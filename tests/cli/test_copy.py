@@ -145,7 +145,7 @@ async def test_a_copy_cut_short_is_continued(tmp_path: Path) -> None:
     claimed = next(cp for cp in done if cp.revision == 2)
     for cp in done[: claimed.step + 1]:  # a prefix, its last step one revision short
         await destination.put(cp)
-    report = await StoreCopy(source, destination).run(source_threads(source))
+    report = await StoreCopy(source, destination).run()
     assert report.count("copied") == 4 and not report.mismatched and not report.refused
     assert await contents(destination) == await contents(source)
 
@@ -160,7 +160,7 @@ async def test_a_thread_that_differs_is_refused_unless_overwrite(tmp_path: Path)
     report = await StoreCopy(source, destination).run(source_threads(source))
     assert report.refused == ["done"] and report.count("copied") == 3
     assert [cp.state async for cp in destination.history("done")] == [{"someone": "else"}]
-    report = await StoreCopy(source, destination, overwrite=True).run(source_threads(source))
+    report = await StoreCopy(source, destination, overwrite=True).run()
     assert report.count("replaced") == 1 and report.count("unchanged") == 3
     assert await contents(destination) == await contents(source)
 

@@ -22,11 +22,13 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 
 __all__ = ["CopyReport", "Outcome", "StoreCopy", "count_threads", "source_threads"]
+
+T = TypeVar("T")
 
 #: Threads read per listing page.
 _PAGE = 500
@@ -102,42 +104,43 @@ class StoreCopy:
         self.report = CopyReport()
         self._expected: dict[str, _Expected] = {}
 
-    async def run(self, threads: AsyncIterable[str]) -> CopyReport:
-        """Copy ``threads``, then read every copied one back; return the report."""
+    async def run(self, threads: AsyncIterable[str] | None = None) -> CopyReport:
+        """Copy ``threads`` (None: every thread of the source), then read every
+        copied one back; return the report."""
         await self.copy(threads)
         await self.verify()
         return self.report
 
-    async def copy(self, threads: AsyncIterable[str]) -> None:
-        """Copy ``threads`` (the first half of :meth:`run`)."""
-        await self._each(threads, self._copy)
+    async def copy(self, threads: AsyncIterable[str] | None = None) -> None:
+        """Copy ``threads``, None meaning all (the first half of :meth:`run`)."""
+        items = _presence(self.source, self.destination) if threads is None else _unknown(threads)
+        await self._each(items, self._copy)
 
     async def verify(self) -> None:
         """Read every thread copied so far back from the destination and record
         in ``report.mismatched`` those that do not match (the second half)."""
         await self._each(_listed(list(self._expected)), self._verify)
 
-    async def _each(
-        self, threads: AsyncIterable[str], work: Callable[[str], Awaitable[None]]
-    ) -> None:
+    async def _each(self, items: AsyncIterable[T], work: Callable[[T], Awaitable[None]]) -> None:
         slots = asyncio.Semaphore(self.concurrency)
 
-        async def one(thread: str) -> None:
+        async def one(item: T) -> None:
             try:
-                await work(thread)
+                await work(item)
             finally:
                 slots.release()
 
         try:
             async with asyncio.TaskGroup() as group:
-                async for thread in threads:
+                async for item in items:
                     await slots.acquire()
-                    group.create_task(one(thread))
+                    group.create_task(one(item))
         except ExceptionGroup as failed:  # the first failure says why; the rest stopped
             raise failed.exceptions[0] from None
 
-    async def _copy(self, thread: str) -> None:
-        outcome = await self._copy_thread(thread)
+    async def _copy(self, item: tuple[str, bool | None]) -> None:
+        thread, present = item
+        outcome = await self._copy_thread(thread, present)
         report = self.report
         report.threads += 1
         report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
@@ -146,9 +149,9 @@ class StoreCopy:
         if self.on_thread is not None:
             self.on_thread(thread, outcome)
 
-    async def _copy_thread(self, thread: str) -> Outcome:
+    async def _copy_thread(self, thread: str, present: bool | None) -> Outcome:
         source = aiter(self.source.history(thread))
-        existing = await self.destination.get(thread)
+        existing = await self.destination.get(thread) if present is not False else None
         outcome: Outcome = "copied"
         count, last, wrote = 0, None, 0
         try:
@@ -240,3 +243,22 @@ def _describe(expected: _Expected | None) -> str:
 async def _listed(threads: list[str]) -> AsyncIterator[str]:
     for thread in threads:
         yield thread
+
+
+async def _unknown(threads: AsyncIterable[str]) -> AsyncIterator[tuple[str, bool | None]]:
+    async for thread in threads:
+        yield thread, None
+
+
+async def _presence(
+    source: Checkpointer, destination: Checkpointer
+) -> AsyncIterator[tuple[str, bool | None]]:
+    """Every source thread, and whether the destination has it: both listings
+    are in code point order (the protocol's contract), so one walk of each
+    answers for all threads, and a fresh destination costs no read per thread."""
+    theirs = aiter(source_threads(destination))
+    current = await anext(theirs, None)
+    async for thread in source_threads(source):
+        while current is not None and current < thread:
+            current = await anext(theirs, None)
+        yield thread, current == thread

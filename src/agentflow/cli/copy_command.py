@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from agentflow.cli.copy import CopyReport, Outcome, StoreCopy, count_threads, source_threads
+from agentflow.cli.copy import CopyReport, Outcome, StoreCopy, count_threads
 from agentflow.cli.errors import CopyIncomplete, UsageError
 from agentflow.cli.render import dump_json, inert_json
 from agentflow.cli.session import StoreTarget, open_cli_store
@@ -116,7 +116,7 @@ async def copy(args: Any, console: Console) -> int:
 
 async def _copy(args: Any, console: Console, src: Store, dst: Store) -> CopyReport:
     named: list[str] = args.thread or []
-    threads = _named(src, named) if named else source_threads(src)
+    threads = _named(src, named) if named else None  # None: all, paired with the destination
     if not console.is_terminal or getattr(args, "json", False):
         return await StoreCopy(
             src, dst, overwrite=args.overwrite, concurrency=args.concurrency
