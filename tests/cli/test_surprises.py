@@ -181,3 +181,17 @@ def test_the_default_store_is_owner_only(here: Callable[..., Run], tmp_path: Pat
     assert runs.stat().st_mode & 0o777 == 0o700
     for path in runs.iterdir():
         assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+def test_fork_update_says_whether_the_route_changed(here: Callable[..., Run]) -> None:
+    here("demo", "--approve", "--hold", "0", "--thread", "t")
+    reject = '{"decision": "reject"}'
+    status, out = here("fork", "t", "3", "--to", "no", "--update", reject)
+    assert status == 0 and "re-routed from the updated state: next was hold, now notify" in out
+    assert "agentflow resume no" in out
+    status, out = here("fork", "t", "3", "--to", "same", "--update", '{"note": 1}')
+    assert "the update leaves the route as it was: next is hold" in out
+    status, out = here("fork", "t", "3", "--to", "kept", "--update", reject, "--keep-route")
+    assert "kept the stored route (--keep-route): next is hold" in out
+    status, out = here("resume", "no", "--json")
+    assert status == 0 and '"status": "done"' in out and '"refund"' not in out

@@ -99,10 +99,10 @@ def _message(args: argparse.Namespace, exc: BaseException) -> str:
     if isinstance(exc, StoreUnavailable):
         message = f"cannot reach {_where(args)} (agentflow {args.command}): {message}"
     message += _hint(args, exc)
-    url = getattr(args, "store", "")
-    if url and has_password(url):  # defence in depth: a driver may quote the URL
-        password = url.split("://", 1)[-1].rpartition("@")[0].partition(":")[2]
-        if password:
+    for flag in ("store", "source", "destination"):  # a driver may quote the URL
+        url = getattr(args, flag, None)
+        if isinstance(url, str) and has_password(url):
+            password = url.split("://", 1)[-1].rpartition("@")[0].partition(":")[2]
             message = message.replace(password, "***")
     return inert(message)
 

@@ -161,7 +161,7 @@ async def fork(s: Session) -> int:
     )
     rerouted = cp.next != source.next
     if s.json:
-        s.emit(render.checkpoint_json(cp, cp.step) | {"rerouted_from": list(source.next)})
+        s.emit(render.checkpoint_json(cp, cp.step) | {"source_next": list(source.next)})
         return 0
     s.say("forked ", s.args.thread, f"@{cp.step} -> ", new_thread, f" ({status_of(cp)})")
     if update:
