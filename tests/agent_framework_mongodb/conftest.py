@@ -11,8 +11,8 @@ from agent_framework import WorkflowCheckpoint
 from pymongo import AsyncMongoClient
 
 from agent_framework_mongodb import MongoDBCheckpointStorage, MongoDBCheckpointStorageOptions
-from tests.agent_framework_mongodb.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME
 from tests.support.mongod import mongodb_uri
+from tests.agent_framework_mongodb.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME
 
 DATABASE = "agentflow_tests"
 StorageFactory = Callable[..., MongoDBCheckpointStorage]
