@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from agentflow.checkpoint.base import Checkpoint
-from agentflow.checkpoint.codec import utc_now_iso
+from agentflow.checkpoint.timestamps import utc_now_iso
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.runtime import END, START, Graph, NodeContext

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli.support import af, af_json
+from tests.cli.support import af, af_json, env
 
 
 def test_bare_command_prints_help(tmp_path: Path) -> None:
     done = af(tmp_path)
     assert "usage: agentflow" in done.stdout and "demo" in done.stdout
+
+
+def test_python_m_agentflow_is_the_command(tmp_path: Path) -> None:
+    run = [sys.executable, "-m", "agentflow", "demo", "--approve", "--hold", "0", "--thread", "m"]
+    done = subprocess.run(run, cwd=tmp_path, env=env(), capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "done m at step 7" in done.stdout
+    assert af_json(tmp_path, "show", "m")["status"] == "done"
 
 
 def test_demo_runs_to_the_end_on_the_default_store(tmp_path: Path) -> None:
@@ -46,7 +56,8 @@ def test_demo_without_tty_stops_at_approval_and_prints_the_command(tmp_path: Pat
 def test_show_diff_fork_prune_delete(tmp_path: Path) -> None:
     af(tmp_path, "demo", "--approve", "--hold", "0.1", "--thread", "src")
     shown = af_json(tmp_path, "show", "src", "--step", "2")
-    assert shown["interrupt_node"] == "request_approval" and shown["claim"] is not None
+    assert shown["interrupt_node"] == "request_approval" and shown["claim"] is None
+    assert shown["resumed_by"] and shown["latest"] is False
     diff = af_json(tmp_path, "diff", "src", "0", "1")
     assert {c["path"] for c in diff["changes"]} >= {"customer", "order", "log"}
     assert "state diff 0 -> 1" in af(tmp_path, "diff", "src", "0", "1").stdout
@@ -55,7 +66,8 @@ def test_show_diff_fork_prune_delete(tmp_path: Path) -> None:
     rejected = af_json(tmp_path, "resume", "what-if", "--value", '"reject"')
     assert rejected["status"] == "done" and "refund" not in rejected["state"]
     assert af_json(tmp_path, "show", "src")["state"]["refund"]["status"] == "succeeded"
-    assert af_json(tmp_path, "prune", "src", "--before-step", "3")["removed"] == 3
+    pruned = af_json(tmp_path, "prune", "src", "--before-step", "3")
+    assert pruned["removed"] == 3 and pruned["kept_latest"] is None
     assert af_json(tmp_path, "history", "src")[0]["step"] == 3
     af(tmp_path, "delete", "src")
     listing = af_json(tmp_path, "threads")
@@ -85,34 +97,40 @@ def waiting_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("args", "needle"),
+    ("args", "needle", "status"),
     [
-        (["show", "ghost"], "thread 'ghost' not found"),
-        (["history", "ghost"], "thread 'ghost' not found"),
-        (["resume", "ghost"], "thread 'ghost' not found"),
-        (["show", "t", "--step", "99"], "has no step 99"),
-        (["diff", "t", "0", "99"], "has no step 99"),
-        (["fork", "t", "99"], "has no step 99"),
-        (["show", "t", "--store", "ftp://x"], "unsupported store URL"),
-        (["resume", "t", "--value", "approve"], "--value must be JSON"),
-        (["resume", "t"], "waiting until"),
-        (["prune", "t"], "prune needs"),
+        (["show", "ghost"], "thread 'ghost' not found", 1),
+        (["history", "ghost"], "thread 'ghost' not found", 1),
+        (["resume", "ghost"], "thread 'ghost' not found", 1),
+        (["show", "t", "--step", "99"], "has no step 99", 1),
+        (["diff", "t", "0", "99"], "has no step 99", 1),
+        (["fork", "t", "99"], "has no step 99", 1),
+        (["resume", "t"], "waiting until", 1),
+        (["resume", "t", "--value", "approve"], "--value must be JSON", 2),
+        (["show", "t", "--store", "ftp://x"], "unsupported store URL", 2),
+        (["prune", "t"], "prune needs --before-step N, --older-than TIME, or both", 2),
+        (["prune", "t", "--older-than", "yesterday"], "--older-than takes an ISO-8601", 2),
+        (["show", "t", "--namespace", ""], "--namespace must not be empty", 2),
+        (["fork", "t", "0", "--update", "[1]"], "--update must be a JSON object", 2),
     ],
 )
-def test_user_errors_are_one_line_and_exit_one(
-    waiting_store: Path, args: list[str], needle: str
+def test_user_errors_are_one_line_with_a_consistent_status(
+    waiting_store: Path, args: list[str], needle: str, status: int
 ) -> None:
+    """1: the command could not be carried out; 2: the command line is wrong."""
     done = af(waiting_store, *args, check=False)
-    assert done.returncode == 1
+    assert done.returncode == status, done.stderr
     assert needle in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_errors_are_json_with_json_and_passwords_are_masked(tmp_path: Path) -> None:
-    done = af(tmp_path, "show", "ghost", "--json", check=False)
+def test_errors_are_json_with_json_and_passwords_are_masked(
+    waiting_store: Path, tmp_path: Path
+) -> None:
+    done = af(waiting_store, "show", "ghost", "--json", check=False)
     assert json.loads(done.stderr) == {
         "error": "thread_not_found",
         "message": "thread 'ghost' not found",
     }
     bad = af(tmp_path, "threads", "--store", "mysql://user:secret@host/db", check=False)
-    assert bad.returncode == 1 and "secret" not in bad.stderr and "***" in bad.stderr
+    assert bad.returncode == 2 and "secret" not in bad.stderr and "***" in bad.stderr

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.stores import has_password, local_path, safe_url, server_hosts
 from agentflow.cli.render import diff_json, diff_states, event_of
-from agentflow.cli.stores import InvalidStoreUrl, _location, safe_url
+from agentflow.cli.session import _with_timeouts
+from agentflow.cli.text import inert, shell_word
+from agentflow.errors import InvalidStoreUrl
 
 
 def test_diff_walks_mappings_and_reports_appends() -> None:
@@ -41,10 +46,41 @@ def test_events_name_what_produced_each_step() -> None:
 
 
 def test_store_urls() -> None:
-    assert _location("sqlite:///runs.db", "sqlite") == "runs.db"
-    assert _location("sqlite:////tmp/runs.db", "sqlite") == "/tmp/runs.db"
-    assert _location("file:///var/runs", "file") == "/var/runs"
+    assert local_path("sqlite:///runs.db") == Path("runs.db")
+    assert local_path("sqlite:////tmp/runs.db") == Path("/tmp/runs.db")
+    assert local_path("file:///var/runs") == Path("/var/runs")
     with pytest.raises(InvalidStoreUrl):
-        _location("sqlite://", "sqlite")
+        local_path("sqlite://")
     assert safe_url("postgresql://me:pw@db:5432/x") == "postgresql://me:***@db:5432/x"
     assert safe_url("redis://localhost") == "redis://localhost"
+
+
+def test_passwords_are_found_and_masked_in_seed_lists() -> None:
+    url = "mongodb://me:pw@a:1,b:2/db?replicaSet=rs"
+    assert has_password(url) and not has_password("mongodb://me@a:1")
+    assert safe_url(url) == "mongodb://me:***@a:1,b:2/db?replicaSet=rs"
+    assert server_hosts(url) == "a:1,b:2"
+
+
+def test_cli_timeouts_are_added_unless_the_url_sets_them() -> None:
+    assert _with_timeouts("mongodb://h/?serverSelectionTimeoutMS=200", "mongodb") == (
+        "mongodb://h/?serverSelectionTimeoutMS=200&connectTimeoutMS=5000"
+    )
+    assert "socket_connect_timeout=5" in _with_timeouts("rediss://h:6380/0", "rediss")
+    assert _with_timeouts("postgresql://h/db", "postgresql") == "postgresql://h/db"
+
+
+def test_inert_escapes_what_a_terminal_would_act_on_and_nothing_else() -> None:
+    assert inert("plain [bold] :smile: café 日本") == "plain [bold] :smile: café 日本"
+    assert inert("a\x1b[2Jb\x9bc\u202ed\ne\u200b") == "a\\u001b[2Jb\\u009bc\\u202ed\\u000ae\\u200b"
+
+
+def test_shell_words_round_trip_through_bash() -> None:
+    import subprocess
+
+    words = ["plain", "it's", "", "esc\x1b[2J", "bidi\u202e", "back\\slash\x07"]
+    quoted = " ".join(shell_word(w) for w in words)
+    out = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {quoted}"], capture_output=True, check=True
+    ).stdout
+    assert out.split(b"\0")[:-1] == [w.encode() for w in words]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -23,15 +23,8 @@ from agentflow.runtime import (
     append,
 )
 from agentflow.runtime.claims import claim_of
+from tests.runtime.clock import Clock
 from tests.runtime.graphs import approval_graph, timer_graph
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 async def test_interrupt_suspends_then_resume_returns_the_value() -> None:

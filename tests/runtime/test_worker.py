@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +14,8 @@ from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.errors import InvalidArgument
 from agentflow.runtime import START, Graph, NodeContext, NodeFailed, Worker
 from agentflow.runtime.claims import take_claim
+from tests.runtime.clock import Clock
 from tests.runtime.graphs import approval_graph, timer_graph
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 async def test_workers_wake_each_due_run_exactly_once(tmp_path: Path) -> None:
@@ -120,7 +113,7 @@ async def test_a_crashed_workers_claim_is_taken_over_once_it_lapses(tmp_path: Pa
     assert suspended is not None
     await take_claim(store, suspended, "dead-worker", clock.now + timedelta(seconds=30))
     worker = Worker([compiled])
-    assert (await worker.run_once()).taken == ["c"]
+    assert [thread for thread, _ in (await worker.run_once()).taken] == ["c"]
     clock.now += timedelta(seconds=31)
     assert [r.status for r in (await worker.run_once()).resumed] == ["done"]
     assert (tmp_path / "log").read_text().count("c ") == 1

@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 from agentflow.checkpoint.base import Checkpointer
 from agentflow.errors import InvalidStoreUrl
 
-__all__ = ["DEFAULT_STORE", "StoreOpener", "open_store", "register_scheme", "safe_url"]
+__all__ = [
+    "DEFAULT_STORE",
+    "StoreOpener",
+    "has_password",
+    "local_path",
+    "open_store",
+    "register_scheme",
+    "safe_url",
+    "scheme_of",
+    "server_hosts",
+]
 
 #: The store the command line uses when none is named.
 DEFAULT_STORE: Final = "sqlite:///.runs/checkpoints.db"
@@ -46,18 +57,49 @@ def register_scheme(scheme: str, opener: StoreOpener) -> None:
     _REGISTERED[scheme] = opener
 
 
+def _userinfo_and_hosts(url: str) -> tuple[str, str]:
+    """The ``user:password`` and ``host:port[,host:port]`` parts of ``url``'s netloc
+    (read as text: a MongoDB seed list is not one host and port)."""
+    userinfo, at, hosts = urlsplit(url).netloc.rpartition("@")
+    return (userinfo, hosts) if at else ("", hosts)
+
+
+def has_password(url: str) -> bool:
+    """True when ``url`` carries a password."""
+    return ":" in _userinfo_and_hosts(url)[0]
+
+
 def safe_url(url: str) -> str:
     """``url`` with any password masked, for messages and logs."""
     try:
-        parts = urlsplit(url)
-        password = parts.password
+        userinfo, hosts = _userinfo_and_hosts(url)
     except ValueError:
         return "<unparseable store URL>"
-    if password is None:
+    if ":" not in userinfo:
         return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    user = userinfo.partition(":")[0]
+    return urlunsplit(urlsplit(url)._replace(netloc=f"{user}:***@{hosts}"))
+
+
+def server_hosts(url: str) -> str:
+    """The ``host:port`` list of a server URL, without credentials."""
+    return _userinfo_and_hosts(url)[1]
+
+
+def local_path(url: str) -> Path | None:
+    """Where a ``sqlite:///`` or ``file://`` store lives; None for a server URL.
+
+    ``sqlite:///runs.db`` is relative and ``sqlite:////tmp/runs.db`` absolute,
+    as in SQLAlchemy; ``file://`` is followed directly by the directory.
+    """
+    scheme = scheme_of(url)
+    if scheme not in ("sqlite", "file"):
+        return None
+    rest = url.split("://", 1)[1]
+    path = rest[1:] if scheme == "sqlite" and rest.startswith("/") else rest
+    if not path:
+        raise InvalidStoreUrl(f"store URL {url!r} names no path")
+    return Path(path)
 
 
 def scheme_of(url: object) -> str:

@@ -1,4 +1,4 @@
-"""``python -m agentflow.cli``."""
+"""``python -m agentflow.cli``: the ``agentflow`` command."""
 
 from agentflow.cli.app import main
 

@@ -1,9 +1,9 @@
-"""The ``agentflow`` argument parser and the top level that runs a subcommand.
+"""The top level of the ``agentflow`` command: run a subcommand, report how it ended.
 
-Every failure the user can cause (a wrong thread, a bad store URL, a missing
-step, a resume that is not due) is an :class:`~agentflow.errors.AgentflowError`
-and ends as one line on stderr and exit status 1; ``--json`` makes that line
-JSON. ``AGENTFLOW_DEBUG=1`` shows the traceback instead.
+No failure prints a traceback (``AGENTFLOW_DEBUG=1`` shows it instead).
+Every error is one line on stderr, ``agentflow: error: ...`` (or
+``{"error": CODE, "message": ...}`` with ``--json``), shown inert, and the
+exit status says what kind of failure it was (:mod:`agentflow.cli.errors`).
 """
 
 from __future__ import annotations
@@ -11,164 +11,124 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from rich.console import Console
 
-from agentflow.cli.commands import COMMANDS, Session
-from agentflow.cli.registry import graph_specs_from_env
+from agentflow.checkpoint.stores import has_password
+from agentflow.cli import commands, run_commands
+from agentflow.cli.copy_command import copy
+from agentflow.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_status
+from agentflow.cli.parser import build_parser
 from agentflow.cli.render import dump_json
-from agentflow.cli.stores import DEFAULT_STORE, open_store, safe_url
-from agentflow.errors import AgentflowError, CheckpointConflict
-from agentflow.runtime import NotDue
+from agentflow.cli.session import Session, StoreTarget, command_line, open_cli_store
+from agentflow.cli.text import inert
+from agentflow.errors import AgentflowError, CheckpointConflict, StoreUnavailable
+from agentflow.runtime import NodeFailed, NotDue, StepClaimed
 
 __all__ = ["build_parser", "main"]
 
-EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
-STATUSES = ["done", "interrupted", "waiting", "running"]
+Command = Callable[[Session], Awaitable[int]]
+#: Subcommands on one store. Only those that start runs may create the store;
+#: every other one refuses a store that is not there.
+COMMANDS: dict[str, tuple[Command, bool]] = {
+    "threads": (commands.threads, False),
+    "history": (commands.history, False),
+    "show": (commands.show, False),
+    "diff": (commands.diff, False),
+    "prune": (commands.prune, False),
+    "delete": (commands.delete, False),
+    "resume": (run_commands.resume, False),
+    "fork": (run_commands.fork, False),
+    "worker": (run_commands.worker, True),
+    "demo": (run_commands.demo, True),
+}
 
 
-def _common() -> argparse.ArgumentParser:
-    """Options every subcommand takes, before or after its name."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--store",
-        default=argparse.SUPPRESS,
-        help=f"store URL (default: $AGENTFLOW_STORE or {DEFAULT_STORE})",
-    )
-    common.add_argument(
-        "--namespace", default=argparse.SUPPRESS, help="tenant namespace ($AGENTFLOW_NAMESPACE)"
-    )
-    common.add_argument(
-        "--graph",
-        action="append",
-        default=argparse.SUPPRESS,
-        metavar="MODULE:ATTR",
-        help="register a graph for resume/fork/worker (repeatable; $AGENTFLOW_GRAPHS)",
-    )
-    common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
-    )
-    return common
-
-
-def build_parser() -> argparse.ArgumentParser:
-    common = _common()
-    parser = argparse.ArgumentParser(
-        prog="agentflow",
-        parents=[common],
-        description="Durable agent runs: run the demo, inspect, resume, fork and prune threads.",
-        epilog="Start with: agentflow demo",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    def add(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], help=text, description=text)
-
-    p = add("demo", "run the refund-approval agent (no LLM, no network)")
-    p.add_argument("--order", default="A-1001", help="order id to refund (default A-1001)")
-    p.add_argument("--thread", help="thread id (default: refund-ORDER-RANDOM)")
-    p.add_argument("--hold", type=float, default=5.0, help="seconds of the refund hold timer")
-    decision = p.add_mutually_exclusive_group()
-    decision.add_argument("--approve", action="store_true", help="approve without asking")
-    decision.add_argument("--reject", action="store_true", help="reject without asking")
-
-    p = add("threads", "list threads, newest state of each")
-    p.add_argument("--status", choices=STATUSES, help="only threads in this status")
-    p.add_argument("--limit", type=int, default=50, help="page size (default 50)")
-    p.add_argument("--cursor", help="continue after a previous page")
-
-    p = add("history", "the timeline of a thread, step by step")
-    p.add_argument("thread")
-
-    p = add("show", "one checkpoint: status, pending question, state")
-    p.add_argument("thread")
-    p.add_argument("--step", type=int, help="step to show (default: latest)")
-
-    p = add("diff", "what changed in state between two steps")
-    p.add_argument("thread")
-    p.add_argument("a", type=int)
-    p.add_argument("b", type=int)
-
-    p = add("resume", "continue a paused, waiting or crashed run")
-    p.add_argument("thread")
-    p.add_argument("--value", help="JSON answer to a human interrupt, e.g. '\"approve\"'")
-    p.add_argument("--wait", action="store_true", help="wait for a timer to come due first")
-
-    p = add("fork", "start a new thread from a past step")
-    p.add_argument("thread")
-    p.add_argument("step", type=int)
-    p.add_argument("--to", help="new thread id (default: THREAD-fork-RANDOM)")
-    p.add_argument("--update", help="JSON object folded into the forked state")
-
-    p = add("prune", "delete old checkpoints of a thread")
-    p.add_argument("thread")
-    p.add_argument("--before-step", type=int, help="delete steps below N")
-    p.add_argument("--older-than", help="delete checkpoints written before this ISO time")
-
-    p = add("delete", "delete a thread and all its checkpoints")
-    p.add_argument("thread")
-
-    p = add("worker", "resume every run whose timer is due")
-    p.add_argument("--once", action="store_true", help="scan once and exit")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between scans")
-    p.add_argument("--concurrency", type=int, default=4, help="runs resumed at once")
-    return parser
-
-
-def _prefix(args: argparse.Namespace, specs: list[str]) -> str:
-    """``agentflow`` plus the flags a printed follow-up command must repeat."""
-    words = ["agentflow"]
-    if hasattr(args, "store"):
-        words += ["--store", safe_url(args.store)]
-    if hasattr(args, "namespace"):
-        words += ["--namespace", args.namespace]
-    for spec in getattr(args, "graph", []):
-        words += ["--graph", spec]
-    return shlex.join(words)
+def _target(args: argparse.Namespace) -> StoreTarget:
+    return StoreTarget.from_args(getattr(args, "store", None), getattr(args, "namespace", None))
 
 
 async def _run(args: argparse.Namespace, console: Console) -> int:
-    url = getattr(args, "store", None) or os.environ.get("AGENTFLOW_STORE") or DEFAULT_STORE
-    namespace = getattr(args, "namespace", None) or os.environ.get("AGENTFLOW_NAMESPACE")
-    specs = [*graph_specs_from_env(), *getattr(args, "graph", [])]
-    store = open_store(url, namespace=namespace)
+    if args.command == "copy":
+        return await copy(args, console)
+    handler, creates = COMMANDS[args.command]
+    target = _target(args)
+    store = open_cli_store(target, create=creates)
     try:
-        session = Session(args, store, console, _prefix(args, specs), specs)
-        return await COMMANDS[args.command](session)
+        return await handler(Session(args, store, console, target))
     finally:
         await store.close()
 
 
-def _fail(args: argparse.Namespace, exc: BaseException, code: str) -> int:
-    message = str(exc) or type(exc).__name__
+def _hint(args: argparse.Namespace, exc: BaseException) -> str:
+    """What to do next, from the error's own fields."""
+    thread = getattr(exc, "thread", None)
+    if not isinstance(thread, str) or args.command == "copy":
+        return ""
+    try:
+        target = _target(args)
+    except AgentflowError:
+        return ""
+    show = command_line(args, target, "show", thread)
     if isinstance(exc, NotDue):
-        message += f"; to wait for it: agentflow resume {shlex.quote(exc.thread)} --wait"
-    elif isinstance(exc, CheckpointConflict):
-        message += (
-            "; another resume took this step first (a crashed one's claim lapses "
-            f"after a minute): agentflow show {shlex.quote(exc.thread)}"
-        )
+        return f"; to wait for it: {command_line(args, target, 'resume', thread, '--wait')}"
+    if isinstance(exc, StepClaimed):
+        return f"; see it with: {show}"
+    if isinstance(exc, CheckpointConflict):
+        return f"; another process stored this step first: {show}"
+    if isinstance(exc, NodeFailed):
+        return "; AGENTFLOW_DEBUG=1 shows the node's exception"
+    return ""
+
+
+def _where(args: argparse.Namespace) -> str:
+    """Which store could not be reached, without its password."""
+    if args.command == "copy":
+        return "one of the stores"
+    try:
+        target = _target(args)
+    except AgentflowError:
+        return "the store"
+    return f"the {target.scheme} store at {target.where}"
+
+
+def _message(args: argparse.Namespace, exc: BaseException) -> str:
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, StoreUnavailable):
+        message = f"cannot reach {_where(args)} (agentflow {args.command}): {message}"
+    message += _hint(args, exc)
+    for flag in ("store", "source", "destination"):  # a driver may quote the URL
+        url = getattr(args, flag, None)
+        if isinstance(url, str) and has_password(url):
+            password = url.split("://", 1)[-1].rpartition("@")[0].partition(":")[2]
+            message = message.replace(password, "***")
+    return inert(message)
+
+
+def _fail(args: argparse.Namespace, exc: BaseException, code: str, status: int) -> int:
+    message = _message(args, exc)
     if getattr(args, "json", False):
         print(dump_json({"error": code, "message": message}).replace("\n", ""), file=sys.stderr)
     else:
         print(f"agentflow: error: {message}", file=sys.stderr)
-    return EXIT_ERROR
+    return status
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``agentflow`` console script."""
+    """Entry point of the ``agentflow`` console script (and ``python -m agentflow``)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
-        return
+        sys.exit(EXIT_OK)
     # With --json, stdout carries only JSON; progress (countdowns) goes to stderr.
-    console = Console(stderr=bool(getattr(args, "json", False)))
-    debug = bool(os.environ.get("AGENTFLOW_DEBUG"))
+    # Markup, emoji codes and highlighting are off: store text is printed as text.
+    console = Console(
+        stderr=bool(getattr(args, "json", False)), markup=False, emoji=False, highlight=False
+    )
+    debug = os.environ.get("AGENTFLOW_DEBUG", "") not in ("", "0")
     try:
         status = asyncio.run(_run(args, console))
     except KeyboardInterrupt:
@@ -177,9 +137,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     except AgentflowError as exc:
         if debug:
             raise
-        status = _fail(args, exc, exc.code)
+        status = _fail(args, exc, exc.code, exit_status(exc))
     except OSError as exc:
         if debug:
             raise
-        status = _fail(args, exc, "os_error")
+        status = _fail(args, exc, "os_error", EXIT_FAILED)
+    except Exception as exc:  # a bug: still one line, and how to see more
+        if debug:
+            raise
+        bug = RuntimeError(f"unexpected {type(exc).__name__}: {exc}; AGENTFLOW_DEBUG=1 shows where")
+        status = _fail(args, bug, "internal_error", EXIT_FAILED)
     sys.exit(status)

@@ -8,14 +8,16 @@ data: whoever can write the store must not be able to choose code to run.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.cli.demo import DEMO_GRAPH, build_demo_graph, summarize
-from agentflow.errors import InvalidArgument
-from agentflow.runtime import CompiledGraph, Graph, ThreadNotFound, UnknownGraph
+from agentflow.cli.errors import InvalidGraphSpec
+from agentflow.runtime import CompiledGraph, Graph, GraphInvalid, ThreadNotFound, UnknownGraph
 from agentflow.runtime.claims import runtime_of
 
 __all__ = ["GraphRegistry", "graph_specs_from_env"]
@@ -27,19 +29,79 @@ def graph_specs_from_env() -> list[str]:
     return [spec.strip() for spec in raw.split(",") if spec.strip()]
 
 
+def _what(spec: str) -> str:
+    return f"--graph {spec}"
+
+
+def _call_factory(spec: str, factory: Callable[..., Any]) -> Any:
+    """Call a graph factory with no arguments, or say why it cannot be."""
+    if inspect.iscoroutinefunction(factory):
+        raise InvalidGraphSpec(
+            f"{_what(spec)} is an async function; give a Graph or a plain function returning one"
+        )
+    try:
+        signature = inspect.signature(factory)
+    except ValueError:  # no signature (some builtins): let the call decide
+        signature = None
+    if signature is not None:
+        needed = [
+            p.name
+            for p in signature.parameters.values()
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        if needed:
+            raise InvalidGraphSpec(
+                f"{_what(spec)} needs arguments ({', '.join(needed)}); give a Graph or a "
+                "function that takes none"
+            )
+    try:
+        made = factory()
+    except Exception as exc:
+        raise InvalidGraphSpec(
+            f"{_what(spec)}: calling it raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if inspect.isawaitable(made):
+        close = getattr(made, "close", None)
+        if close is not None:
+            close()  # never awaited on purpose: no "coroutine was never awaited"
+        raise InvalidGraphSpec(
+            f"{_what(spec)} returned an awaitable; give a Graph or a plain function returning one"
+        )
+    return made
+
+
 def _load(spec: str) -> Graph:
+    """The graph ``MODULE:ATTR`` names: a Graph, or a function of no arguments
+    returning one. Anything else is an :class:`InvalidGraphSpec` saying what."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise InvalidArgument(f"--graph takes MODULE:ATTR, got {spec!r}")
+        raise InvalidGraphSpec(f"--graph takes MODULE:ATTR, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: graphs beside the project
     try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidArgument(f"cannot load graph {spec!r}: {exc}") from exc
-    graph = target() if callable(target) and not isinstance(target, Graph) else target
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidGraphSpec(f"{_what(spec)}: cannot import {module_name}: {exc}") from exc
+    except (Exception, SystemExit) as exc:
+        raise InvalidGraphSpec(
+            f"{_what(spec)}: importing {module_name} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not hasattr(module, attr):
+        raise InvalidGraphSpec(f"{_what(spec)}: module {module_name} has no {attr!r}")
+    target: Any = getattr(module, attr)
+    graph = (
+        _call_factory(spec, target)
+        if callable(target) and not isinstance(target, Graph)
+        else target
+    )
     if not isinstance(graph, Graph):
-        raise InvalidArgument(f"{spec!r} is a {type(graph).__name__}, not an agentflow Graph")
+        raise InvalidGraphSpec(
+            f"{_what(spec)} gives a {type(graph).__name__}, not an agentflow Graph"
+        )
+    try:
+        graph.validate()
+    except GraphInvalid as exc:
+        raise InvalidGraphSpec(f"{_what(spec)}: {exc}") from exc
     return graph
 
 
@@ -48,9 +110,18 @@ class GraphRegistry:
 
     def __init__(self, checkpointer: Checkpointer, specs: Iterable[str]) -> None:
         self.checkpointer = checkpointer
-        self.specs = list(specs)
-        graphs = [build_demo_graph(), *(_load(spec) for spec in self.specs)]
-        self._graphs = {graph.name: graph for graph in graphs}
+        self.specs = list(dict.fromkeys(specs))  # the same spec twice is one graph
+        self._graphs = {DEMO_GRAPH: build_demo_graph()}
+        origin = {DEMO_GRAPH: "the built-in demo"}
+        for spec in self.specs:
+            graph = _load(spec)
+            if graph.name in self._graphs:
+                raise InvalidGraphSpec(
+                    f"{_what(spec)} defines graph {graph.name!r}, as {origin[graph.name]} "
+                    "does; graph names must be unique"
+                )
+            self._graphs[graph.name] = graph
+            origin[graph.name] = _what(spec)
         self._compiled: dict[str, CompiledGraph] = {}
         self._summaries = {DEMO_GRAPH: summarize}
 

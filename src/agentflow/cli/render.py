@@ -1,22 +1,28 @@
 """How the command line shows threads, checkpoints, timelines and diffs.
 
-Each view has a JSON form (for ``--json``, stable keys for scripts) and a rich
-form for people. The timeline is derived from the history alone: the nodes
-that produced step N are the frontier of step N-1.
+Each view has a JSON form (for ``--json``, stable keys for scripts) and a form
+for people. Everything the store supplies is shown inert (:mod:`.text`);
+what a user types back (thread ids, steps, times) is never truncated. The
+timeline is derived from the history alone: the nodes that produced step N
+are the frontier of step N-1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 from rich.console import Console
-from rich.json import JSON
+from rich.highlighter import JSONHighlighter
 from rich.panel import Panel
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
 
 from agentflow.checkpoint.base import Checkpoint, ThreadInfo
+from agentflow.checkpoint.timestamps import parse_instant
+from agentflow.cli.text import inert
 from agentflow.runtime import status_of
 from agentflow.runtime.claims import claim_of
 
@@ -28,7 +34,9 @@ __all__ = [
     "dump_json",
     "event_of",
     "info_json",
+    "inert_json",
     "print_checkpoint",
+    "print_columns",
     "print_diff",
     "print_threads",
     "print_timeline",
@@ -40,23 +48,50 @@ __all__ = [
 Change = tuple[str, str, Any, Any]
 _MISSING = object()
 _STATUS_STYLE = {"done": "green", "interrupted": "yellow", "waiting": "cyan", "running": "red"}
+#: Shown where what changed cannot be known (the step before was pruned).
+_UNKNOWN = "?"
 
 
 def dump_json(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
 
 
+def inert_json(text: str) -> str:
+    """JSON text with any character a terminal would act on escaped. orjson
+    already escapes C0 controls; C1 controls and format characters remain,
+    and only inside strings, where ``\\uXXXX`` means the same value."""
+    return "\n".join(inert(line) for line in text.split("\n"))
+
+
 def _short(value: Any, width: int = 60) -> str:
+    """``value`` as JSON, cut to ``width`` for a table cell (raw: show it inert)."""
     text = orjson.dumps(value).decode() if value is not _MISSING else "-"
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _status(cp: Checkpoint | ThreadInfo) -> str:
+def _status(cp: Checkpoint | ThreadInfo) -> Text:
     status = status_of(cp)
-    return f"[{_STATUS_STYLE[status]}]{status}[/]"
+    return Text(status, style=_STATUS_STYLE[status])
 
 
-def checkpoint_json(cp: Checkpoint) -> dict[str, Any]:
+def _now_us() -> int:
+    return parse_instant(datetime.now(UTC).isoformat())
+
+
+def claim_view(cp: Checkpoint, latest_step: int) -> dict[str, Any]:
+    """What a suspend's claim means now. On the thread's latest checkpoint it
+    is ``claim`` (``held`` until it lapses); on an older step the run has moved
+    on, so the claimer is shown as who resumed it (``resumed_by``)."""
+    claim = claim_of(cp)
+    if claim is None:
+        return {"claim": None}
+    if cp.step != latest_step:
+        return {"claim": None, "resumed_by": claim.get("by")}
+    held = parse_instant(str(claim.get("until"))) > _now_us()
+    return {"claim": {**claim, "held": held}}
+
+
+def checkpoint_json(cp: Checkpoint, latest_step: int) -> dict[str, Any]:
     return {
         "thread": cp.thread,
         "step": cp.step,
@@ -68,8 +103,9 @@ def checkpoint_json(cp: Checkpoint) -> dict[str, Any]:
         "interrupt_node": cp.interrupt_node,
         "interrupt_payload": cp.interrupt_payload,
         "wake_at": cp.wake_at,
-        "claim": claim_of(cp),
+        **claim_view(cp, latest_step),
         "revision": cp.revision,
+        "latest": cp.step == latest_step,
     }
 
 
@@ -106,67 +142,123 @@ def diff_states(old: Any, new: Any, path: str = "") -> list[Change]:
 
 
 def question_of(payload: Any) -> str:
-    """A human interrupt's payload as one line: its ``question`` if it has one."""
+    """A human interrupt's payload as one line: its ``question`` if any (raw)."""
     if isinstance(payload, dict) and isinstance(payload.get("question"), str):
         return str(payload["question"])
     return _short(payload, 48)
 
 
+def _forked_from(cp: Checkpoint) -> str | None:
+    origin = cp.parent.rpartition(":")[0] if cp.parent else None
+    return cp.parent if origin and origin != cp.thread else None
+
+
 def event_of(previous: Checkpoint | None, cp: Checkpoint) -> str:
-    """One line saying what produced ``cp``."""
+    """One line saying what produced ``cp`` (raw: show it inert); ``previous``
+    is the step before it, or None when that step is not stored."""
     if cp.interrupted:
         if cp.wake_at is not None:
             text = f"{cp.interrupt_node} waits until {cp.wake_at[11:23]}"
         else:
             text = f"{cp.interrupt_node} asks: {question_of(cp.interrupt_payload)}"
     elif previous is None:
-        origin = cp.parent.rpartition(":")[0] if cp.parent else None
-        text = f"forked from {cp.parent}" if origin and origin != cp.thread else "input"
+        forked = _forked_from(cp)
+        if forked is not None:
+            text = f"forked from {forked}"
+        else:
+            text = "input" if cp.step == 0 else "(the steps before are pruned)"
     else:
         text = "ran " + ", ".join(previous.next)
     return text + (" -> done" if cp.done else "")
 
 
-def print_threads(console: Console, infos: Sequence[ThreadInfo], cursor: str | None) -> None:
-    table = Table("thread", "status", "step", "updated", "wakes at", title="threads")
-    for info in infos:
-        table.add_row(
-            info.thread, _status(info), str(info.latest_step), info.ts, info.wake_at or ""
-        )
-    console.print(table)
-    if cursor is not None:
-        console.print(f"more: --cursor {cursor}")
+def _changed_keys(previous: Checkpoint | None, cp: Checkpoint) -> str:
+    if previous is None and (cp.step != 0 or _forked_from(cp) is not None):
+        return _UNKNOWN
+    before = previous.state if previous is not None else {}
+    changed = sorted({path.split(".")[0] for path, *_ in diff_states(before, cp.state)})
+    return inert(", ".join(changed)) or "-"
+
+
+def print_columns(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Text]]) -> None:
+    """Aligned columns, never truncated nor wrapped: what a user copies from
+    them (ids, times) stays whole whatever the terminal's width."""
+    cells = [[Text(h, style="bold") for h in headers], *rows]
+    widths = [max(row[i].cell_len for row in cells) for i in range(len(headers))]
+    for row in cells:
+        line = Text()
+        for i, cell in enumerate(row):
+            line.append_text(cell)
+            if i < len(row) - 1:
+                line.append(" " * (widths[i] - cell.cell_len + 2))
+        console.print(line, soft_wrap=True)
+
+
+def print_threads(console: Console, infos: Sequence[ThreadInfo]) -> None:
+    rows = [
+        [
+            Text(inert(info.thread)),
+            _status(info),
+            Text(str(info.latest_step)),
+            Text(inert(info.ts)),
+            Text(inert(info.wake_at or "-")),
+        ]
+        for info in infos
+    ]
+    print_columns(console, ["thread", "status", "step", "updated", "wakes at"], rows)
 
 
 def print_timeline(console: Console, history: Sequence[Checkpoint], title: str) -> None:
-    table = Table("step", "time", "event", "state changed", title=title)
+    table = Table(
+        Column("step", no_wrap=True),
+        Column("time", no_wrap=True),
+        "event",
+        "state changed",
+        title=Text(inert(title)),
+    )
     previous: Checkpoint | None = None
     for cp in history:
-        before = previous.state if previous is not None else {}
-        changed = sorted({path.split(".")[0] for path, *_ in diff_states(before, cp.state)})
-        if previous is not None and previous.step != cp.step - 1:
-            previous = None  # pruned gap: what ran is unknown
-        table.add_row(str(cp.step), cp.ts[11:23], event_of(previous, cp), ", ".join(changed) or "-")
+        known = previous if previous is not None and previous.step == cp.step - 1 else None
+        table.add_row(
+            Text(str(cp.step)),
+            Text(inert(cp.ts[11:23])),
+            Text(inert(event_of(known, cp))),
+            Text(_changed_keys(known, cp)),
+        )
         previous = cp
     console.print(table)
 
 
-def print_checkpoint(console: Console, cp: Checkpoint) -> None:
+def _claim_line(cp: Checkpoint, latest_step: int) -> str | None:
+    view = claim_view(cp, latest_step)
+    claim = view["claim"]
+    if "resumed_by" in view:
+        return f"resumed  by {view['resumed_by']}"
+    if claim is None:
+        return None
+    if claim["held"]:
+        return f"claimed  by {claim.get('by')} until {claim.get('until')}"
+    return f"claim    by {claim.get('by')} lapsed at {claim.get('until')}; a resume takes it over"
+
+
+def print_checkpoint(console: Console, cp: Checkpoint, latest_step: int) -> None:
     lines = [
-        f"status   {_status(cp)}",
-        f"next     {', '.join(cp.next) or '-'}",
-        f"parent   {cp.parent or '-'}",
-        f"written  {cp.ts}  (revision {cp.revision})",
+        Text.assemble("status   ", _status(cp)),
+        Text(f"next     {inert(', '.join(cp.next)) or '-'}"),
+        Text(f"parent   {inert(cp.parent or '-')}"),
+        Text(f"written  {inert(cp.ts)}  (revision {cp.revision})"),
     ]
     if cp.interrupted:
-        lines.append(f"pending  {cp.interrupt_node}: {_short(cp.interrupt_payload, 200)}")
+        pending = inert(_short(cp.interrupt_payload, 200))
+        lines.append(Text(f"pending  {inert(cp.interrupt_node or '-')}: {pending}"))
     if cp.wake_at:
-        lines.append(f"wakes at {cp.wake_at}")
-    claim = claim_of(cp)
+        lines.append(Text(f"wakes at {inert(cp.wake_at)}"))
+    claim = _claim_line(cp, latest_step)
     if claim:
-        lines.append(f"claimed  by {claim.get('by')} until {claim.get('until')}")
-    console.print(Panel("\n".join(lines), title=f"{cp.thread} @ step {cp.step}", expand=False))
-    console.print(JSON(dump_json(cp.state)))
+        lines.append(Text(inert(claim)))
+    title = Text(f"{inert(cp.thread)} @ step {cp.step}")
+    console.print(Panel(Text("\n").join(lines), title=title, expand=False))
+    console.print(JSONHighlighter()(Text(inert_json(dump_json(cp.state)))))
 
 
 def print_diff(console: Console, changes: Sequence[Change], a: int, b: int) -> None:
@@ -175,7 +267,9 @@ def print_diff(console: Console, changes: Sequence[Change], a: int, b: int) -> N
         return
     table = Table("path", "change", f"step {a}", f"step {b}", title=f"state diff {a} -> {b}")
     for path, kind, old, new in changes:
-        table.add_row(path, kind, _short(old), _short(new))
+        table.add_row(
+            Text(inert(path)), Text(kind), Text(inert(_short(old))), Text(inert(_short(new)))
+        )
     console.print(table)
 
 

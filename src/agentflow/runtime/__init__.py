@@ -6,9 +6,11 @@ every backend serves it. See ``docs/runtime.md`` for the model.
 
 from __future__ import annotations
 
+from agentflow.runtime.blocking import SyncGraph
 from agentflow.runtime.context import NodeContext
 from agentflow.runtime.engine import CompiledGraph
 from agentflow.runtime.errors import (
+    CannotReroute,
     ConflictingUpdate,
     GraphInvalid,
     InvalidRoute,
@@ -17,22 +19,28 @@ from agentflow.runtime.errors import (
     NotDue,
     NothingToResume,
     RunError,
+    StepClaimed,
     StepLimitExceeded,
     StepNotFound,
     ThreadExists,
     ThreadNotFound,
     UnknownGraph,
+    UpdateNotSerializable,
 )
+from agentflow.runtime.events import EventKind, RunEvent
 from agentflow.runtime.graph import END, START, Graph
 from agentflow.runtime.reducers import Reducer, add, append, merge
 from agentflow.runtime.result import RunResult, Status, status_of
-from agentflow.runtime.worker import Worker
+from agentflow.runtime.settle import Waiter
+from agentflow.runtime.worker import Worker, WorkerPass
 
 __all__ = [
     "END",
     "START",
+    "CannotReroute",
     "CompiledGraph",
     "ConflictingUpdate",
+    "EventKind",
     "Graph",
     "GraphInvalid",
     "InvalidRoute",
@@ -43,14 +51,20 @@ __all__ = [
     "NothingToResume",
     "Reducer",
     "RunError",
+    "RunEvent",
     "RunResult",
     "Status",
+    "StepClaimed",
     "StepLimitExceeded",
     "StepNotFound",
     "ThreadExists",
     "ThreadNotFound",
+    "SyncGraph",
     "UnknownGraph",
+    "UpdateNotSerializable",
+    "Waiter",
     "Worker",
+    "WorkerPass",
     "add",
     "append",
     "merge",

@@ -23,6 +23,7 @@ from typing import Any
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointConflict
+from agentflow.runtime.errors import StepClaimed
 
 __all__ = [
     "RUNTIME_KEY",
@@ -66,7 +67,7 @@ def with_claim(cp: Checkpoint, claim: dict[str, Any] | None) -> Checkpoint:
 async def refuse_if_claimed(
     checkpointer: Checkpointer, cp: Checkpoint, now: datetime, *, superseded_check: bool
 ) -> None:
-    """Raise :class:`CheckpointConflict` if another resume holds ``cp``.
+    """Raise :class:`StepClaimed` if another resume holds ``cp``.
 
     A claim holds until it lapses. With ``superseded_check`` (the caller named
     the step it answers) a lapsed claim still refuses when the run has moved
@@ -75,21 +76,50 @@ async def refuse_if_claimed(
     claim = claim_of(cp)
     if claim is None:
         return
-    taken = parse_instant(str(claim.get("until"))) > instant_us(now)
-    if not taken and superseded_check:
+    holder, until = str(claim.get("by")), str(claim.get("until"))
+    expected = int(claim["revision"])
+    if parse_instant(until) > instant_us(now):
+        raise StepClaimed(cp.thread, cp.step, expected, cp.revision, holder=holder, until=until)
+    if superseded_check:
         latest = await checkpointer.get(cp.thread)
-        taken = latest is None or latest.step != cp.step
-    if taken:
-        raise CheckpointConflict(cp.thread, cp.step, int(claim["revision"]), cp.revision)
+        if latest is None or latest.step != cp.step:
+            moved_on = latest.step if latest is not None else cp.step
+            raise StepClaimed(
+                cp.thread,
+                cp.step,
+                expected,
+                cp.revision,
+                holder=holder,
+                until=until,
+                moved_on=moved_on,
+            )
 
 
 async def take_claim(
     checkpointer: Checkpointer, cp: Checkpoint, owner: str, until: datetime
 ) -> Checkpoint:
-    """Claim ``cp`` by rewriting it conditionally on the revision read."""
+    """Claim ``cp`` by rewriting it conditionally on the revision read.
+
+    Losing that race to another resume raises :class:`StepClaimed` naming the
+    winner (read back from the store), not a bare revision mismatch.
+    """
     claim = {"by": owner, "until": until.astimezone(UTC).isoformat(), "revision": cp.revision}
     claimed = with_claim(cp, claim)
-    await checkpointer.put(claimed, if_revision=cp.revision)
+    try:
+        await checkpointer.put(claimed, if_revision=cp.revision)
+    except CheckpointConflict as lost:
+        winner = await checkpointer.get(cp.thread, cp.step)
+        held = claim_of(winner) if winner is not None else None
+        if winner is None or held is None:
+            raise
+        raise StepClaimed(
+            cp.thread,
+            cp.step,
+            cp.revision,
+            winner.revision,
+            holder=str(held.get("by")),
+            until=str(held.get("until")),
+        ) from lost
     return claimed
 
 

@@ -8,9 +8,13 @@ node raised, a route named no node, a timer is not due yet. Storage errors
 
 from __future__ import annotations
 
-from agentflow.errors import AgentflowError
+import functools
+from typing import Any
+
+from agentflow.errors import AgentflowError, CheckpointConflict, CheckpointNotSerializable
 
 __all__ = [
+    "CannotReroute",
     "ConflictingUpdate",
     "GraphInvalid",
     "InvalidRoute",
@@ -19,11 +23,13 @@ __all__ = [
     "NothingToResume",
     "NotDue",
     "RunError",
+    "StepClaimed",
     "StepLimitExceeded",
     "StepNotFound",
     "ThreadExists",
     "ThreadNotFound",
     "UnknownGraph",
+    "UpdateNotSerializable",
 ]
 
 
@@ -44,6 +50,11 @@ class NodeFailed(RunError):
 
     The thread's latest checkpoint is the last good one, so fixing the fault
     and calling ``resume(thread)`` re-runs the failed step.
+
+    The message names the exception's type but not its text: a node's error
+    text often quotes what it was handling (a key, a prompt, a record), and
+    this message ends up in logs and on terminals. The exception itself stays
+    available as ``__cause__`` (and ``cause_type`` holds its type's name).
     """
 
     code = "node_failed"
@@ -52,10 +63,15 @@ class NodeFailed(RunError):
         self.node = node
         self.thread = thread
         self.step = step
+        self.cause_type = type(cause).__name__
         super().__init__(
-            f"node {node!r} failed in thread {thread!r} after step {step}: "
-            f"{type(cause).__name__}: {cause}"
+            f"node {node!r} failed in thread {thread!r} after step {step} with "
+            f"{self.cause_type} (its text is kept out of this message; see __cause__)"
         )
+
+    def __reduce__(self) -> tuple[type[NodeFailed], tuple[str, str, int, BaseException]]:
+        cause = self.__cause__ or RuntimeError(self.cause_type)
+        return (type(self), (self.node, self.thread, self.step, cause))
 
 
 class InvalidUpdate(RunError, TypeError):
@@ -70,6 +86,30 @@ class InvalidUpdate(RunError, TypeError):
             f"node {node!r} of thread {thread!r} returned {type(got).__name__}; "
             "a node returns a mapping with string keys, or None"
         )
+
+
+class UpdateNotSerializable(InvalidUpdate, CheckpointNotSerializable):
+    """A node wrote a value that is not JSON; nothing of its step was stored.
+
+    ``node`` is the writer (``"input"`` for a run's input, ``"fork"`` for a
+    fork's update) and ``key`` the state key. Also a
+    :class:`~agentflow.errors.CheckpointNotSerializable`, the store's error,
+    which is the ``__cause__``.
+    """
+
+    code = "update_not_serializable"
+
+    def __init__(self, node: str, thread: str, key: str, why: str) -> None:
+        self.node = node
+        self.thread = thread
+        self.key = key
+        TypeError.__init__(
+            self, f"node {node!r} of thread {thread!r} wrote {key!r}, which is not JSON: {why}"
+        )
+
+    def __reduce__(self) -> tuple[type[UpdateNotSerializable], tuple[str, str, str, str]]:
+        why = str(self).rpartition("which is not JSON: ")[2]
+        return (type(self), (self.node, self.thread, self.key, why))
 
 
 class ConflictingUpdate(RunError):
@@ -129,6 +169,62 @@ class NotDue(RunError):
             f"thread {thread!r} is waiting until {wake_at} "
             f"({seconds_left:.0f}s from now); it cannot be resumed before then"
         )
+
+
+class StepClaimed(CheckpointConflict):
+    """Another resume holds this suspended step, or has already answered it.
+
+    Raised instead of a bare :class:`~agentflow.errors.CheckpointConflict` when
+    the stored step carries another resume's claim: ``holder`` is who took it
+    (``host:pid:token``) and ``until`` when that claim lapses (ISO-8601 UTC);
+    a crashed holder's claim is taken over by the first resume after
+    ``until``. ``moved_on`` is the run's latest step when the suspend was
+    answered and the run went on (None while the claim is merely held).
+    ``expected``/``actual`` are the revisions read and stored, as for any
+    conflict, and ``code`` stays ``checkpoint_conflict``.
+    """
+
+    def __init__(
+        self,
+        thread: str,
+        step: int,
+        expected: int,
+        actual: int,
+        *,
+        holder: str,
+        until: str,
+        moved_on: int | None = None,
+    ) -> None:
+        super().__init__(thread, step, expected, actual)
+        self.holder = holder
+        self.until = until
+        self.moved_on = moved_on
+        if moved_on is None:
+            text = (
+                f"thread {thread!r} step {step} is being resumed by {holder} "
+                f"(its claim holds until {until}; if that process died, a resume "
+                "after then takes the step over)"
+            )
+        else:
+            text = (
+                f"thread {thread!r} step {step} was already answered by {holder}; "
+                f"the run has moved on to step {moved_on}"
+            )
+        self.args = (f"{text}; expected revision {expected}, found revision {actual}",)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, int, int, int]]:
+        rebuild = functools.partial(
+            type(self), holder=self.holder, until=self.until, moved_on=self.moved_on
+        )
+        return (rebuild, (self.thread, self.step, self.expected, self.actual))
+
+
+class CannotReroute(RunError):
+    """``fork(update=...)`` could not re-route: the checkpoint that chose the
+    route (the step before the fork point) is pruned. Pass ``reroute=False``
+    to keep the stored frontier."""
+
+    code = "cannot_reroute"
 
 
 class UnknownGraph(RunError, LookupError):

@@ -8,10 +8,12 @@ whichever store ``--store`` names.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agentflow.runtime.errors import GraphInvalid
 from agentflow.runtime.reducers import Reducer
@@ -23,16 +25,52 @@ if TYPE_CHECKING:
     from agentflow.runtime.context import NodeContext
     from agentflow.runtime.engine import CompiledGraph
 
-__all__ = ["END", "START", "Graph", "NodeFn", "Router"]
+__all__ = ["END", "START", "AsyncNodeFn", "Graph", "NodeFn", "Router"]
 
 #: The virtual node a run begins at; only an edge source.
 START = "__start__"
 #: The virtual node that ends a branch; only an edge target.
 END = "__end__"
 
-NodeFn = Callable[[Mapping[str, Any], "NodeContext"], Awaitable[Mapping[str, Any] | None]]
+#: What a node returns: an update of the state, or None.
+Update = Mapping[str, Any] | None
+#: A node as the engine calls it.
+AsyncNodeFn = Callable[[Mapping[str, Any], "NodeContext"], Awaitable[Update]]
+#: A node as ``add_node`` takes it: ``async def`` (run on the event loop) or
+#: plain ``def`` (run in a worker thread).
+NodeFn = Callable[[Mapping[str, Any], "NodeContext"], Awaitable[Update] | Update]
 #: Returns the next node (or END), several, or an awaitable of either.
 Router = Callable[[Mapping[str, Any]], Any]
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an object with async __call__
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+def _check_arity(name: str, fn: Callable[..., Any]) -> None:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have none: let them run
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        raise GraphInvalid(
+            f"node {name!r} must take two arguments (state, ctx); {fn!r} takes {signature}"
+        ) from None
+
+
+def _in_thread(fn: NodeFn) -> AsyncNodeFn:
+    """Run a plain ``def`` node in a worker thread."""
+
+    async def node(state: Mapping[str, Any], ctx: NodeContext) -> Update:
+        update = await asyncio.to_thread(fn, state, ctx)
+        if inspect.isawaitable(update):  # a plain function that returned a coroutine
+            update = await update
+        return update
+
+    return node
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +94,7 @@ class Graph:
 
     name: str
     reducers: Mapping[str, Reducer] = field(default_factory=dict)
-    nodes: dict[str, NodeFn] = field(default_factory=dict, init=False)
+    nodes: dict[str, AsyncNodeFn] = field(default_factory=dict, init=False)
     edges: dict[str, list[str]] = field(default_factory=dict, init=False)
     branches: dict[str, list[Branch]] = field(default_factory=dict, init=False)
 
@@ -65,14 +103,22 @@ class Graph:
             raise GraphInvalid(f"graph name must be a non-empty string, got {self.name!r}")
 
     def add_node(self, name: str, fn: NodeFn) -> Graph:
-        """Add a node ``async def fn(state, ctx) -> update | None``."""
+        """Add a node ``fn(state, ctx) -> update | None``.
+
+        An ``async def`` node runs on the event loop. A plain ``def`` node runs
+        in a worker thread (``asyncio.to_thread``), so blocking calls in it do
+        not stall other runs; it may call ``ctx.interrupt``/``ctx.wait`` as an
+        async node does. A callable that does not take ``(state, ctx)`` is
+        refused here rather than failing at run time.
+        """
         if not isinstance(name, str) or not name or name in (START, END):
             raise GraphInvalid(f"invalid node name {name!r}")
         if name in self.nodes:
             raise GraphInvalid(f"node {name!r} is defined twice")
         if not callable(fn):
-            raise GraphInvalid(f"node {name!r} must be an async function")
-        self.nodes[name] = fn
+            raise GraphInvalid(f"node {name!r} must be a function, got {type(fn).__name__}")
+        _check_arity(name, fn)
+        self.nodes[name] = cast(AsyncNodeFn, fn) if _is_async(fn) else _in_thread(fn)
         return self
 
     def add_edge(self, source: str, target: str) -> Graph:

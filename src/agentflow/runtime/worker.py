@@ -17,21 +17,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentflow.checkpoint.base import ThreadInfo
-from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import (
     AgentflowError,
     CheckpointConflict,
     InvalidArgument,
     StoreUnavailable,
 )
-from agentflow.runtime.claims import instant_us, runtime_of
+from agentflow.runtime.claims import runtime_of
 from agentflow.runtime.engine import CompiledGraph
 from agentflow.runtime.errors import NotDue, NothingToResume
 from agentflow.runtime.result import RunResult
 
 __all__ = ["Worker", "WorkerPass"]
 
-#: Threads read per listing page while looking for due timers.
+#: Due threads read per page.
 _PAGE = 500
 
 
@@ -40,8 +39,10 @@ class WorkerPass:
     """What one scan of the store did."""
 
     resumed: list[RunResult] = field(default_factory=list)
-    #: Due runs another worker (or resume) took first.
-    taken: list[str] = field(default_factory=list)
+    #: ``(thread, why)`` for due runs another worker (or resume) took first or
+    #: holds: ``why`` is the error that said so (a :class:`StepClaimed` names
+    #: the holder and how long its claim lasts).
+    taken: list[tuple[str, AgentflowError]] = field(default_factory=list)
     #: ``(thread, error)`` for runs that could not be resumed (a node failed, the
     #: store failed, the checkpoint is corrupted); a run whose first resumed
     #: step failed keeps its suspend and stays due.
@@ -69,19 +70,17 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
 
     async def due(self) -> list[ThreadInfo]:
-        """Every timer-suspended thread whose wake time has come."""
-        now = instant_us(self._clock())
+        """Every timer-suspended thread whose wake time has come, in wake order.
+
+        The store's ``list_due`` reads only the due runs (O(due)), however many
+        threads wait for later timers or for a human.
+        """
+        now = self._clock()
         found: list[ThreadInfo] = []
         cursor: str | None = None
         while True:
-            page = await self.checkpointer.list_threads_page(limit=_PAGE, cursor=cursor)
-            found.extend(
-                info
-                for info in page.threads
-                if info.interrupted
-                and info.wake_at is not None
-                and parse_instant(info.wake_at) <= now
-            )
+            page = await self.checkpointer.list_due(now, limit=_PAGE, cursor=cursor)
+            found.extend(page.threads)
             cursor = page.next_cursor
             if cursor is None:
                 return found
@@ -131,7 +130,7 @@ class Worker:
                 return
             try:
                 outcome.resumed.append(await graph.resume(info.thread, step=info.latest_step))
-            except (CheckpointConflict, NothingToResume, NotDue):
-                outcome.taken.append(info.thread)
+            except (CheckpointConflict, NothingToResume, NotDue) as exc:
+                outcome.taken.append((info.thread, exc))
             except AgentflowError as exc:  # one bad run must not stop the others
                 outcome.failed.append((info.thread, exc))

@@ -7,6 +7,7 @@ from agentflow.checkpoint.sqlite.checkpointer import (
     SYNCHRONOUS_MODES,
     SqliteCheckpointer,
 )
+from agentflow.checkpoint.stores import local_path
 from agentflow.errors import InvalidStoreUrl
 
 __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer", "from_url"]
@@ -14,8 +15,7 @@ __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer", "from_ur
 
 def from_url(url: str, *, namespace: str | None = None) -> SqliteCheckpointer:
     """``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``, as in SQLAlchemy."""
-    rest = url.split("://", 1)[1]
-    path = rest[1:] if rest.startswith("/") else rest
-    if not path:
-        raise InvalidStoreUrl(f"store URL {url!r} names no database file")
+    path = local_path(url)
+    if path is None:
+        raise InvalidStoreUrl(f"store URL {url!r} is not a sqlite:/// URL")
     return SqliteCheckpointer(path, namespace=namespace)

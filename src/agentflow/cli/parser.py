@@ -1,0 +1,175 @@
+"""The ``agentflow`` argument parser.
+
+Every number a flag takes is checked here, by one rule per kind (a page
+size, a step, a count, a duration), so ``threads --limit 0`` fails the way
+``--limit 100000`` does: at parse time, as a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+from agentflow.checkpoint.stores import DEFAULT_STORE
+from agentflow.checkpoint.validation import MAX_PAGE
+
+__all__ = ["STATUSES", "build_parser"]
+
+STATUSES = ["done", "interrupted", "waiting", "running"]
+#: The most runs one worker or copy drives at once.
+MAX_CONCURRENCY = 256
+N = TypeVar("N", int, float)
+
+
+def _number(
+    kind: type[N], what: str, low: N, high: N | None = None, *, low_allowed: bool = True
+) -> Callable[[str], N]:
+    """An argparse type: a finite ``kind`` from ``low`` (or above it) to ``high``."""
+    unit = "a whole number" if kind is int else "a number of seconds"
+
+    def parse(text: str) -> N:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be {unit}, got {text!r}") from None
+        below = value < low if low_allowed else value <= low
+        if below or (high is not None and value > high) or not math.isfinite(value):
+            if high is not None:
+                bounds = f"from {low} to {high}"
+            else:
+                bounds = f"at least {low:g}" if low_allowed else f"more than {low:g}"
+            raise argparse.ArgumentTypeError(f"{what} must be {bounds}, got {text}")
+        return value
+
+    return parse
+
+
+PAGE_SIZE = _number(int, "the page size", 1, MAX_PAGE)
+STEP = _number(int, "a step", 0, 2**63 - 1)
+CONCURRENCY = _number(int, "the concurrency", 1, MAX_CONCURRENCY)
+HOLD = _number(float, "--hold", 0.0)
+INTERVAL = _number(float, "--interval", 0.0, low_allowed=False)
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options every subcommand takes, before or after its name."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        default=argparse.SUPPRESS,
+        help=f"store URL (default: $AGENTFLOW_STORE or {DEFAULT_STORE})",
+    )
+    common.add_argument(
+        "--namespace",
+        default=argparse.SUPPRESS,
+        help="tenant namespace ($AGENTFLOW_NAMESPACE); not empty",
+    )
+    common.add_argument(
+        "--graph",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="MODULE:ATTR",
+        help="register a graph for resume/fork/worker (repeatable; $AGENTFLOW_GRAPHS)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="agentflow",
+        parents=[common],
+        description="Durable agent runs: run the demo, inspect, resume, fork, prune and copy.",
+        epilog="Start with: agentflow demo",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=text, description=text)
+
+    p = add("demo", "run the refund-approval agent (no LLM, no network)")
+    p.add_argument("--order", default="A-1001", help="order id to refund (default A-1001)")
+    p.add_argument("--thread", help="thread id (default: refund-ORDER-RANDOM)")
+    p.add_argument(
+        "--hold",
+        type=HOLD,
+        default=5.0,
+        help="seconds of the refund hold timer (default 5)",
+    )
+    decision = p.add_mutually_exclusive_group()
+    decision.add_argument("--approve", action="store_true", help="approve without asking")
+    decision.add_argument("--reject", action="store_true", help="reject without asking")
+
+    p = add("threads", "list threads, newest state of each")
+    p.add_argument("--status", choices=STATUSES, help="only threads in this status")
+    p.add_argument("--limit", type=PAGE_SIZE, default=50, help=f"page size, 1-{MAX_PAGE} (50)")
+    p.add_argument("--cursor", help="continue after a previous page")
+
+    p = add("history", "the timeline of a thread, step by step")
+    p.add_argument("thread")
+
+    p = add("show", "one checkpoint: status, pending question, state")
+    p.add_argument("thread")
+    p.add_argument("--step", type=STEP, help="step to show (default: latest)")
+
+    p = add("diff", "what changed in state between two steps")
+    p.add_argument("thread")
+    p.add_argument("a", type=STEP)
+    p.add_argument("b", type=STEP)
+
+    p = add("resume", "continue a paused, waiting or crashed run")
+    p.add_argument("thread")
+    p.add_argument("--value", help="JSON answer to a human interrupt, e.g. '\"approve\"'")
+    p.add_argument("--wait", action="store_true", help="wait for a timer to come due first")
+
+    p = add("fork", "start a new thread from a past step")
+    p.add_argument("thread")
+    p.add_argument("step", type=STEP)
+    p.add_argument("--to", help="new thread id (default: THREAD-fork-RANDOM)")
+    p.add_argument("--update", help="JSON object folded into the forked state; re-routes")
+    p.add_argument(
+        "--keep-route", action="store_true", help="with --update, keep the stored next nodes"
+    )
+
+    p = add("prune", "delete old checkpoints of a thread (the latest is kept)")
+    p.add_argument("thread")
+    p.add_argument("--before-step", type=STEP, help="delete steps below N")
+    p.add_argument(
+        "--older-than", help="delete checkpoints written before this ISO time (no offset: UTC)"
+    )
+    p.add_argument(
+        "--include-latest", action="store_true", help="may delete the latest checkpoint too"
+    )
+
+    p = add("delete", "delete a thread and all its checkpoints")
+    p.add_argument("thread")
+
+    p = add("worker", "resume every run whose timer is due")
+    p.add_argument("--once", action="store_true", help="scan once and exit")
+    p.add_argument(
+        "--interval",
+        type=INTERVAL,
+        default=1.0,
+        help="seconds between scans (default 1)",
+    )
+    p.add_argument("--concurrency", type=CONCURRENCY, default=4, help="runs resumed at once (4)")
+
+    p = add("copy", "copy threads from one store to another (resumable, verified)")
+    p.add_argument("source", metavar="SRC_URL", help="store to read (never created)")
+    p.add_argument("destination", metavar="DST_URL", help="store to write (created if needed)")
+    p.add_argument("--thread", action="append", help="copy only this thread (repeatable)")
+    p.add_argument(
+        "--to-namespace",
+        metavar="NS",
+        help="write into this namespace (default: the one read, --namespace)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace threads that differ at the destination"
+    )
+    p.add_argument("--concurrency", type=CONCURRENCY, default=8, help="threads copied at once (8)")
+    return parser

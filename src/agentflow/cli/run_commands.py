@@ -1,0 +1,269 @@
+"""The subcommands that run nodes: resume, fork, worker, demo.
+
+They go through a graph from the registry (``--graph``), found by the name
+the thread stored; each returns an exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import signal
+import sys
+from typing import Any
+
+import orjson
+from rich.prompt import Prompt
+from rich.text import Text
+
+from agentflow.checkpoint.base import Checkpoint
+from agentflow.cli import render
+from agentflow.cli.commands import history_of
+from agentflow.cli.demo import DEMO_GRAPH, demo_input
+from agentflow.cli.drive import Decide, continue_commands, countdown, drive
+from agentflow.cli.errors import EXIT_INTERRUPTED, AnswerNeeded, UsageError
+from agentflow.cli.session import Session
+from agentflow.cli.text import inert
+from agentflow.runtime import RunResult, Worker, status_of
+from agentflow.runtime.claims import runtime_of
+from agentflow.runtime.settle import settle
+from agentflow.runtime.worker import WorkerPass
+
+__all__ = ["demo", "fork", "resume", "worker"]
+
+#: Timers due within this many seconds are counted down instead of left to a worker.
+MAX_INLINE_WAIT = 60.0
+
+
+def _parse_json(text: str, flag: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(
+            f"{flag} must be JSON (a string needs quotes, e.g. '\"approve\"'): {exc}"
+        ) from exc
+
+
+def _interactive(s: Session) -> bool:
+    return not s.json and sys.stdin.isatty() and s.console.is_terminal
+
+
+def _prompt_decide(s: Session) -> Decide:
+    """Ask on a terminal when the interrupt offers choices; otherwise stop there."""
+
+    def decide(result: RunResult) -> tuple[bool, Any]:
+        pending = result.pending if isinstance(result.pending, dict) else {}
+        choices = pending.get("choices")
+        if not _interactive(s) or not isinstance(choices, list):
+            return False, None
+        question = Text(inert(render.question_of(result.pending)) if "question" in pending else "")
+        if not question.plain:
+            question = Text(f"{inert(str(result.interrupt_node))} needs an answer")
+        return True, Prompt.ask(question, choices=[str(c) for c in choices], console=s.console)
+
+    return decide
+
+
+def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | None) -> None:
+    if s.json:
+        s.emit(
+            {
+                "thread": result.thread,
+                "status": result.status,
+                "step": result.step,
+                "state": result.state,
+                "interrupt_node": result.interrupt_node,
+                "pending": result.pending,
+                "wake_at": result.wake_at,
+            }
+        )
+        return
+    if history_steps is not None:
+        render.print_timeline(s.console, history_steps, f"timeline of {result.thread}")
+    if result.status == "done":
+        s.say(("done", "green"), " ", result.thread, f" at step {result.step}")
+        summary = s.registry.summary(result.checkpoint)
+        if summary:
+            s.say(summary)
+        return
+    if result.status == "running":
+        s.say(
+            result.thread,
+            f" is being run by another process (at step {result.step}); follow it with: ",
+            s.command("history", result.thread),
+        )
+        return
+    if result.status == "waiting":
+        s.say(("waiting", "cyan"), f" in {result.interrupt_node} until {result.wake_at}")
+    else:
+        question = render.question_of(result.pending)
+        s.say(("paused", "yellow"), f" at {result.interrupt_node}: {question}")
+    s.print_commands(continue_commands(result, s.command))
+
+
+async def _finish(s: Session, result: RunResult, decide: Decide) -> RunResult:
+    """Drive ``result`` on, then print where it stopped (with the timeline if done)."""
+    graph = s.registry.compiled(str(runtime_of(result.checkpoint).get("graph")))
+    result = await drive(graph, result, console=s.console, decide=decide, max_wait=MAX_INLINE_WAIT)
+    steps = await history_of(s.store, result.thread) if result.status == "done" else None
+    _report(s, result, steps)
+    return result
+
+
+def _answer_needed(s: Session, latest: Checkpoint) -> AnswerNeeded:
+    result = RunResult(latest)
+    pending = latest.interrupt_payload if isinstance(latest.interrupt_payload, dict) else {}
+    choices = pending.get("choices")
+    offered = f" (choices: {', '.join(map(str, choices))})" if isinstance(choices, list) else ""
+    return AnswerNeeded(
+        f"thread {latest.thread!r} waits for an answer from {latest.interrupt_node}: "
+        f"{render.question_of(latest.interrupt_payload)}{offered}; answer with --value, "
+        f"e.g.: {continue_commands(result, s.command)[0]}"
+    )
+
+
+async def resume(s: Session) -> int:
+    thread = s.args.thread
+    graph = await s.registry.for_thread(thread)
+    latest = await graph.get_state(thread)
+    # Naming the step read means a late answer never lands on a later question.
+    step = latest.step if latest.interrupted else None
+    decide = _prompt_decide(s)
+    if s.args.value is not None:
+        result = await graph.resume(thread, _parse_json(s.args.value, "--value"), step=step)
+    elif latest.interrupted and latest.wake_at is None:
+        answered, value = decide(RunResult(latest))
+        if not answered:
+            raise _answer_needed(s, latest)
+        result = await graph.resume(thread, value, step=step)
+    elif s.args.wait and latest.interrupted:
+        result = await settle(graph, RunResult(latest), wait=countdown(graph, s.console))
+    else:
+        result = await graph.resume(thread, step=step)
+    await _finish(s, result, decide)
+    return 0
+
+
+async def fork(s: Session) -> int:
+    graph = await s.registry.for_thread(s.args.thread)
+    new_thread = s.args.to or f"{s.args.thread}-fork-{secrets.token_hex(3)}"
+    update = _parse_json(s.args.update, "--update") if s.args.update is not None else None
+    if update is not None and not isinstance(update, dict):
+        raise UsageError("--update must be a JSON object")
+    source = await graph.get_state(s.args.thread, s.args.step)
+    cp = await graph.fork(
+        s.args.thread,
+        s.args.step,
+        new_thread=new_thread,
+        update=update,
+        reroute=not s.args.keep_route,
+    )
+    rerouted = cp.next != source.next
+    if s.json:
+        s.emit(render.checkpoint_json(cp, cp.step) | {"source_next": list(source.next)})
+        return 0
+    s.say("forked ", s.args.thread, f"@{cp.step} -> ", new_thread, f" ({status_of(cp)})")
+    if update:
+        before, after = ", ".join(source.next) or "END", ", ".join(cp.next) or "END"
+        if rerouted:
+            s.say(f"re-routed from the updated state: next was {before}, now {after}")
+        elif s.args.keep_route:
+            s.say(f"kept the stored route (--keep-route): next is {after}")
+        else:
+            s.say(f"the update leaves the route as it was: next is {after}")
+    commands = (
+        continue_commands(RunResult(cp), s.command)
+        if cp.interrupted
+        else [s.command("resume", new_thread)]
+    )
+    s.print_commands(commands)
+    return 0
+
+
+def _print_pass(s: Session, outcome: WorkerPass, seen: set[str] | None = None) -> None:
+    """Print a scan's outcome. ``--once`` says so when nothing was due; a
+    long-running worker (``seen`` given) prints nothing for idle scans and
+    each skipped run once per reason."""
+    taken = [(t, str(why)) for t, why in outcome.taken]
+    unknown = list(outcome.unknown)
+    if seen is not None:
+        taken = [(t, why) for t, why in taken if f"{t}\0{why}" not in seen]
+        unknown = [t for t in unknown if f"{t}\0unknown" not in seen]
+        seen.update(f"{t}\0{why}" for t, why in taken)
+        seen.update(f"{t}\0unknown" for t in unknown)
+        if not (outcome.resumed or outcome.failed or taken or unknown):
+            return
+    if s.json:
+        s.emit(
+            {
+                "resumed": [
+                    {"thread": r.thread, "status": r.status, "step": r.step}
+                    for r in outcome.resumed
+                ],
+                "taken": [{"thread": t, "reason": why} for t, why in taken],
+                "failed": [{"thread": t, "error": str(e)} for t, e in outcome.failed],
+                "unknown": unknown,
+            },
+            line=seen is not None,
+        )
+        return
+    if not (outcome.resumed or outcome.failed or taken or unknown):
+        s.say("nothing due")
+    for result in outcome.resumed:
+        s.say("woke ", result.thread, f" -> {result.status} at step {result.step}")
+    for thread, why in taken:
+        s.say("skipped ", thread, ": ", why)
+    for thread, error in outcome.failed:
+        s.say(("failed", "red"), " ", thread, ": ", str(error))
+    for thread in unknown:
+        s.say("skipped ", thread, ": its graph is not registered here (--graph)")
+
+
+async def worker(s: Session) -> int:
+    runner = Worker(s.registry.all_compiled(), concurrency=s.args.concurrency)
+    if s.args.once:
+        _print_pass(s, await runner.run_once())
+        return 0
+    stop = asyncio.Event()
+    interrupted: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def stop_on(signum: int) -> None:
+        interrupted.append(signum)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop_on, signum)
+    try:
+        if not s.json:
+            s.say(f"worker polling every {s.args.interval}s (Ctrl-C to stop)")
+        seen: set[str] = set()
+        await runner.run(
+            interval=s.args.interval, stop=stop, on_pass=lambda p: _print_pass(s, p, seen)
+        )
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(RuntimeError):
+                loop.remove_signal_handler(signum)
+    # SIGTERM is how a service manager stops a worker: a clean stop. Ctrl-C exits as
+    # every interrupted command does.
+    return EXIT_INTERRUPTED if signal.SIGINT in interrupted else 0
+
+
+async def demo(s: Session) -> int:
+    graph = s.registry.compiled(DEMO_GRAPH)
+    thread = s.args.thread or f"refund-{s.args.order}-{secrets.token_hex(3)}"
+    preset = "approve" if s.args.approve else "reject" if s.args.reject else None
+    prompt = _prompt_decide(s)
+
+    def decide(result: RunResult) -> tuple[bool, Any]:
+        if preset is not None and result.interrupt_node == "request_approval":
+            return True, preset
+        return prompt(result)
+
+    if not s.json:
+        s.say("refund agent for order ", s.args.order, ", thread ", (inert(thread), "bold"))
+        s.say("kill it at any point; it continues with: ", s.command("resume", thread))
+    await _finish(s, await graph.run(demo_input(s.args.order, s.args.hold), thread=thread), decide)
+    return 0

@@ -1,0 +1,193 @@
+"""What every subcommand works with: the store it names, the terminal, and the
+follow-up commands it prints.
+
+:func:`open_cli_store` is the one place the command line opens a store.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
+from rich.console import Console
+from rich.text import Text
+
+from agentflow.checkpoint import Checkpointer, open_store, with_defaults
+from agentflow.checkpoint.stores import (
+    DEFAULT_STORE,
+    has_password,
+    local_path,
+    safe_url,
+    server_hosts,
+)
+from agentflow.cli import render
+from agentflow.cli.errors import StoreNotFound, UsageError
+from agentflow.cli.registry import GraphRegistry, graph_specs_from_env
+from agentflow.cli.text import inert, shell_word
+
+__all__ = ["STORE_ENV", "Session", "StoreTarget", "command_line", "open_cli_store"]
+
+STORE_ENV = "AGENTFLOW_STORE"
+NAMESPACE_ENV = "AGENTFLOW_NAMESPACE"
+#: How long a command waits to find a server before saying it cannot.
+CONNECT_TIMEOUT_S = 5
+_MONGODB_TIMEOUTS = {
+    "serverSelectionTimeoutMS": str(CONNECT_TIMEOUT_S * 1000),
+    "connectTimeoutMS": str(CONNECT_TIMEOUT_S * 1000),
+}
+_REDIS_TIMEOUTS = {"socket_connect_timeout": str(CONNECT_TIMEOUT_S)}
+#: URL options, by scheme, that bound how long finding the server may take.
+#: (asyncpg takes no timeout in the URL; a refused connection fails at once.)
+_TIMEOUT_OPTIONS = {
+    "mongodb": _MONGODB_TIMEOUTS,
+    "mongodb+srv": _MONGODB_TIMEOUTS,
+    "redis": _REDIS_TIMEOUTS,
+    "rediss": _REDIS_TIMEOUTS,
+}
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """A store URL and namespace, and whether each came from a flag."""
+
+    url: str
+    namespace: str | None
+    url_from_flag: bool = False
+    namespace_from_flag: bool = False
+
+    @classmethod
+    def from_args(cls, store: str | None, namespace: str | None) -> StoreTarget:
+        """From ``--store``/``--namespace`` (None: not given), else the environment."""
+        if namespace == "":
+            raise UsageError("--namespace must not be empty; omit it for the default namespace")
+        return cls(
+            url=store if store is not None else os.environ.get(STORE_ENV) or DEFAULT_STORE,
+            namespace=namespace if namespace is not None else os.environ.get(NAMESPACE_ENV) or None,
+            url_from_flag=store is not None,
+            namespace_from_flag=namespace is not None,
+        )
+
+    @property
+    def scheme(self) -> str:
+        return self.url.split("://", 1)[0].lower() if "://" in self.url else ""
+
+    @property
+    def safe(self) -> str:
+        """The URL with its password masked."""
+        return safe_url(self.url)
+
+    @property
+    def where(self) -> str:
+        """Where the store is, without credentials: a path or ``host:port``."""
+        path = local_path(self.url)
+        return str(path) if path is not None else server_hosts(self.url)
+
+    def flag_words(self) -> list[str]:
+        """The flags a printed follow-up command must repeat, shell-quoted.
+
+        A URL with a password is never printed, masked or not (a masked one
+        would not run): the command reads it from ``$AGENTFLOW_STORE``.
+        """
+        words: list[str] = []
+        if self.url_from_flag:
+            store = f'"${STORE_ENV}"' if has_password(self.url) else shell_word(self.url)
+            words += ["--store", store]
+        if self.namespace_from_flag and self.namespace is not None:
+            words += ["--namespace", shell_word(self.namespace)]
+        return words
+
+    @property
+    def hides_password(self) -> bool:
+        """True when printed commands name ``$AGENTFLOW_STORE`` instead of the URL."""
+        return self.url_from_flag and has_password(self.url)
+
+
+def _with_timeouts(url: str, scheme: str) -> str:
+    """``url`` with short connection timeouts, unless it sets its own."""
+    options = _TIMEOUT_OPTIONS.get(scheme)
+    if not options:
+        return url
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = {key.lower() for key, _ in query}
+    query += [(key, value) for key, value in options.items() if key.lower() not in given]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def open_cli_store(target: StoreTarget, *, create: bool) -> Checkpointer:
+    """Open ``target`` for a command; ``create=False`` refuses a missing local store.
+
+    Commands that only read (and those that need an existing thread) pass
+    ``create=False``: pointed at a path with no store, they say so instead
+    of creating an empty store there.
+    """
+    path = local_path(target.url)
+    if path is not None and not create and not path.exists():
+        raise StoreNotFound(
+            f"no store at {inert(str(path))} ({inert(target.safe)}); a run creates it "
+            "(agentflow demo), or name another with --store or $AGENTFLOW_STORE"
+        )
+    opened = open_store(_with_timeouts(target.url, target.scheme), namespace=target.namespace)
+    return with_defaults(opened)
+
+
+def command_line(args: Any, target: StoreTarget, *words: str) -> str:
+    """A pasteable ``agentflow ...`` command: ``words`` are quoted here, and the
+    store, namespace and ``--graph`` flags given to this command are repeated."""
+    prefix = ["agentflow", *target.flag_words()]
+    for spec in getattr(args, "graph", []):
+        prefix += ["--graph", shell_word(spec)]
+    return " ".join([*prefix, *(shell_word(w) for w in words)])
+
+
+@dataclass
+class Session:
+    """What every subcommand needs: parsed flags, the store, the terminal."""
+
+    args: Any
+    store: Checkpointer
+    console: Console
+    target: StoreTarget
+
+    @property
+    def json(self) -> bool:
+        return bool(getattr(self.args, "json", False))
+
+    @cached_property
+    def graph_specs(self) -> list[str]:
+        return [*graph_specs_from_env(), *getattr(self.args, "graph", [])]
+
+    @cached_property
+    def registry(self) -> GraphRegistry:
+        return GraphRegistry(self.store, self.graph_specs)
+
+    def command(self, *words: str) -> str:
+        """A pasteable ``agentflow ...`` command on this session's store."""
+        return command_line(self.args, self.target, *words)
+
+    def say(self, *parts: str | tuple[str, str]) -> None:
+        """Print one line: plain strings are shown inert; ``(text, style)``
+        pairs are our own words in a style. Never wrapped, so it pastes back."""
+        line = Text.assemble(*(inert(p) if isinstance(p, str) else p for p in parts))
+        self.console.print(line, soft_wrap=True)
+
+    def print_commands(self, lines: list[str], *, heading: str = "continue with:") -> None:
+        """Print commands the user may paste, one per line, never wrapped."""
+        self.console.print(heading, soft_wrap=True)
+        for line in lines:
+            self.console.print(Text(f"  {line}"), soft_wrap=True)
+        if self.target.hides_password:
+            self.console.print(
+                f"  (the store URL has a password, so it is not printed: set {STORE_ENV} "
+                "to the URL you passed as --store)",
+                soft_wrap=True,
+            )
+
+    def emit(self, value: Any, *, line: bool = False) -> None:
+        """Print ``value`` as JSON (indented, or one line for a stream), inert."""
+        text = orjson.dumps(value).decode() if line else render.dump_json(value)
+        print(render.inert_json(text), flush=line)

@@ -1,0 +1,162 @@
+"""Every Python and shell block in README.md and docs/*.md runs, as a reader would run it.
+
+How blocks are run (the rules a docs writer needs):
+
+- ```` ```python ```` and ```` ```bash ```` (or ``sh``, ``shell``) blocks run; other
+  languages (``text``, ``json``, ``sql``, ``console``) are only read.
+- A fragment that cannot run on its own says so on its opening fence, after
+  the language: ```` ```python partial ```` (a reason may follow:
+  ```` ```bash partial: installs packages ````). Exactly those are skipped.
+- The blocks of one document run in order in one scratch directory, a fresh
+  clone's look-alike (the repository's top-level entries are linked there),
+  so a block may use files an earlier one wrote. The venv's ``bin`` comes
+  first on ``PATH``, as after ``. .venv/bin/activate``; ``MONGODB_URI``,
+  ``AGENTFLOW_POSTGRES_DSN`` and ``REDIS_URL`` name the test servers.
+- A Python block is a complete script, run as ``python block.py``; one that
+  imports pytest is a test module and runs under ``python -m pytest`` with no
+  configuration but its own (so it must declare any plugin it needs). Every
+  Python block that runs also passes ``mypy --strict``.
+- A shell block runs under ``bash -euo pipefail``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.backends.postgres import DSN
+from tests.backends.redis import REDIS_URL
+from tests.docs.blocks import Block, blocks_of
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Entries of the repository a scratch directory must not share.
+_PRIVATE = {".git", ".venv", ".runs", "build", "dist"}
+_IMPORTS_PYTEST = re.compile(r"^\s*(import pytest|from pytest)", re.MULTILINE)
+_TIMEOUT = 180
+
+
+def _runnable(path: Path) -> list[Block]:
+    return [block for block in blocks_of(path) if block.runs]
+
+
+def _scratch(tmp_path: Path) -> Path:
+    """A directory that looks like a fresh clone: the repository's entries, linked."""
+    for entry in ROOT.iterdir():
+        if entry.name not in _PRIVATE and not entry.name.endswith(("_cache", ".egg-info")):
+            (tmp_path / entry.name).symlink_to(entry)
+    return tmp_path
+
+
+def _environment(needs_mongodb: bool) -> dict[str, str]:
+    variables = {k: v for k, v in os.environ.items() if not k.startswith("AGENTFLOW_")}
+    bin_dir = str(Path(sys.executable).parent)
+    variables.update(
+        PATH=f"{bin_dir}{os.pathsep}{variables.get('PATH', '')}",
+        VIRTUAL_ENV=str(Path(sys.executable).parent.parent),
+        AGENTFLOW_POSTGRES_DSN=DSN,
+        REDIS_URL=REDIS_URL,
+        COLUMNS="100",
+    )
+    variables.pop("PYTHONPATH", None)
+    if needs_mongodb:
+        from tests.support.mongod import mongodb_uri
+
+        variables["MONGODB_URI"] = mongodb_uri()
+    return variables
+
+
+def _command(block: Block, script: Path) -> list[str]:
+    if block.kind == "shell":
+        return ["bash", "-euo", "pipefail", str(script)]
+    if _IMPORTS_PYTEST.search(block.code):
+        return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
+    return [sys.executable, str(script)]
+
+
+def _script(cwd: Path, block: Block) -> Path:
+    if block.file_name is not None:  # a module later blocks import: where they look
+        script = cwd / block.file_name
+        script.write_text(block.code)
+        return script
+    suffix = ".sh" if block.kind == "shell" else ".py"
+    name = f"_{block.path.stem.replace('-', '_')}_block_{block.line}"
+    script = cwd / ".doc-blocks" / f"{name.lower()}{suffix}"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(block.code)
+    return script
+
+
+def _run(
+    command: list[str], cwd: Path, variables: dict[str, str] | None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        env=variables,
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_block_of_the_document_runs(document: Path, tmp_path: Path) -> None:
+    blocks = _runnable(document)
+    if not blocks:
+        return  # a document without runnable blocks has nothing to check
+    cwd = _scratch(tmp_path)
+    variables = _environment(any("mongodb" in b.code.lower() for b in blocks))
+    for block in blocks:
+        done = _run(_command(block, _script(cwd, block)), cwd, variables)
+        if done.returncode != 0:
+            pytest.fail(
+                f"{block} exited {done.returncode}\n--- code\n{block.code}"
+                f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}",
+                pytrace=False,
+            )
+
+
+def test_every_python_block_passes_mypy_strict(tmp_path: Path) -> None:
+    blocks = [b for path in DOCUMENTS for b in _runnable(path) if b.kind == "python"]
+    assert blocks, "the docs have Python examples"
+    modules = []
+    for block in blocks:  # named for where they are (README_md_63.py), or as they say
+        folder = tmp_path / block.path.name.replace(".", "_")
+        folder.mkdir(exist_ok=True)
+        module = folder / (
+            block.file_name or f"{block.path.name.replace('.', '_')}_{block.line}.py"
+        )
+        module.write_text(block.code)
+        modules.append(str(module))
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(ROOT / ".mypy_cache")]
+    done = _run([*mypy, *modules], tmp_path, None)
+    if done.returncode != 0:
+        pytest.fail(f"mypy --strict on the docs' Python blocks:\n{done.stdout}", pytrace=False)
+
+
+def test_partial_blocks_are_marked_by_name_only(tmp_path: Path) -> None:
+    """The marker is the word after the language, and nothing else skips a block."""
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "```python\nprint(1)\n```\n"
+        "```python partial: needs a server\nconnect()\n```\n"
+        "```bash\necho partial\n```\n"
+        "```text\nnot run\n```\n"
+        "   ```sh\n   echo indented\n   ```\n"
+    )
+    found = blocks_of(doc)
+    assert [(b.language, b.partial, b.runs) for b in found] == [
+        ("python", False, True),
+        ("python", True, False),
+        ("bash", False, True),
+        ("text", False, False),
+        ("sh", False, True),
+    ]
+    assert found[-1].code == "echo indented\n" and found[1].line == 4
