@@ -17,6 +17,7 @@ from agentflow.checkpoint.sealing import (
     KeyRing,
     SealedCodec,
     Sealer,
+    checkpoint_context,
     is_sealed,
     new_key,
     record_context,
@@ -265,3 +266,9 @@ def test_a_sealer_seals_any_record_bound_to_its_context() -> None:
     ):
         with pytest.raises(CheckpointCorrupted, match="run 'run-7': the sealed record"):
             sealer.open(sealed, other, "run 'run-7'")
+
+
+def test_the_checkpoint_context_is_the_general_one() -> None:
+    for key in (RecordKey("", "t", 0), RecordKey("acme", "é/thread", 2**63 - 1, b"\x00" * 16)):
+        general = record_context("checkpoint", key.store, key.namespace, key.thread, key.step)
+        assert checkpoint_context(key) == general

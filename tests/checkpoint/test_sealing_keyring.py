@@ -6,6 +6,8 @@ import base64
 import functools
 import logging
 import pickle
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -173,3 +175,20 @@ def test_a_key_ring_cannot_be_pickled() -> None:
         pickle.dumps(ring)
     with pytest.raises(TypeError, match="cannot be pickled"):
         pickle.dumps(SealedCodec(ring))
+
+
+def test_without_cryptography_the_import_says_which_extra_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['cryptography'] = None\n"
+        "import agentflow.checkpoint\n"
+        "try:\n"
+        "    import agentflow.checkpoint.sealing\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'agentflow[sealing]'" in result.stdout

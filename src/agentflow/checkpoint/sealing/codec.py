@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
@@ -17,9 +18,31 @@ __all__ = ["OpenedHook", "SealedCodec", "checkpoint_context"]
 OpenedHook = Callable[[RecordKey, "str | None"], None]
 
 
+_KIND: Final = record_context("checkpoint")
+_LENGTH: Final = struct.Struct(">I").pack
+
+
 def checkpoint_context(key: RecordKey) -> bytes:
-    """What a sealed checkpoint is bound to: store, namespace, thread and step."""
-    return record_context("checkpoint", key.store, key.namespace, key.thread, key.step)
+    """What a sealed checkpoint is bound to: store, namespace, thread and step.
+
+    The same bytes as ``record_context("checkpoint", key.store, key.namespace,
+    key.thread, key.step)``, built without the general loop (it runs per record).
+    """
+    store, namespace, thread = key.store, key.namespace.encode(), key.thread.encode()
+    step = b"%d" % key.step
+    return b"".join(
+        (
+            _KIND,
+            _LENGTH(len(store)),
+            store,
+            _LENGTH(len(namespace)),
+            namespace,
+            _LENGTH(len(thread)),
+            thread,
+            _LENGTH(len(step)),
+            step,
+        )
+    )
 
 
 class SealedCodec:

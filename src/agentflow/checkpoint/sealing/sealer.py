@@ -14,6 +14,7 @@ the durable layer's records).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,22 +28,17 @@ __all__ = ["SEALED_VERSION", "Opened", "Sealer", "is_sealed", "record_context"]
 SEALED_VERSION: Final = 1
 _MARK: Final = 0xAF
 _HEAD: Final = 3
+_LENGTH: Final = struct.Struct(">I").pack
 
 
 def record_context(kind: str, *parts: str | bytes | int) -> bytes:
     """Associated data naming one record: ``kind`` and its parts, each length-prefixed,
     so no two different part lists give the same bytes."""
-    out = bytearray()
+    chunks: list[bytes] = []
     for part in (kind, *parts):
-        data = (
-            part.encode()
-            if isinstance(part, str)
-            else part
-            if isinstance(part, bytes)
-            else str(part).encode()
-        )
-        out += len(data).to_bytes(4, "big") + data
-    return bytes(out)
+        data = part if type(part) is bytes else str(part).encode()
+        chunks += (_LENGTH(len(data)), data)
+    return b"".join(chunks)
 
 
 def is_sealed(data: bytes) -> bool:
@@ -92,14 +88,12 @@ class Sealer:
         if len(sealed) < _HEAD or sealed[1] != SEALED_VERSION:
             raise CheckpointCorrupted(f"{where}: the sealed record is damaged or of a newer format")
         end = _HEAD + sealed[2]
-        try:
-            key_id = check_key_id(sealed[_HEAD:end].decode("ascii"))
-        except (UnicodeDecodeError, InvalidArgument):
-            key_id = ""
-        if not key_id or len(sealed) < end:
-            raise CheckpointCorrupted(f"{where}: the sealed record's key id is damaged")
-        cipher = self._keyring.opening_key(key_id)
+        key_id = sealed[_HEAD:end].decode("ascii", "replace")
+        cipher = self._keyring.opening_key(key_id) if len(sealed) >= end else None
         if cipher is None:
+            # Only ids the ring holds were checked so far; name no other text.
+            if len(sealed) < end or not _valid_key_id(key_id):
+                raise CheckpointCorrupted(f"{where}: the sealed record's key id is damaged")
             raise CheckpointCorrupted(
                 f"{where}: sealed with key id {key_id!r}, which the key ring does not hold"
             )
@@ -114,3 +108,11 @@ class Sealer:
                 "another record, tenant or store"
             )
         return Opened(plaintext, key_id)
+
+
+def _valid_key_id(key_id: str) -> bool:
+    try:
+        check_key_id(key_id)
+    except InvalidArgument:
+        return False
+    return True

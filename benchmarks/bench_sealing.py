@@ -1,0 +1,234 @@
+"""What integrity and sealing cost: SQLite and PostgreSQL, ~10 KB states, interleaved.
+
+Three subjects per backend, each on its own store: *no envelope* (the
+integrity envelope switched off for its blocks only, the baseline that the
+always-on check is measured against), *integrity* (the default) and *sealed*
+(``SealedCodec``, AES-256-GCM). The subjects take turns call by call (one
+put of each, then the next; the order rotating per round), and each round
+ends with one full history read of each, so load from other processes on the
+machine hits all three alike; p50s pool every round's samples.
+
+A first table times the CPU work alone (encode, envelope, seal, and back) on
+one record, which resolves differences far below the noise of a round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+import timeit
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentflow.checkpoint import integrity
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.codec import JsonCodec, RecordKey
+from agentflow.checkpoint.sealing import KeyRing, SealedCodec, new_key
+from agentflow.checkpoint.sealing.codec import checkpoint_context
+from agentflow.checkpoint.sealing.sealer import Sealer
+from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from benchmarks.common import Table, median, ms, nested_state
+
+DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+_RING = KeyRing.from_source(lambda: {"current": "bench", "keys": {"bench": new_key()}})
+_BARE, _INTEGRITY, _SEALED = "no envelope", "integrity (default)", "sealed (AES-256-GCM)"
+_ENVELOPE = {"wrap": integrity.wrap, "unwrap": integrity.unwrap}
+_NO_ENVELOPE = {"wrap": lambda key, payload: payload, "unwrap": lambda key, stored: stored}
+
+
+@dataclass
+class _Sizes:
+    rounds: int
+    puts: int
+    gets: int
+    history: int
+
+    @classmethod
+    def of(cls, quick: bool) -> _Sizes:
+        return cls(3, 40, 40, 300) if quick else cls(20, 100, 150, 2_000)
+
+
+@dataclass
+class _Subject:
+    name: str
+    cp: Checkpointer
+    puts: list[float] = field(default_factory=list)
+    gets: list[float] = field(default_factory=list)
+    histories: list[float] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """The subject's blocks; the baseline's run with the envelope taken out."""
+        if self.name != _BARE:
+            yield
+            return
+        vars(integrity).update(_NO_ENVELOPE)
+        try:
+            yield
+        finally:
+            vars(integrity).update(_ENVELOPE)
+
+
+async def _round(subjects: list[_Subject], number: int, sizes: _Sizes, states: list[Any]) -> None:
+    thread = f"round-{number}"
+    for step in range(sizes.puts):
+        cp_step = Checkpoint(thread=thread, step=step, state=states[step % len(states)])
+        for subject in subjects:
+            with subject.turn():
+                start = time.perf_counter()
+                await subject.cp.put(cp_step)
+                subject.puts.append(time.perf_counter() - start)
+    for _ in range(sizes.gets):
+        for subject in subjects:
+            with subject.turn():
+                start = time.perf_counter()
+                await subject.cp.get(thread)
+                subject.gets.append(time.perf_counter() - start)
+    for subject in subjects:
+        with subject.turn():
+            start = time.perf_counter()
+            count = sum([1 async for _ in subject.cp.history("history")])
+            subject.histories.append(time.perf_counter() - start)
+        assert count == sizes.history
+
+
+async def _compare(title: str, subjects: list[_Subject], sizes: _Sizes) -> Table:
+    states = [nested_state(step) for step in range(16)]
+    for subject in subjects:
+        with subject.turn():
+            for step in range(sizes.history):
+                state = states[step % len(states)]
+                await subject.cp.put(Checkpoint(thread="history", step=step, state=state))
+    for number in range(sizes.rounds):
+        shift = number % len(subjects)
+        await _round(subjects[shift:] + subjects[:shift], number, sizes, states)
+    bare, plain = subjects[0], subjects[1]
+    table = Table(
+        title,
+        [
+            "subject",
+            "put p50",
+            "get latest p50",
+            f"history of {sizes.history:,}: median / best (s)",
+            "compared with",
+            "put",
+            "get",
+            "history (median / best)",
+        ],
+    )
+    for subject in subjects:
+        put, get = median(subject.puts), median(subject.gets)
+        history, best = median(subject.histories), min(subject.histories)
+        row = [subject.name, ms(put), ms(get), f"{history:.3f} / {best:.3f}"]
+        if subject is bare:
+            row += ["", "", "", ""]
+        else:
+            base = bare if subject is plain else plain
+            row += [
+                base.name,
+                _pct(put, median(base.puts)),
+                _pct(get, median(base.gets)),
+                f"{history / median(base.histories):.2f}x / {best / min(base.histories):.2f}x",
+            ]
+        table.rows.append(row)
+    table.notes.append(
+        f"{sizes.rounds} rounds of {sizes.puts} sequential puts and {sizes.gets} get-latest "
+        f"reads per subject, taking turns call by call (p50 of all); history: {sizes.rounds} "
+        "full reads per subject, one per round."
+    )
+    return table
+
+
+def _pct(value: float, base: float) -> str:
+    return f"{(value / base - 1) * 100:+.1f}%"
+
+
+@contextlib.asynccontextmanager
+async def _sqlite_subjects() -> AsyncIterator[list[_Subject]]:
+    with tempfile.TemporaryDirectory(prefix="bench-sealing-") as root:
+        async with contextlib.AsyncExitStack() as stack:
+            made: list[_Subject] = []
+            for name, codec in ((_BARE, None), (_INTEGRITY, None), (_SEALED, SealedCodec(_RING))):
+                path = os.path.join(root, f"{len(made)}.db")
+                cp = await stack.enter_async_context(SqliteCheckpointer(path, codec=codec))
+                made.append(_Subject(name, cp))
+            yield made
+
+
+@contextlib.asynccontextmanager
+async def _postgres_subjects() -> AsyncIterator[list[_Subject]]:
+    from agentflow.checkpoint.postgres import PostgresCheckpointer
+
+    tables = [f"bench_sealing_{uuid.uuid4().hex[:12]}_{i}" for i in range(3)]
+    async with contextlib.AsyncExitStack() as stack:
+        made: list[_Subject] = []
+        for table, (name, codec) in zip(
+            tables, ((_BARE, None), (_INTEGRITY, None), (_SEALED, SealedCodec(_RING))), strict=True
+        ):
+            cp = PostgresCheckpointer(DSN, table=table, codec=codec)
+            made.append(_Subject(name, await stack.enter_async_context(cp)))
+        try:
+            yield made
+        finally:
+            await _drop(tables)
+
+
+async def _drop(tables: list[str]) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    conn = await asyncpg.connect(DSN)
+    try:
+        for table in tables:
+            names = ", ".join(f'"{table}{suffix}"' for suffix in ("", "_threads", "_meta"))
+            await conn.execute(f"DROP TABLE IF EXISTS {names}")
+    finally:
+        await conn.close()
+
+
+def _cpu_table() -> Table:
+    """Per-record CPU costs, each the best of interleaved repeats."""
+    key = RecordKey("acme", "run-1", 7, b"\x01" * 16)
+    cp = Checkpoint(thread="run-1", step=7, state=nested_state(7), ts="2026-12-01T10:00:00Z")
+    json, sealer = JsonCodec(), Sealer(_RING)
+    encoded = json.encode(cp, key)
+    wrapped = integrity.wrap(key, encoded)
+    sealed = sealer.seal(encoded, checkpoint_context(key))
+    work = {
+        "JSON encode": lambda: json.encode(cp, key),
+        "integrity wrap (XXH3-64)": lambda: integrity.wrap(key, encoded),
+        "seal (AES-256-GCM, nonce)": lambda: sealer.seal(encoded, checkpoint_context(key)),
+        "JSON decode": lambda: json.decode(encoded, key, 1),
+        "integrity unwrap": lambda: integrity.unwrap(key, wrapped),
+        "open (AES-256-GCM)": lambda: sealer.open(sealed, checkpoint_context(key), "bench"),
+    }
+    best: dict[str, list[float]] = {name: [] for name in work}
+    for _ in range(7):
+        for name, fn in work.items():
+            best[name].append(timeit.timeit(fn, number=2_000) / 2_000)
+    table = Table(
+        f"CPU per record ({len(encoded):,}-byte JSON payload)", ["work", "best", "median"]
+    )
+    for name, samples in best.items():
+        table.rows.append(
+            [name, f"{min(samples) * 1e6:.2f} µs", f"{statistics.median(samples) * 1e6:.2f} µs"]
+        )
+    table.notes.append("7 interleaved repeats of 2,000 calls each; best and median per call.")
+    return table
+
+
+async def run(quick: bool) -> list[Table]:
+    sizes = _Sizes.of(quick)
+    tables = [_cpu_table()]
+    async with _sqlite_subjects() as subjects:
+        tables.append(await _compare("Integrity and sealing on SQLite", subjects, sizes))
+    try:
+        async with _postgres_subjects() as subjects:
+            tables.append(await _compare("Integrity and sealing on PostgreSQL", subjects, sizes))
+    except (OSError, ImportError) as exc:
+        tables.append(Table("Integrity and sealing on PostgreSQL", ["skipped"], [[str(exc)]]))
+    return tables
