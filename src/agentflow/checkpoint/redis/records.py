@@ -30,13 +30,12 @@ def summary(status: ThreadStatus, wake_us: int | None, info: bytes) -> bytes:
 
 def summary_of(enc: EncodedCheckpoint) -> bytes:
     """The summary of a thread whose latest step ``enc`` is."""
-    info = enc.summary()
     fields = {
-        "latest_step": info.latest_step,
-        "interrupted": info.interrupted,
-        "done": info.done,
-        "ts": info.ts,
-        "wake_at": info.wake_at,
+        "latest_step": enc.step,
+        "interrupted": enc.interrupted,
+        "done": enc.done,
+        "ts": enc.ts,
+        "wake_at": enc.wake_at,
     }
     return summary(enc.status, enc.wake_us, orjson.dumps(fields))
 
