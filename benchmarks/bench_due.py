@@ -32,7 +32,7 @@ _WINDOW = 64
 _PAGE = 100
 
 
-async def _fill(cp: Checkpointer, suspended: int, due: int) -> None:
+async def fill_waiting(cp: Checkpointer, suspended: int, due: int) -> None:
     async def one(i: int) -> None:
         wake = _DUE_AT if i < due else _LATER
         await cp.put(make_checkpoint(f"t{i:07d}", 0, next=("n",), interrupted=True, wake_at=wake))
@@ -42,7 +42,7 @@ async def _fill(cp: Checkpointer, suspended: int, due: int) -> None:
         await asyncio.gather(*(one(i) for i in range(start, min(start + _WINDOW, suspended))))
 
 
-async def _list_due_pass(cp: Checkpointer) -> tuple[int, int]:
+async def list_due_pass(cp: Checkpointer) -> tuple[int, int]:
     found = read = 0
     cursor: str | None = None
     while True:
@@ -54,7 +54,7 @@ async def _list_due_pass(cp: Checkpointer) -> tuple[int, int]:
         cursor = page.next_cursor
 
 
-async def _scan_pass(cp: Checkpointer) -> tuple[int, int]:
+async def page_all_pass(cp: Checkpointer) -> tuple[int, int]:
     now_us = parse_instant(NOW)
     found = read = 0
     cursor: str | None = None
@@ -132,18 +132,18 @@ _ONLY = os.environ.get("AGENTFLOW_BENCH_STORES")
 async def _measure(name: str, suspended: int, due: int, rounds: int) -> list[str]:
     async with STORES[name]() as cp:
         start = time.perf_counter()
-        await _fill(cp, suspended, due)
+        await fill_waiting(cp, suspended, due)
         fill_s = time.perf_counter() - start
         due_times: list[float] = []
         scan_times: list[float] = []
         due_read = scan_read = 0
         for _ in range(rounds):  # interleaved, so load swings hit both alike
             start = time.perf_counter()
-            found, due_read = await _list_due_pass(cp)
+            found, due_read = await list_due_pass(cp)
             due_times.append(time.perf_counter() - start)
             assert found == due, (name, found, due)
             start = time.perf_counter()
-            found, scan_read = await _scan_pass(cp)
+            found, scan_read = await page_all_pass(cp)
             scan_times.append(time.perf_counter() - start)
             assert found == due, (name, found, due)
     return [

@@ -29,7 +29,7 @@ import redis.asyncio as aioredis
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.redis import RedisCheckpointer
-from benchmarks.bench_due import _fill, _list_due_pass, _scan_pass
+from benchmarks.bench_due import fill_waiting, list_due_pass, page_all_pass
 from benchmarks.common import (
     LangGraphWriter,
     Table,
@@ -219,10 +219,10 @@ async def _due(quick: bool) -> Table:
     try:
         async with RedisCheckpointer(URL, prefix=prefix) as cp:
             start = time.perf_counter()
-            await _fill(cp, suspended, due)
+            await fill_waiting(cp, suspended, due)
             fill_s = time.perf_counter() - start
             for _ in range(rounds):  # interleaved, so load swings hit both alike
-                for name, one_pass in (("due", _list_due_pass), ("scan", _scan_pass)):
+                for name, one_pass in (("due", list_due_pass), ("scan", page_all_pass)):
                     start = time.perf_counter()
                     found, read[name] = await one_pass(cp)
                     passes[name].append(time.perf_counter() - start)
