@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
-from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadPage, ThreadStatus
+from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.postgres.connections import KeptConnections
@@ -152,10 +152,11 @@ class PostgresCheckpointer(CheckpointerBase):
             row = await self._query("fetchrow", "get_step", thread, step)
         return None if row is None else StoredRow(*row)
 
-    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
+    async def _read_history(self, thread: str) -> AsyncIterator[Checkpoint]:
         """Keyset batches of about 2 MiB of payload: memory stays bounded for
         5 MB states and round trips stay few for small ones, and no connection
-        is held while the caller consumes a batch."""
+        is held while the caller consumes a batch. Rows are decoded here, from
+        asyncpg's records, sparing a StoredRow per row."""
         after, limit = -1, _HISTORY_FIRST_ROWS
         while True:
             rows = await self._query("fetch", "history", thread, after, limit)
@@ -165,7 +166,7 @@ class PostgresCheckpointer(CheckpointerBase):
                 average = max(1, sum(len(row[2]) for row in rows) // len(rows))
                 limit = max(1, min(_HISTORY_MAX_ROWS, _HISTORY_BATCH_BYTES // average))
             for row in rows:
-                yield StoredRow(*row)
+                yield self._decode_row(thread, row)
             if last_batch:
                 return
             del rows  # never hold two batches while the next one is fetched
