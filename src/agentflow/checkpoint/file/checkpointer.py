@@ -220,12 +220,17 @@ class FileCheckpointer(CheckpointerBase):
         with self._dirs.locked(thread):
             tfd = thread_dir.make_thread(base, thread, self._modes.directory)
             try:
-                stored = thread_dir.header_of(tfd, thread, step)
-                current = stored.revision if stored else 0
-                if if_revision is not None and if_revision != current:
-                    return current
                 before = thread_dir.latest(tfd, thread, whole=False)
                 latest = before is None or step >= before.step
+                if before is None or step > before.step:
+                    current = 0  # no step file is above the latest one
+                elif step == before.step:
+                    current = before.header.revision
+                else:
+                    stored = thread_dir.header_of(tfd, thread, step)
+                    current = stored.revision if stored else 0
+                if if_revision is not None and if_revision != current:
+                    return current
                 old = None if before is None else before.state(thread)
                 new = ThreadState.of(enc.summary())
                 if latest and new != old:  # the new entries first: never one missing

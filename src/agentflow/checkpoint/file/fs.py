@@ -114,10 +114,12 @@ def read_file(
         return None
     try:
         status = os.fstat(fd)
-        if limit is not None:
-            return os.read(fd, limit), status
-        chunks = []
-        while chunk := os.read(fd, max(status.st_size + 1, _READ_CHUNK)):
+        want = status.st_size + 1 if limit is None else limit
+        data = os.read(fd, want)
+        if limit is not None or len(data) < want:  # a short read of a file is its end
+            return data, status
+        chunks = [data]  # it grew since fstat
+        while chunk := os.read(fd, _READ_CHUNK):
             chunks.append(chunk)
         return b"".join(chunks), status
     finally:
@@ -151,13 +153,14 @@ def opened(
 
 
 def listdir(parent: int, parts: tuple[str, ...], what: str) -> list[str]:
-    """The sorted names in ``parent/parts...``, store-internal dot names left out;
-    [] when a directory on the way is missing."""
+    """Every name in ``parent/parts...`` (dot names too: callers check the ones
+    they use), in code point order; [] when a directory on the way is missing."""
     with opened(parent, parts, what) as fds:
         if fds is None:
             return []
         names = os.listdir(fds[-1] if fds else parent)
-    return sorted(name for name in names if not name.startswith("."))
+    names.sort()
+    return names
 
 
 def rmdir(parent: int, name: str) -> bool:
