@@ -1,0 +1,134 @@
+"""An accepted-once event store in PostgreSQL, beside the durable store's tables.
+
+Events are rows unique by (namespace, event id), so an append is one
+``INSERT ... ON CONFLICT DO NOTHING`` that accepts an id exactly once across
+connections and processes; the same statement answers a repeat with the
+first acceptance's sequence. Sequence numbers are drawn from an identity
+column after the appender took the transaction locks of the event's run and
+parent run, so the events of one replay range commit in sequence order and a
+cursor never passes an event that becomes visible later (without the locks,
+two appenders could commit 11 before 10, and a replay reading 11 would skip
+10 for good). Replay reads one run's index (and its children's) from a
+sequence on: a page costs O(page). Cursors are ``{"sequence": n}``. Every
+event read back is checked against its digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from agentflow.durable.canonical import canonical_json, parse_json
+from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.events import (
+    AcceptedEvent,
+    AppendOnceResult,
+    EventPage,
+    check_append,
+    resolve_append,
+)
+from agentflow.durable.memory import _sequence_of
+from agentflow.durable.paging import check_limit
+from agentflow.durable.stores.postgres_base import PostgresDurableBase
+from agentflow.durable.validators import CapabilityRef, require_non_empty
+
+__all__ = ["PostgresRunEventStore"]
+
+
+def _run_member(event: Mapping[str, Any], member: str) -> str | None:
+    value = event.get(member)
+    return value if isinstance(value, str) and value else None
+
+
+def run_lock(namespace: str, run_id: str) -> int:
+    """The transaction lock key of one run's events (a collision only serialises more)."""
+    scope = canonical_json(["agentflow-events", namespace, run_id])
+    digest = hashlib.blake2b(scope, digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _accepted(row: Any) -> AcceptedEvent:
+    sequence, event_id, digest, data = row
+    if not isinstance(data, bytes) or hashlib.sha256(data).hexdigest() != digest:
+        raise DurableCorrupted(
+            "event_payload_digest_mismatch", f"stored event {event_id!r} fails its digest"
+        )
+    try:
+        event = parse_json(data)
+    except DurableError as exc:
+        raise DurableCorrupted(exc.code, f"stored event {event_id!r}: {exc.message}") from exc
+    if not isinstance(event, dict):
+        raise DurableCorrupted(
+            "event_payload_invalid", f"stored event {event_id!r} is not an object"
+        )
+    return AcceptedEvent(event_id, digest, event, {"sequence": sequence})
+
+
+class PostgresRunEventStore(PostgresDurableBase):
+    """A :class:`~agentflow.durable.DurableEventStore` in PostgreSQL.
+
+    Takes the arguments of :class:`~agentflow.durable.stores.postgres.PostgresDurableStore`.
+    """
+
+    @property
+    def store_ref(self) -> CapabilityRef:
+        return CapabilityRef("events.postgres", "1")
+
+    async def append_once(
+        self, event_id: str, payload_digest: str, event: Mapping[str, Any]
+    ) -> AppendOnceResult:
+        computed = check_append(event_id, payload_digest, event)
+        ids = {"namespace": self._namespace, "event_id": event_id}
+        rows: list[Any] = []
+        if computed == payload_digest:
+            run, parent = _run_member(event, "run_id"), _run_member(event, "parent_run_id")
+            params = {
+                **ids,
+                "payload_digest": payload_digest,
+                "run_id": run,
+                "parent_run_id": parent,
+                "event": canonical_json(event, what="event payload"),
+                "locks": sorted({run_lock(self._namespace, r) for r in (run, parent) if r}),
+            }
+            rows = await self._fixed("append_once", "fetch", "append", params)
+            if rows and rows[0][1] is None:
+                return AppendOnceResult(True, {"sequence": rows[0][0]})
+        if not rows:  # refused either way, or accepted by a racer our snapshot missed
+            rows = await self._fixed("append_once", "fetch", "event_by_id", ids)
+        stored, sequence = _stored(event_id, rows)
+        if resolve_append(payload_digest, computed, stored) == "insert" or sequence is None:
+            raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
+        return AppendOnceResult(False, {"sequence": sequence})
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        after: Mapping[str, Any] | None = None,
+        limit: int = 100,
+        include_children: bool = False,
+    ) -> EventPage:
+        require_non_empty(run_id, "run_id")
+        check_limit(limit)
+        params = {
+            "namespace": self._namespace,
+            "run_id": run_id,
+            "after": _sequence_of(after),
+            "limit": limit + 1,
+        }
+        name = "replay_family" if include_children else "replay"
+        rows = await self._fixed("replay", "fetch", name, params)
+        events = [_accepted(row) for row in rows]
+        more = len(events) > limit
+        events = events[:limit]
+        return EventPage(events, dict(events[-1].cursor) if more else None)
+
+
+def _stored(event_id: str, rows: list[Any]) -> tuple[str | None, int | None]:
+    if not rows:
+        return None, None
+    sequence, digest = rows[0]
+    if not isinstance(digest, str) or type(sequence) is not int:
+        raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
+    return digest, sequence

@@ -1,0 +1,149 @@
+"""Between the PostgreSQL durable store's rows and the shared row layout.
+
+Reads check every column before trusting it, and a journal's rows must be
+exactly the places ``0..n-1`` of each kind: a damaged or missing row raises
+:class:`~agentflow.durable.errors.DurableCorrupted`, never reads as missing
+or as other data. Writes turn a planned
+:class:`~agentflow.durable.transitions.Write` into its statement's shape and
+parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from agentflow.durable.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.enums import CheckpointStatus, OperationKind
+from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.rows import RunHead, RunRow, decode_row
+from agentflow.durable.stores.postgres_sql import HEAD_COLUMNS, WriteShape
+from agentflow.durable.transitions import JournalPut, JournalReplace, Write
+
+__all__ = [
+    "HEAD_WIDTH",
+    "decode_run",
+    "head_from",
+    "head_params",
+    "journal_params",
+    "write_params",
+]
+
+HEAD_WIDTH: Final = len(HEAD_COLUMNS)
+_ROW_INVALID: Final = "checkpoint_row_invalid"
+_STATUSES: Final = frozenset(status.value for status in CheckpointStatus)
+_KINDS: Final = {kind.value: kind for kind in OperationKind}
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_WIRE_INTEGER
+
+
+def head_from(key: str, values: Sequence[Any]) -> RunHead:
+    """The head stored in ``values`` (the columns of ``HEAD_COLUMNS``, in order)."""
+    revision, status, cycle, attempt, token, claimed, lease, terminal, acked, ambiguous, ident = (
+        values
+    )
+    if (
+        all(_count(value) for value in (revision, cycle, attempt))
+        and all(value is None or _count(value) for value in (claimed, lease))
+        and all(type(value) is bool for value in (terminal, acked, ambiguous))
+        and (token is None or isinstance(token, str))
+        and isinstance(ident, str)
+        and status in _STATUSES
+    ):
+        status = CheckpointStatus(status)
+        return RunHead(
+            revision, status, cycle, attempt, token, claimed, lease, terminal, acked, ambiguous, ident
+        )
+    raise DurableCorrupted(_ROW_INVALID, f"stored head of {key!r} has damaged columns")
+
+
+def _journals(
+    key: str, kinds: list[Any] | None, idxs: list[Any] | None, entries: list[Any] | None
+) -> dict[OperationKind, list[bytes]]:
+    """Each kind's entries, from the rows' kinds, places and entries (ordered by kind, place)."""
+    journals: dict[OperationKind, list[bytes]] = {kind: [] for kind in OperationKind}
+    for kind, idx, entry in zip(kinds or (), idxs or (), entries or (), strict=True):
+        journal = journals.get(_KINDS.get(kind))  # type: ignore[arg-type]
+        if journal is None or idx != len(journal) or not isinstance(entry, bytes):
+            raise DurableCorrupted(
+                _ROW_INVALID, f"stored journal of {key!r} has a damaged or missing entry row"
+            )
+        journal.append(entry)
+    return journals
+
+
+def decode_run(key: str, head: Sequence[Any], body: object, journal: Sequence[Any]) -> DurableCheckpoint:
+    """The record of ``key`` from its head columns, body and journal arrays (kinds, idxs, entries)."""
+    if not isinstance(body, bytes):
+        raise DurableCorrupted(_ROW_INVALID, f"stored body of {key!r} is missing")
+    journals = _journals(key, *journal)
+    row = RunRow(
+        key,
+        head_from(key, head),
+        body,
+        tuple(journals[OperationKind.MODEL]),
+        tuple(journals[OperationKind.TOOL]),
+    )
+    return decode_row(row)
+
+
+def head_params(head: RunHead) -> dict[str, Any]:
+    """The head columns' parameters, named as the columns."""
+    params = {name: getattr(head, name) for name in HEAD_COLUMNS}
+    params["status"] = head.status.value
+    return params
+
+
+def journal_params(model: tuple[bytes, ...], tool: tuple[bytes, ...]) -> dict[str, Any]:
+    """Both journals as the three parallel arrays the statements unnest, and their lengths."""
+    rows = [
+        (kind.value, idx, entry)
+        for kind, entries in ((OperationKind.MODEL, model), (OperationKind.TOOL, tool))
+        for idx, entry in enumerate(entries)
+    ]
+    return {
+        "kinds": [row[0] for row in rows],
+        "idxs": [row[1] for row in rows],
+        "entries": [row[2] for row in rows],
+        "model_count": len(model),
+        "tool_count": len(tool),
+    }
+
+
+def write_params(namespace: str, write: Write) -> tuple[WriteShape, dict[str, Any]]:
+    """The shape of a planned write's statement and its parameters."""
+    guard = write.guard
+    params: dict[str, Any] = {
+        "namespace": namespace,
+        "key": write.key,
+        **head_params(write.head),
+        "g_revision": guard.revision,
+        "g_claim_token": guard.claim_token,
+        "g_terminal": guard.terminal,
+        "g_identity": guard.identity,
+        "g_claimed_cycle": guard.claimed_cycle,
+        "g_resume_attempt": guard.resume_attempt,
+        "g_terminal_acknowledged": guard.terminal_acknowledged,
+        "body": write.body,
+    }
+    journal: str | None = None
+    if isinstance(write.journal, JournalReplace):
+        journal = "replace"
+        params.update(journal_params(write.journal.model, write.journal.tool))
+    elif isinstance(write.journal, JournalPut):
+        journal = "put"
+        params.update(
+            kind=write.journal.kind.value, idx=write.journal.index, entry=write.journal.entry
+        )
+    shape = WriteShape(
+        body=write.body is not None,
+        keep_lease=write.keep_lease,
+        journal=journal,
+        claimed_cycle=guard.claim_token is not None,
+        resume_attempt=guard.resume_attempt is not None,
+        terminal_acknowledged=guard.terminal_acknowledged is not None,
+    )
+    return shape, params
