@@ -9,8 +9,14 @@ from typing import ClassVar, Final
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
 from agentflow.checkpoint.sealing.keyring import KeyRing
-from agentflow.checkpoint.sealing.sealer import Sealer, is_sealed, record_context
-from agentflow.errors import InvalidArgument
+from agentflow.checkpoint.sealing.sealer import (
+    Refused,
+    Sealer,
+    is_sealed,
+    open_sealed,
+    record_context,
+)
+from agentflow.errors import CheckpointCorrupted, InvalidArgument
 
 __all__ = ["OpenedHook", "SealedCodec", "checkpoint_context"]
 
@@ -56,7 +62,7 @@ class SealedCodec:
     """
 
     binds_store: ClassVar[bool] = True
-    __slots__ = ("_accept_plaintext", "_inner", "_on_open", "_sealer")
+    __slots__ = ("_accept_plaintext", "_inner", "_keyring", "_on_open", "_sealer")
 
     def __init__(
         self,
@@ -71,17 +77,18 @@ class SealedCodec:
         if getattr(inner, "binds_store", False):
             raise InvalidArgument("inner must not be a sealing codec itself")
         self._sealer = Sealer(keyring)
+        self._keyring = keyring
         self._inner: CheckpointCodec = inner or JsonCodec()
         self._accept_plaintext = bool(accept_plaintext)
         self._on_open = on_open
 
     @property
     def keyring(self) -> KeyRing:
-        return self._sealer.keyring
+        return self._keyring
 
     def __repr__(self) -> str:
         plaintext = ", accept_plaintext=True" if self._accept_plaintext else ""
-        return f"SealedCodec({self._sealer.keyring!r}, inner={self._inner!r}{plaintext})"
+        return f"SealedCodec({self._keyring!r}, inner={self._inner!r}{plaintext})"
 
     def encode(self, cp: Checkpoint, key: RecordKey) -> bytes:
         return self._sealer.seal(self._inner.encode(cp, key), checkpoint_context(key))
@@ -91,9 +98,11 @@ class SealedCodec:
         if self._accept_plaintext and not is_sealed(payload):
             plaintext = payload
         else:
-            where = f"thread {key.thread!r} step {key.step}"
-            opened = self._sealer.open(payload, checkpoint_context(key), where)
-            plaintext, key_id = opened.plaintext, opened.key_id
+            try:
+                plaintext, key_id = open_sealed(self._keyring, payload, checkpoint_context(key))
+            except Refused as exc:
+                where = f"thread {key.thread!r} step {key.step}"
+                raise CheckpointCorrupted(f"{where}: {exc}") from None
         if self._on_open is not None:
             self._on_open(key, key_id)
         return self._inner.decode(plaintext, key, revision)

@@ -16,8 +16,8 @@ reports the records left on it. A key removed from the ring no longer opens
 anything: its records raise :class:`~agentflow.errors.CheckpointCorrupted`.
 
 Key material never appears in a repr, an error or a log: the ring holds it
-only inside the cipher objects, refuses to be pickled, and parse errors are
-raised without the text that failed to parse.
+only inside ``cryptography``'s cipher objects, refuses to be pickled, and
+parse errors are raised without the text that failed to parse.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Final, NoReturn
 
 import orjson
 
-from agentflow.checkpoint.sealing.cipher import Cipher
+from agentflow.checkpoint.sealing.cipher import AEAD
 from agentflow.errors import InvalidArgument
 
 __all__ = ["DEFAULT_KEYS_VARIABLE", "KEY_BYTES", "KeyRing", "KeySource", "new_key"]
@@ -69,7 +69,7 @@ def check_key_id(key_id: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Keys:
-    ciphers: Mapping[str, Cipher]
+    ciphers: Mapping[str, AEAD]
     current: str
     retired: frozenset[str]
 
@@ -144,12 +144,12 @@ class KeyRing:
         """The ids of keys that still open records but should seal nothing."""
         return self._keys.retired
 
-    def sealing_key(self) -> tuple[str, Cipher]:
+    def sealing_key(self) -> tuple[str, AEAD]:
         """The current key's id and cipher (one consistent pair across a reload)."""
         keys = self._keys
         return keys.current, keys.ciphers[keys.current]
 
-    def opening_key(self, key_id: str) -> Cipher | None:
+    def opening_key(self, key_id: str) -> AEAD | None:
         """The cipher of ``key_id``, or None when the ring has no such key."""
         keys = self._keys
         cipher = keys.ciphers.get(key_id)
@@ -176,12 +176,12 @@ class KeyRing:
 def _build(keys: Mapping[str, bytes], current: str, retired: Iterable[str]) -> _Keys:
     if not isinstance(keys, Mapping) or not keys:
         raise InvalidArgument("a KeyRing needs a mapping of at least one key id to its key")
-    ciphers: dict[str, Cipher] = {}
+    ciphers: dict[str, AEAD] = {}
     for key_id, material in keys.items():
         check_key_id(key_id)
         if not isinstance(material, bytes) or len(material) != KEY_BYTES:
             raise InvalidArgument(f"key {key_id!r} must be {KEY_BYTES} bytes")
-        ciphers[key_id] = Cipher(material)
+        ciphers[key_id] = AEAD(material)
     check_key_id(current)
     if current not in ciphers:
         raise InvalidArgument(f"the current key {current!r} is not in the ring")
