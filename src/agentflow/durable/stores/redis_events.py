@@ -1,0 +1,142 @@
+"""An accepted-once event store on Redis, one script per append.
+
+Events of a namespace share one hash tag: a sequence counter, an id index
+(event id -> sequence, digest and write id) and the event data, plus one
+sorted set per run (and one per parent run) of its events' sequences. An
+append is one script that accepts an id exactly once, so concurrent appends
+of one id across processes agree; a re-sent append finds its own write id
+and answers as the first one did. Replay reads one run's index (and its
+children's) from a sequence on: a page costs O(log n + page). Cursors are
+``{"sequence": n}``. Every event read back is checked against its digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, cast
+
+from agentflow.durable.canonical import canonical_json, parse_json
+from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.events import (
+    AcceptedEvent,
+    AppendOnceResult,
+    EventPage,
+    check_append,
+    resolve_append,
+)
+from agentflow.durable.memory import _sequence_of
+from agentflow.durable.paging import check_limit
+from agentflow.durable.stores.redis_client import RedisStoreBase
+from agentflow.durable.stores.redis_rows import encode_text, write_id
+from agentflow.durable.stores.redis_scripts import LUA_APPEND, LUA_REPLAY, event_index, event_keys
+from agentflow.durable.validators import CapabilityRef, require_non_empty
+
+__all__ = ["RedisRunEventStore"]
+
+
+def _run_member(event: Mapping[str, Any], member: str) -> str | None:
+    value = event.get(member)
+    return value if isinstance(value, str) and value else None
+
+
+def _stored(event_id: str, found: bytes) -> tuple[int, str, bytes]:
+    """The sequence, digest and write id the id index holds for ``event_id``."""
+    parts = found.split(b":")
+    if len(parts) != 3 or not parts[0].isdigit() or len(parts[1]) != 64:
+        raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
+    return int(parts[0]), parts[1].decode("ascii", "replace"), parts[2]
+
+
+def _accepted(sequence: bytes, data: bytes | None, meta: bytes | None) -> AcceptedEvent:
+    digest, _, raw_id = (meta or b"").partition(b":")
+    try:
+        event_id = raw_id.decode()
+    except UnicodeDecodeError:
+        event_id = ""
+    where = f"stored event {event_id!r} (sequence {sequence.decode('ascii', 'replace')})"
+    if not event_id or not isinstance(data, bytes) or not sequence.isdigit():
+        raise DurableCorrupted("checkpoint_row_invalid", f"{where} is damaged")
+    if hashlib.sha256(data).hexdigest().encode() != digest:
+        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
+    try:
+        event = parse_json(data)
+    except DurableError as exc:
+        raise DurableCorrupted(exc.code, f"{where}: {exc.message}") from exc
+    if not isinstance(event, dict):
+        raise DurableCorrupted("event_payload_invalid", f"{where} is not an object")
+    return AcceptedEvent(event_id, digest.decode(), event, {"sequence": int(sequence)})
+
+
+class RedisRunEventStore(RedisStoreBase):
+    """A :class:`~agentflow.durable.DurableEventStore` in Redis.
+
+    Takes the arguments of :class:`~agentflow.durable.stores.redis.RedisDurableStore`.
+    """
+
+    def _register(self) -> None:
+        self._events = event_keys(self._prefix, self._namespace)
+        self._append = self._script(LUA_APPEND)
+        self._replay = self._script(LUA_REPLAY)
+
+    @property
+    def store_ref(self) -> CapabilityRef:
+        return CapabilityRef("events.redis", "1")
+
+    def _index(self, run_id: str, *, parent: bool) -> bytes:
+        return event_index(self._prefix, self._namespace, run_id, parent=parent)
+
+    async def append_once(
+        self, event_id: str, payload_digest: str, event: Mapping[str, Any]
+    ) -> AppendOnceResult:
+        computed = check_append(event_id, payload_digest, event)
+        name = encode_text(event_id, "checkpoint_value_invalid", "event_id")
+        mine = write_id()
+        if computed == payload_digest:
+            indexes = [
+                self._index(run, parent=parent)
+                for member, parent in (("run_id", False), ("parent_run_id", True))
+                if (run := _run_member(event, member)) is not None
+            ]
+            data = canonical_json(event, what="event payload")
+            args = [name, payload_digest.encode(), data, mine]
+            keys = [*self._events, *indexes]
+            reply = await self._redis("append_once", lambda: self._append(keys=keys, args=args))
+            if reply[0] == 1:
+                return AppendOnceResult(True, {"sequence": int(reply[1])})
+            found: bytes | None = reply[1]
+        else:  # refused either way; the stored digest decides which error
+            ids = self._events[1]
+            found = cast(
+                bytes | None,
+                await self._redis("append_once", lambda: self._client.hget(ids, name)),
+            )
+        stored = None if found is None else _stored(event_id, found)
+        if stored is not None and stored[2] == mine:
+            return AppendOnceResult(True, {"sequence": stored[0]})  # this append, re-sent
+        outcome = resolve_append(payload_digest, computed, None if stored is None else stored[1])
+        if outcome == "insert" or stored is None:
+            raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
+        return AppendOnceResult(False, {"sequence": stored[0]})
+
+    async def replay(
+        self,
+        run_id: str,
+        *,
+        after: Mapping[str, Any] | None = None,
+        limit: int = 100,
+        include_children: bool = False,
+    ) -> EventPage:
+        require_non_empty(run_id, "run_id")
+        check_limit(limit)
+        start = _sequence_of(after)
+        encode_text(run_id, "checkpoint_value_invalid", "run_id")
+        keys = [self._events[2], self._index(run_id, parent=False)]
+        if include_children:
+            keys.append(self._index(run_id, parent=True))
+        args = [b"%d" % start, b"%d" % (limit + 1)]
+        reply = await self._redis("replay", lambda: self._replay(keys=keys, args=args))
+        events = [_accepted(reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)]
+        more = len(events) > limit
+        events = events[:limit]
+        return EventPage(events, dict(events[-1].cursor) if more else None)
