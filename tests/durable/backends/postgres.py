@@ -1,4 +1,4 @@
-"""PostgreSQL durable harness: a fresh table set per test on the server at ``AGENTFLOW_POSTGRES_DSN``."""
+"""PostgreSQL durable harness: a fresh table set per test at ``AGENTFLOW_POSTGRES_DSN``."""
 
 from __future__ import annotations
 

@@ -84,7 +84,9 @@ class PostgresDurableStore(PostgresDurableBase):
             raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
 
     async def load(self, key: str) -> DurableCheckpoint | None:
-        found = await self._fixed("load", "fetchrow", "load", self._run(validate_checkpoint_key(key)))
+        found = await self._fixed(
+            "load", "fetchrow", "load", self._run(validate_checkpoint_key(key))
+        )
         if found is None:
             return None
         return decode_run(key, found[:HEAD_WIDTH], found[HEAD_WIDTH], found[HEAD_WIDTH + 1 :])

@@ -53,7 +53,9 @@ async def ensure_schema(conn: Any, sql: DurableSql) -> None:
                 f"{sql.table} has durable schema version {version}, newer than version "
                 f"{DURABLE_SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
             )
-        raise CheckpointCorrupted(f"{sql.table} holds an invalid durable schema version {version!r}")
+        raise CheckpointCorrupted(
+            f"{sql.table} holds an invalid durable schema version {version!r}"
+        )
 
 
 class PostgresDurableBase:
@@ -92,7 +94,7 @@ class PostgresDurableBase:
         await ensure_schema(conn, self._sql)
 
     async def _call(self, operation: str, run: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``run`` on a kept connection; driver errors become agentflow's, named by ``operation``."""
+        """Run ``run`` on a kept connection; driver errors become agentflow's."""
         if self._closed:
             raise StoreClosed(f"this {type(self).__name__} is closed")
         try:
@@ -115,9 +117,7 @@ class PostgresDurableBase:
             operation, lambda conn: getattr(conn, method)(statement.text, *args)
         )
 
-    async def _fixed(
-        self, operation: str, method: str, name: str, params: dict[str, Any]
-    ) -> Any:
+    async def _fixed(self, operation: str, method: str, name: str, params: dict[str, Any]) -> Any:
         return await self._query(operation, method, self._sql.fixed[name], params)
 
     async def close(self) -> None:

@@ -89,8 +89,9 @@ class PostgresRunEventStore(PostgresDurableBase):
                 "run_id": run,
                 "parent_run_id": parent,
                 "event": canonical_json(event, what="event payload"),
-                "locks": sorted({run_lock(self._namespace, r) for r in (run, parent) if r}),
             }
+            locks = sorted({run_lock(self._namespace, r) for r in (run, parent) if r})
+            params["first_lock"], params["second_lock"] = (*locks, None, None)[:2]
             rows = await self._fixed("append_once", "fetch", "append", params)
             if rows and rows[0][1] is None:
                 return AppendOnceResult(True, {"sequence": rows[0][0]})

@@ -54,9 +54,8 @@ def head_from(key: str, values: Sequence[Any]) -> RunHead:
         and status in _STATUSES
     ):
         status = CheckpointStatus(status)
-        return RunHead(
-            revision, status, cycle, attempt, token, claimed, lease, terminal, acked, ambiguous, ident
-        )
+        flags = (terminal, acked, ambiguous)
+        return RunHead(revision, status, cycle, attempt, token, claimed, lease, *flags, ident)
     raise DurableCorrupted(_ROW_INVALID, f"stored head of {key!r} has damaged columns")
 
 
@@ -66,7 +65,7 @@ def _journals(
     """Each kind's entries, from the rows' kinds, places and entries (ordered by kind, place)."""
     journals: dict[OperationKind, list[bytes]] = {kind: [] for kind in OperationKind}
     for kind, idx, entry in zip(kinds or (), idxs or (), entries or (), strict=True):
-        journal = journals.get(_KINDS.get(kind))  # type: ignore[arg-type]
+        journal = journals[_KINDS[kind]] if kind in _KINDS else None
         if journal is None or idx != len(journal) or not isinstance(entry, bytes):
             raise DurableCorrupted(
                 _ROW_INVALID, f"stored journal of {key!r} has a damaged or missing entry row"
@@ -75,8 +74,10 @@ def _journals(
     return journals
 
 
-def decode_run(key: str, head: Sequence[Any], body: object, journal: Sequence[Any]) -> DurableCheckpoint:
-    """The record of ``key`` from its head columns, body and journal arrays (kinds, idxs, entries)."""
+def decode_run(
+    key: str, head: Sequence[Any], body: object, journal: Sequence[Any]
+) -> DurableCheckpoint:
+    """The record of ``key`` from its head columns, body and journal arrays (kind, idx, entry)."""
     if not isinstance(body, bytes):
         raise DurableCorrupted(_ROW_INVALID, f"stored body of {key!r} is missing")
     journals = _journals(key, *journal)

@@ -197,7 +197,8 @@ _FIXED: Final = {
     # so within a range sequence order is commit order, and a replay cursor
     # never passes an event that commits later with a smaller number.
     "append": """WITH locked AS (
-        SELECT count(pg_advisory_xact_lock(k)) FROM unnest(:locks::bigint[]) AS k
+        SELECT count(pg_advisory_xact_lock(k))
+        FROM (VALUES (:first_lock::bigint), (:second_lock::bigint)) AS l(k) WHERE k IS NOT NULL
     ), added AS (
         INSERT INTO {events} (namespace, event_id, payload_digest, run_id, parent_run_id, event)
         SELECT :namespace::text, :event_id::text, :payload_digest::text, :run_id::text,
@@ -317,7 +318,5 @@ class DurableSql:
         """
         statement = self._writes.get(shape)
         if statement is None:
-            statement = self._writes[shape] = Statement.of(
-                _write_text(shape).format(**self.names)
-            )
+            statement = self._writes[shape] = Statement.of(_write_text(shape).format(**self.names))
         return statement
