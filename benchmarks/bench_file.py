@@ -26,7 +26,7 @@ import orjson
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.file import FileCheckpointer
-from benchmarks.bench_due import _fill, _list_due_pass, _scan_pass
+from benchmarks.bench_due import fill_waiting, list_due_pass, page_all_pass
 from benchmarks.common import Table, median, ms, nested_state, percentile, rate, ratio, time_calls
 
 _HEADERS = [
@@ -104,18 +104,18 @@ async def _indexes(quick: bool) -> Table:
     with tempfile.TemporaryDirectory(prefix="bench-file-due-", dir=_SCRATCH) as tmp:
         async with FileCheckpointer(tmp) as cp:
             start = time.perf_counter()
-            await _fill(cp, suspended, due)
+            await fill_waiting(cp, suspended, due)
             fill_s = time.perf_counter() - start
             due_times: list[float] = []
             scan_times: list[float] = []
             status_pages: list[float] = []
             for _ in range(rounds):  # interleaved, so load swings hit all three alike
                 start = time.perf_counter()
-                found, due_read = await _list_due_pass(cp)
+                found, due_read = await list_due_pass(cp)
                 due_times.append(time.perf_counter() - start)
                 assert found == due, (found, due)
                 start = time.perf_counter()
-                found, scan_read = await _scan_pass(cp)
+                found, scan_read = await page_all_pass(cp)
                 scan_times.append(time.perf_counter() - start)
                 assert found == due, (found, due)
                 status_pages += await time_calls(
