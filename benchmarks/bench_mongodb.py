@@ -43,7 +43,7 @@ from tests.support.mongod import mongodb_uri
 from agentflow.checkpoint.base import Checkpoint, ThreadStatus
 from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.mongodb import MongoCheckpointer
-from benchmarks.bench_due import _fill, _list_due_pass
+from benchmarks.bench_due import fill_waiting, list_due_pass
 from benchmarks.common import (
     LangGraphWriter,
     Table,
@@ -157,37 +157,57 @@ async def _writer(c: _Contestant, thread: str, sizes: _Sizes) -> None:
         await c.put(thread, step)
 
 
-async def _round(contestants: dict[str, _Contestant], sizes: _Sizes) -> dict[str, Metrics]:
+def _rotated(names: list[str], shift: int) -> list[str]:
+    shift %= len(names)
+    return names[shift:] + names[:shift]
+
+
+async def _round(
+    contestants: dict[str, _Contestant], sizes: _Sizes, number: int
+) -> dict[str, Metrics]:
     """[seq puts/s, get p50 s, get p95 s, history s, concurrent puts/s] per contestant.
 
-    Sequential puts run in blocks of ``sizes.block`` steps, each block visiting every
-    contestant with the order rotating per block, so a busy host slows every
-    contestant alike; the other phases run contestant by contestant.
+    Sequential puts and gets run in blocks of ``sizes.block``, each block visiting
+    every contestant with the order rotating per block, so a busy host slows every
+    contestant alike; history and the concurrent puts run contestant by contestant,
+    the order rotating with the round ``number``.
     """
     run = uuid.uuid4().hex[:8]
     names = list(contestants)
     seq_thread = {name: f"seq-{i}-{run}" for i, name in enumerate(names)}
     busy = dict.fromkeys(names, 0.0)
     for i, first in enumerate(range(0, sizes.puts, sizes.block)):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in _rotated(names, i):
             put, thread = contestants[name].put, seq_thread[name]
             start = time.perf_counter()
             for step in range(first, min(first + sizes.block, sizes.puts)):
                 await put(thread, step)
             busy[name] += time.perf_counter() - start
-    metrics: dict[str, Metrics] = {}
-    for i, (name, c) in enumerate(contestants.items()):
-        gets = await time_calls(functools.partial(c.get_latest, seq_thread[name]), sizes.gets)
+    gets: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(0, sizes.gets, sizes.block):
+        for name in _rotated(names, i):
+            latest = functools.partial(contestants[name].get_latest, seq_thread[name])
+            gets[name] += await time_calls(latest, min(sizes.block, sizes.gets - i))
+    full: dict[str, float] = {}
+    concurrent: dict[str, float] = {}
+    for name in _rotated(names, number):
+        c, tag = contestants[name], f"{names.index(name)}-{run}"
         start = time.perf_counter()
         assert await c.history(seq_thread[name]) == sizes.puts
-        full = time.perf_counter() - start
+        full[name] = time.perf_counter() - start
         start = time.perf_counter()
-        await asyncio.gather(*(_writer(c, f"w{w}-{i}-{run}", sizes) for w in range(sizes.writers)))
-        concurrent = sizes.writers * sizes.per_writer / (time.perf_counter() - start)
-        seq = sizes.puts / busy[name]
-        metrics[name] = [seq, percentile(gets, 50), percentile(gets, 95), full, concurrent]
-    return metrics
+        await asyncio.gather(*(_writer(c, f"w{w}-{tag}", sizes) for w in range(sizes.writers)))
+        concurrent[name] = sizes.writers * sizes.per_writer / (time.perf_counter() - start)
+    return {
+        name: [
+            sizes.puts / busy[name],
+            percentile(gets[name], 50),
+            percentile(gets[name], 95),
+            full[name],
+            concurrent[name],
+        ]
+        for name in names
+    }
 
 
 async def _profiled(db: AsyncDatabase[Doc], work: Callable[[], Awaitable[Any]]) -> list[Doc]:
@@ -298,15 +318,15 @@ async def _due(client: AsyncMongoClient[Doc], uri: str, db: str, quick: bool) ->
     suspended, due = (10_000, 100) if quick else (100_000, 1_000)
     async with MongoCheckpointer(uri, database=db, journal=False) as cp:
         start = time.perf_counter()
-        await _fill(cp, suspended, due)
+        await fill_waiting(cp, suspended, due)
         fill_s = time.perf_counter() - start
         passes = []
         for _ in range(3 if quick else 5):
             start = time.perf_counter()
-            found, returned = await _list_due_pass(cp)
+            found, returned = await list_due_pass(cp)
             passes.append(time.perf_counter() - start)
             assert found == due, (found, due)
-        ops = await _profiled(client[db], lambda: _list_due_pass(cp))
+        ops = await _profiled(client[db], lambda: list_due_pass(cp))
     queries = [op for op in ops if op["op"] == "query"]
     keys = sum(op["keysExamined"] for op in queries)
     docs = sum(op["docsExamined"] for op in queries)
@@ -359,7 +379,7 @@ async def run(quick: bool) -> list[Table]:
                 "raw insert_one floor": _raw_floor(client, db, sizes, blobs, False),
                 "LangGraph MongoDBSaver 0.5.1": _langgraph(stack, uri, names[3], states),
             }
-            rounds = [await _round(contestants, sizes) for _ in range(sizes.rounds)]
+            rounds = [await _round(contestants, sizes, n) for n in range(sizes.rounds)]
         listing = await _listing(client, uri, names[4], quick)
         due = await _due(client, uri, names[5], quick)
         rows = {
@@ -394,10 +414,10 @@ async def run(quick: bool) -> list[Table]:
         ],
         notes=[
             f"mongod {build['version']} on the same host, {topology}",
-            f"medians of {sizes.rounds} rounds; sequential puts interleaved in blocks of "
-            f"{sizes.block} steps, the contestants' order rotating per block; get latest over "
+            f"medians of {sizes.rounds} rounds; sequential puts and gets interleaved in blocks "
+            f"of {sizes.block}, the contestants' order rotating per block; get latest over "
             f"{sizes.gets:,} calls; concurrent = {sizes.writers} tasks x {sizes.per_writer} puts "
-            "on one client",
+            "on one client; history and concurrent run in an order rotating per round",
             "history (s): read and decode all steps of one thread, ascending",
         ],
     )
