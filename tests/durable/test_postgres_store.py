@@ -371,3 +371,60 @@ async def test_bad_names_and_an_unreachable_server() -> None:
         with pytest.raises(StoreUnavailable) as caught:
             await store.load("run-1")
     assert caught.value.__cause__ is not None and "127.0.0.1:1" in str(caught.value)
+
+
+async def test_text_postgresql_cannot_hold_is_refused_and_nothing_stored(table: str) -> None:
+    event = {"type": "step", "run_id": "run-a"}
+    async with (
+        PostgresDurableStore(DSN, table=table) as store,
+        PostgresRunEventStore(DSN, table=table) as events,
+    ):
+        await store.create(make_record())
+        for bad in ("nul\x00", "\ud800"):
+            with pytest.raises(InvalidArgument):
+                await events.append_once(bad, event_payload_digest(event), event)
+            with pytest.raises(InvalidArgument):
+                await take(store, bad)
+        assert (await events.replay("run-a")).events == []
+        loaded = await store.load("run-1")
+    assert loaded is not None and (loaded.revision, loaded.claim_token) == (0, None)
+
+
+async def _plan(admin: Connection, sql: DurableSql, name: str, **params: Any) -> str:
+    statement = sql.fixed[name]
+    rows = await admin.fetch(f"EXPLAIN {statement.text}", *statement.args(params))
+    return "\n".join(row[0] for row in rows)
+
+
+async def test_pages_and_replays_read_only_their_index_ranges(
+    admin: Connection, table: str
+) -> None:
+    async with PostgresDurableStore(DSN, table=table) as store:
+        await store.load("create-the-tables")
+    runs, events = f'"{table}_durable_runs"', f'"{table}_durable_events"'
+    await admin.execute(
+        f"""INSERT INTO {runs} SELECT 'ns' || (n % 4), 'run-' || n, 0,
+            CASE WHEN n % 3 = 0 THEN 'running' ELSE 'completed' END, 0, 1, NULL, NULL, NULL,
+            n % 3 <> 0, false, false, 'x' FROM generate_series(1, 20000) AS n;
+        INSERT INTO {events} (namespace, event_id, payload_digest, run_id, parent_run_id, event)
+            SELECT 'ns' || (n % 2), 'e-' || n, 'd', 'run-' || (n % 10), 'run-' || (n % 9),
+            '\\x7b7d' FROM generate_series(1, 20000) AS n;
+        ANALYZE {runs}; ANALYZE {events}"""
+    )
+    sql = DurableSql(table, None)
+    page = {"namespace": "ns1", "after": "run-5", "limit": 11}
+    replay = {"namespace": "ns1", "run_id": "run-7", "after": 100, "limit": 11}
+    plans = {
+        "status": await _plan(admin, sql, "list_status_after", status="running", **page),
+        "all": await _plan(admin, sql, "list_after", **page),
+        "replay": await _plan(admin, sql, "replay", **replay),
+        "family": await _plan(admin, sql, "replay_family", **replay),
+    }
+    for plan in plans.values():  # index ranges read in page order: no scan, no sort
+        nodes = [line.strip(" ->").split("  (")[0] for line in plan.splitlines()]
+        assert not any(node.startswith(("Seq Scan", "Bitmap")) for node in nodes), plan
+        assert not {"Sort", "Incremental Sort"} & set(nodes), plan
+    assert "Merge Append" in plans["family"]
+    assert "status_key_idx" in plans["status"] and "_pkey" in plans["all"]
+    assert "run_id_seq_idx" in plans["replay"]
+    assert "run_id_seq_idx" in plans["family"] and "parent_run_id_seq_idx" in plans["family"]
