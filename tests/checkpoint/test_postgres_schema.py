@@ -247,16 +247,24 @@ async def test_a_failed_migration_leaves_version_1(admin: Connection, table: str
 # -- the cursor secret ------------------------------------------------------------
 
 
+#: Generous: spawning four interpreters on a loaded 2-core box can take a minute.
+_RENDEZVOUS_S = 300
+
+
 def _issue_cursor(table: str, barrier: Any, results: Any) -> None:
     """In a child process: open the store, wait for the others, list one page."""
 
     async def run() -> str | None:
         async with PostgresCheckpointer(DSN, table=table) as cp:
             await cp.setup()
-            await asyncio.to_thread(barrier.wait, 60)
+            await asyncio.to_thread(barrier.wait, _RENDEZVOUS_S)
             return (await cp.list_threads_page(limit=1)).next_cursor
 
-    results.put(asyncio.run(run()))
+    try:
+        results.put(asyncio.run(run()))
+    except Exception as exc:  # the parent asserts on what each child reports
+        barrier.abort()  # and the others need not wait for this one
+        results.put(f"failed: {exc!r}")
 
 
 async def test_processes_racing_for_the_secret_end_with_one(admin: Connection, table: str) -> None:
@@ -270,7 +278,7 @@ async def test_processes_racing_for_the_secret_end_with_one(admin: Connection, t
     children = [ctx.Process(target=_issue_cursor, args=(table, barrier, results)) for _ in range(4)]
     for child in children:
         child.start()
-    cursors = [await asyncio.to_thread(results.get, True, 120) for _ in children]
+    cursors = [await asyncio.to_thread(results.get, True, 2 * _RENDEZVOUS_S) for _ in children]
     for child in children:
         await asyncio.to_thread(child.join, 60)
     assert [child.exitcode for child in children] == [0] * 4
