@@ -217,8 +217,9 @@ class RedisDurableStore(RedisStoreBase):
 
     async def delete(self, key: str) -> bool:
         run, member = self._keys(validate_checkpoint_key(key))
-        keys = [run, self._all, self._statuses]
-        removed = await self._redis("delete", lambda: self._delete(keys=keys, args=[member]))
+        gone = run_key(self._prefix, self._namespace, key, b"gone")
+        keys, args = [run, self._all, self._statuses, gone], [member, write_id()]
+        removed = await self._redis("delete", lambda: self._delete(keys=keys, args=args))
         return bool(removed)
 
     async def list_runs(

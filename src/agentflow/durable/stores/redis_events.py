@@ -40,12 +40,12 @@ def _run_member(event: Mapping[str, Any], member: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _stored(event_id: str, found: bytes) -> tuple[int, str, bytes]:
-    """The sequence, digest and write id the id index holds for ``event_id``."""
+def _stored(event_id: str, found: bytes) -> tuple[int, str]:
+    """The sequence and digest the id index holds for ``event_id``."""
     parts = found.split(b":")
     if len(parts) != 3 or not parts[0].isdigit() or len(parts[1]) != 64:
         raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
-    return int(parts[0]), parts[1].decode("ascii", "replace"), parts[2]
+    return int(parts[0]), parts[1].decode("ascii", "replace")
 
 
 def _accepted(sequence: bytes, data: bytes | None, meta: bytes | None) -> AcceptedEvent:
@@ -91,7 +91,6 @@ class RedisRunEventStore(RedisStoreBase):
     ) -> AppendOnceResult:
         computed = check_append(event_id, payload_digest, event)
         name = encode_text(event_id, "checkpoint_value_invalid", "event_id")
-        mine = write_id()
         if computed == payload_digest:
             indexes = [
                 self._index(run, parent=parent)
@@ -99,7 +98,7 @@ class RedisRunEventStore(RedisStoreBase):
                 if (run := _run_member(event, member)) is not None
             ]
             data = canonical_json(event, what="event payload")
-            args = [name, payload_digest.encode(), data, mine]
+            args = [name, payload_digest.encode(), data, write_id()]
             keys = [*self._events, *indexes]
             reply = await self._redis("append_once", lambda: self._append(keys=keys, args=args))
             if reply[0] == 1:
@@ -112,8 +111,6 @@ class RedisRunEventStore(RedisStoreBase):
                 await self._redis("append_once", lambda: self._client.hget(ids, name)),
             )
         stored = None if found is None else _stored(event_id, found)
-        if stored is not None and stored[2] == mine:
-            return AppendOnceResult(True, {"sequence": stored[0]})  # this append, re-sent
         outcome = resolve_append(payload_digest, computed, None if stored is None else stored[1])
         if outcome == "insert" or stored is None:
             raise DurableConflict(f"event {event_id!r} was neither accepted nor found")

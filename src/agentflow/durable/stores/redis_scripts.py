@@ -5,6 +5,7 @@ unpadded base64url of the UTF-8 bytes, as in the checkpointer's layout)::
 
     P:{r.b64(N).b64(K)}:run  HASH  one run: the RunHead fields, write_id, body,
                                    jm / jt (journal lengths), jm.<i> / jt.<i> (entries)
+    P:{r.b64(N).b64(K)}:gone STR   the write id of the delete that removed it (for a minute)
     P:{d.b64(N)}:all         ZSET  every run key of N, score 0 (listing BYLEX)
     P:{d.b64(N)}:st          ZSET  status letter + run key, score 0: one range per status
     P:{d.b64(N)}:v           STR   durable layout version of N
@@ -278,13 +279,15 @@ return {1, redis.call('HGET', RUN, 'lease_expires_at_ms')}
 """
 )
 
-# KEYS run, all, st; ARGV run key. Removes the run whatever its state (and from
-# every status range, so a damaged status leaves no index entry). Returns 1 if
-# the run existed.
+# KEYS run, all, st, gone; ARGV run key, write id. Removes the run whatever its
+# state (and from every status range, so a damaged status leaves no index
+# entry), and leaves the write id in `gone` for a minute, for a re-send to find.
+# Returns 1 if the run existed (or this delete, re-sent, removed it).
 LUA_DELETE = (
-    "#!lua\nlocal RUN, ALL, ST = KEYS[1], KEYS[2], KEYS[3]\n"
+    "#!lua\nlocal RUN, ALL, ST, GONE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"
     + _RUN_PRELUDE
     + """
+if redis.call('GET', GONE) == ARGV[2] then return 1 end
 must_be('zset', ALL)
 must_be('zset', ST)
 local existed = redis.call('UNLINK', RUN)
@@ -292,6 +295,7 @@ redis.call('ZREM', ALL, ARGV[1])
 local members = {}
 for _, letter in pairs(LETTER) do members[#members + 1] = letter .. ARGV[1] end
 redis.call('ZREM', ST, unpack(members))
+if existed == 1 then redis.call('SET', GONE, ARGV[2], 'PX', 60000) end
 return existed
 """
 )
@@ -312,8 +316,8 @@ return out
 """
 
 # KEYS n, id, ev, then the run and parent indexes the event joins; ARGV event
-# id, digest, event bytes, write id. Returns {1, sequence} or {0, what the id
-# index holds for the event id}.
+# id, digest, event bytes, write id. Returns {1, sequence} (accepted now, or
+# by this append before a re-send) or {0, what the id index holds for the id}.
 LUA_APPEND = (
     """#!lua
 local N, ID, EV = KEYS[1], KEYS[2], KEYS[3]
@@ -321,7 +325,11 @@ local N, ID, EV = KEYS[1], KEYS[2], KEYS[3]
     + _MUST_BE
     + """
 local found = redis.call('HGET', ID, ARGV[1])
-if found then return {0, found} end
+if found then
+  local seq, wid = string.match(found, '^(%d+):%x+:(%x+)$')
+  if wid == ARGV[4] then return {1, seq} end  -- this append, re-sent
+  return {0, found}
+end
 must_be('string', N)
 must_be('hash', EV)
 for i = 4, #KEYS do must_be('zset', KEYS[i]) end
@@ -373,9 +381,11 @@ def _b64(raw: bytes) -> bytes:
     return base64.urlsafe_b64encode(raw).rstrip(b"=")
 
 
-def run_key(prefix: str, namespace: str, key: str) -> bytes:
-    """The hash of one run (its own hash tag)."""
-    return b"%s:{r.%s.%s}:run" % (prefix.encode(), _b64(namespace.encode()), _b64(key.encode()))
+def run_key(prefix: str, namespace: str, key: str, kind: bytes = b"run") -> bytes:
+    """The hash of one run (its own hash tag), or with ``kind=b"gone"`` the
+    marker a delete leaves for its re-send."""
+    base = b"%s:{r.%s.%s}:" % (prefix.encode(), _b64(namespace.encode()), _b64(key.encode()))
+    return base + kind
 
 
 def namespace_keys(prefix: str, namespace: str) -> tuple[bytes, bytes, bytes]:

@@ -1,0 +1,370 @@
+"""What is specific to the Redis durable store: one script per write (seen with
+MONITOR on a private server), what each script writes, re-sent scripts, the
+server's clock, the key layout and tenancy, the layout version, the URL."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import pytest
+import redis.asyncio as aioredis
+
+from agentflow.checkpoint.redis import RedisCheckpointer
+from agentflow.checkpoint.testing import make_checkpoint
+from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
+from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable.errors import ClaimActive, RecoveryRequired, RevisionConflict
+from agentflow.durable.stores import redis_scripts
+from agentflow.durable.stores.redis import RedisDurableStore, from_url
+from agentflow.durable.stores.redis_events import RedisRunEventStore
+from agentflow.durable.stores.redis_scripts import namespace_keys, run_key
+from agentflow.durable.testing import make_record, make_tool_entry
+from agentflow.durable.testing.claims import LIVE_MS, claimed, take
+from agentflow.durable.validators import CapabilityRef
+from agentflow.errors import (
+    CheckpointCorrupted,
+    IncompatibleSchema,
+    InvalidArgument,
+    InvalidStoreUrl,
+    StoreClosed,
+)
+from tests.backends.redis import (
+    REDIS_URL,
+    admin_session,
+    private_redis,
+    scratch_prefix,
+    stored_keys,
+)
+
+T = TypeVar("T")
+admin = pytest.fixture(admin_session)
+prefix = pytest.fixture(scratch_prefix)
+_ARGUMENT = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+_SCRIPTS = [
+    getattr(redis_scripts, name) for name in redis_scripts.__all__ if name.startswith("LUA_")
+]
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One command the server ran: by a client, or by a script (``lua``)."""
+
+    lua: bool
+    args: list[bytes]
+
+    @property
+    def name(self) -> str:
+        return self.args[0].decode().upper()
+
+    def fields(self) -> list[bytes]:
+        """The fields an ``HSET`` writes."""
+        assert self.name == "HSET"
+        return self.args[2::2]
+
+
+class Feed:
+    """The server's MONITOR stream, cut into the commands of one call at a time."""
+
+    def __init__(self, admin: aioredis.Redis, monitor: Any) -> None:
+        self._admin, self._monitor = admin, monitor
+
+    async def during(self, call: Awaitable[T]) -> tuple[T | BaseException, list[Sent]]:
+        """What ``call`` returned (or raised) and the commands the server ran meanwhile."""
+        await self._until_marker()  # what ran before is someone else's
+        try:
+            result: T | BaseException = await call
+        except Exception as exc:
+            result = exc
+        return result, await self._until_marker()
+
+    async def _until_marker(self) -> list[Sent]:
+        marker = uuid.uuid4().hex.encode()
+        await self._admin.echo(marker)
+        sent: list[Sent] = []
+        while True:
+            line = cast(bytes, await self._monitor.connection.read_response())
+            source, _, command = line.partition(b"] ")
+            args = _ARGUMENT.findall(command)
+            if args == [b"ECHO", marker]:
+                return sent
+            sent.append(Sent(source.endswith(b" lua"), args))
+
+
+@asynccontextmanager
+async def monitored(directory: Path) -> AsyncIterator[tuple[str, Feed]]:
+    """A private server (nobody else's commands) and its MONITOR feed."""
+    async with private_redis(directory) as url:
+        admin = aioredis.Redis.from_url(url)
+        try:
+            for source in _SCRIPTS:  # so no call below needs a SCRIPT LOAD
+                await admin.script_load(source)
+            async with admin.monitor() as monitor:
+                yield url, Feed(admin, monitor)
+        finally:
+            await admin.aclose()
+
+
+def _by_client(sent: list[Sent]) -> list[str]:
+    return [s.name for s in sent if not s.lua]
+
+
+def _by_script(sent: list[Sent]) -> list[str]:
+    return [s.name for s in sent if s.lua]
+
+
+async def test_each_operation_is_one_command(tmp_path: Path) -> None:
+    seen: dict[str, list[Sent]] = {}
+    async with (
+        monitored(tmp_path) as (url, feed),
+        RedisDurableStore(url) as store,
+        RedisRunEventStore(url) as events,
+    ):
+        await store.load("warm-up")  # the first call checks the layout version
+        await events.replay("warm-up")
+
+        async def op(name: str, call: Awaitable[T]) -> T:
+            result, seen[name] = await feed.during(call)
+            if isinstance(result, BaseException):
+                raise result
+            return result
+
+        pending = EventOutboxEntry.pending("evt-1", {"type": "run_completed"})
+        await op("create", store.create(make_record(event_outbox=[pending])))
+        record = await op("claim", take(store, "owner-a"))
+        await op("renew", store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS))
+        entry = make_tool_entry("run-1", 1)
+        record = await op(
+            "record_operation", store.record_operation(record, entry, claim_token="owner-a")
+        )
+        with pytest.raises(RevisionConflict):
+            stale = replace(record, revision=1)
+            await op("refused", store.progress(stale, claim_token="owner-a"))
+        record = await op("progress", store.progress(record, claim_token="owner-a"))
+        terminal = replace(
+            record, status=CheckpointStatus.COMPLETED, terminal_result={"status": "completed"}
+        )
+        record = await op(
+            "finalize_claimed", store.finalize_claimed(terminal, claim_token="owner-a")
+        )
+        cursor = EventCursor(CapabilityRef("events.redis", "1"), {"sequence": 1}, "evt-1")
+        record = await op(
+            "record_event_delivery",
+            store.record_event_delivery(
+                record,
+                claim_token=None,
+                event_id="evt-1",
+                payload_digest=pending.payload_digest,
+                cursor=cursor,
+            ),
+        )
+        await op("acknowledge_terminal", store.acknowledge_terminal(record))
+        await op("load", store.load("run-1"))
+        for key in ("run-2", "run-3", "run-4"):
+            await store.create(make_record(key))
+        await op("list_runs", store.list_runs(status=CheckpointStatus.RUNNING, limit=2))
+        await op("delete", store.delete("run-1"))
+        event = {"type": "step", "run_id": "run-1"}
+        digest = event_payload_digest(event)
+        await op("append_once", events.append_once("e", digest, event))
+        await op("append_once again", events.append_once("e", digest, event))
+        await op("replay", events.replay("run-1", include_children=True))
+    assert {name: _by_client(sent) for name, sent in seen.items()} == {
+        **{
+            name: ["EVALSHA"]
+            for name in (
+                "create",
+                "claim",
+                "renew",
+                "record_operation",
+                "refused",
+                "progress",
+                "finalize_claimed",
+                "record_event_delivery",
+                "acknowledge_terminal",
+                "delete",
+                "append_once",
+                "append_once again",
+                "replay",
+            )
+        },
+        "load": ["HGETALL"],
+        "list_runs": ["ZRANGE", "EVALSHA"],  # a page of keys, then their heads
+    }
+    # The run's hash is read and written by name; a refused write writes nothing.
+    assert _by_script(seen["claim"]) == ["HMGET", "HLEN", "TIME", "HSET", "HGETALL"]
+    assert _by_script(seen["renew"]) == ["HMGET", "TIME", "HSET"]
+    assert _by_script(seen["refused"]) == ["HMGET"]
+    assert _by_script(seen["record_operation"]) == ["HMGET", "HLEN", "HSET", "HGET"]
+    assert _by_script(seen["finalize_claimed"]) == [
+        *("HMGET", "HLEN", "TYPE", "HSET", "HDEL", "ZREM", "ZADD", "HGET")
+    ]
+    # A page of two reads the two runs' heads, nothing of the others.
+    assert _by_script(seen["list_runs"]) == ["ZSCORE", "HMGET"] * 2
+    assert _by_script(seen["append_once again"]) == ["HGET"]
+
+
+async def test_small_writes_leave_the_body_alone(tmp_path: Path) -> None:
+    written: dict[str, set[bytes]] = {}
+    async with monitored(tmp_path) as (url, feed), RedisDurableStore(url) as store:
+        await store.create(make_record(shared_state={"notes": "x" * 100_000}))
+
+        async def op(name: str, call: Awaitable[T]) -> T:
+            result, sent = await feed.during(call)
+            written[name] = {f for s in sent if s.name == "HSET" for f in s.fields()}
+            assert not isinstance(result, BaseException)
+            return result
+
+        record = await op("claim", take(store, "owner-a"))
+        await op("renew", store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS))
+        entry = make_tool_entry("run-1", 1)
+        record = await op("planned", store.record_operation(record, entry, claim_token="owner-a"))
+        record = await op(
+            "started", store.record_operation(record, entry.start(), claim_token="owner-a")
+        )
+        record.shared_state = {"notes": "y"}
+        await op("progress", store.progress(record, claim_token="owner-a"))
+    head = {name.encode() for name in redis_scripts.HEAD_FIELDS} | {b"write_id"}
+    assert written["renew"] == {b"lease_expires_at_ms"}
+    claim = {b"revision", b"status", b"resume_attempt", b"claim_token", b"claimed_cycle"}
+    assert written["claim"] == claim | {b"lease_expires_at_ms", b"write_id"}
+    # A journal write: the head (the lease stays as stored) and one entry.
+    assert written["planned"] == head - {b"lease_expires_at_ms"} | {b"jt.0", b"jt"}
+    assert written["started"] == head - {b"lease_expires_at_ms"} | {b"jt.0"}
+    assert b"body" in written["progress"]
+
+
+async def test_a_commit_removes_the_journal_entries(admin: aioredis.Redis, prefix: str) -> None:
+    async with RedisDurableStore(REDIS_URL, prefix=prefix) as store:
+        record = await claimed(store)
+        for position in (1, 2, 3):
+            entry = make_tool_entry("run-1", 1, position)
+            record = await store.record_operation(record, entry, claim_token="owner-a")
+        run = run_key(prefix, "", "run-1")
+        assert {b"jt.0", b"jt.1", b"jt.2"} <= set(await admin.hkeys(run))
+        committed = replace(record, cycle_index=1)
+        await store.commit(committed, claim_token="owner-a")
+        fields = set(await admin.hkeys(run))
+    assert fields == {name.encode() for name in (*redis_scripts.FIELDS, "body")}
+
+
+async def test_leases_run_on_the_server_clock(
+    admin: aioredis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    day_ms = 86_400_000
+    real_ns = time.time_ns
+    async with RedisDurableStore(REDIS_URL, prefix=prefix) as store:
+        for skew in (day_ms, -day_ms):  # this machine's clock a day ahead, then behind
+            monkeypatch.setattr(time, "time_ns", lambda skew=skew: real_ns() + skew * 1_000_000)
+            monkeypatch.setattr(time, "time", lambda skew=skew: real_ns() / 1e9 + skew / 1e3)
+            key = f"run{skew}"
+            await store.create(make_record(key))
+            seconds, micros = await admin.time()
+            server_ms = seconds * 1000 + micros // 1000
+            held = await take(store, "owner-a", key=key, lease_ms=60_000)
+            assert held.lease_expires_at_ms is not None
+            assert abs(held.lease_expires_at_ms - (server_ms + 60_000)) < 5_000
+            # Live on the server's clock, whatever this machine's says.
+            with pytest.raises(ClaimActive):
+                await take(store, "owner-b", key=key, mode=ClaimMode.RECOVERY)
+            # Lapsed on the server's clock: only a recovery claim takes it.
+            await admin.hset(run_key(prefix, "", key), "lease_expires_at_ms", str(server_ms - 1))
+            with pytest.raises(RecoveryRequired):
+                await take(store, "owner-b", key=key)
+            taken = await take(store, "owner-b", key=key, mode=ClaimMode.RECOVERY)
+            assert taken.claim_token == "owner-b" and taken.resume_attempt == 2
+
+
+# -- layout, tenancy and lifecycle -------------------------------------------------
+
+
+async def test_keys_of_hostile_names_stay_in_their_tags(admin: aioredis.Redis, prefix: str) -> None:
+    names = ["a.b", "a", "*", "{x}", "}{", "a:b", "研究", "\U0001f600"]
+    checkpointer = RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="a")
+    stores = {ns: RedisDurableStore(REDIS_URL, prefix=prefix, namespace=ns) for ns in names}
+    try:
+        await checkpointer.put(make_checkpoint("b.c", 0))
+        for ns, store in stores.items():
+            for key in names:
+                await store.create(make_record(key, shared_state={"ns": ns, "key": key}))
+        for ns, store in stores.items():
+            listed = [run.key for run in (await store.list_runs(limit=100)).runs]
+            assert listed == sorted(names, key=lambda k: k.encode())
+            for key in names:
+                loaded = await store.load(key)
+                assert loaded is not None and loaded.shared_state == {"ns": ns, "key": key}
+        assert await checkpointer.get("b.c") is not None
+        expected = {run_key(prefix, ns, key) for ns in names for key in names}
+        expected |= {k for ns in names for k in namespace_keys(prefix, ns)}
+        durable = {k for k in await stored_keys(admin, prefix) if b":{n." not in k}
+        assert {k for k in durable if b":{t." not in k} == expected
+    finally:
+        await checkpointer.close()
+        for store in stores.values():
+            await store.close()
+
+
+async def test_prefixes_and_namespaces_never_meet(prefix: str) -> None:
+    other = f"{prefix}-other"
+    async with (
+        RedisDurableStore(REDIS_URL, prefix=prefix, namespace="t") as mine,
+        RedisDurableStore(REDIS_URL, prefix=other, namespace="t") as theirs,
+        RedisDurableStore(REDIS_URL, prefix=prefix, namespace="u") as neighbour,
+    ):
+        try:
+            held = await claimed(mine)
+            await claimed(theirs, token="owner-b")
+            assert await neighbour.load("run-1") is None
+            with pytest.raises(ClaimActive):
+                await take(theirs, "owner-x", mode=ClaimMode.RECOVERY)
+            await mine.progress(held, claim_token="owner-a")
+            loaded = await theirs.load("run-1")
+            assert loaded is not None and (loaded.revision, loaded.claim_token) == (1, "owner-b")
+        finally:
+            await theirs.delete("run-1")
+
+
+async def test_the_layout_version_is_set_once_and_a_newer_one_refused(
+    admin: aioredis.Redis, prefix: str
+) -> None:
+    version = namespace_keys(prefix, "t")[2]
+    async with RedisDurableStore(REDIS_URL, prefix=prefix, namespace="t") as store:
+        assert await store.load("run-1") is None
+    assert await admin.get(version) == redis_scripts.LAYOUT_VERSION
+    for stored, error in ((b"2", IncompatibleSchema), (b"x", CheckpointCorrupted)):
+        await admin.set(version, stored)
+        async with RedisDurableStore(REDIS_URL, prefix=prefix, namespace="t") as store:
+            with pytest.raises(error) as caught:
+                await store.create(make_record())
+        assert isinstance(caught.value, IncompatibleSchema) == (error is IncompatibleSchema)
+        assert await admin.exists(run_key(prefix, "t", "run-1")) == 0
+
+
+async def test_construction_urls_and_closing(prefix: str) -> None:
+    store = from_url(REDIS_URL, namespace="t")
+    assert store.namespace == "t" and "127.0.0.1:6379" in repr(store)
+    await store.close()
+    await store.close()
+    with pytest.raises(StoreClosed):
+        await store.load("run-1")
+    with pytest.raises(InvalidStoreUrl):
+        from_url("redis://host:notaport")
+    with pytest.raises(InvalidArgument):
+        RedisDurableStore(REDIS_URL, prefix="a{b}")
+    decoding = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
+    with pytest.raises(InvalidArgument):
+        RedisDurableStore(client=decoding)
+    await decoding.aclose()
+    client = aioredis.Redis.from_url(REDIS_URL)
+    async with RedisDurableStore(client=client, prefix=prefix) as injected:
+        await injected.create(make_record())
+    assert await client.ping() is True  # an injected client stays open
+    async with RedisDurableStore(client=client, prefix=prefix) as again:
+        assert await again.load("run-1") is not None
+    await client.aclose()
