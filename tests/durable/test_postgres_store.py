@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -44,9 +44,8 @@ from tests.backends.postgres import (
     blocked_backend,
     logging_pool,
     settle_logs,
-    unique_table,
 )
-from tests.durable.backends.postgres import drop_durable_tables
+from tests.durable.backends.postgres import scratch_durable_table
 
 T = TypeVar("T")
 Log = list[tuple[str, tuple[object, ...]]]
@@ -55,11 +54,7 @@ admin = pytest.fixture(admin_session)
 _SERVER_MS = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
-@pytest.fixture
-async def table(admin: Connection) -> AsyncIterator[str]:
-    name = unique_table()
-    yield name
-    await drop_durable_tables(admin, name)
+table = pytest.fixture(scratch_durable_table)
 
 
 async def _rows(admin: Connection, table: str, part: str, columns: str) -> list[Any]:

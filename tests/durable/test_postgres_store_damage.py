@@ -12,17 +12,13 @@ from agentflow.durable.stores.postgres import PostgresDurableStore
 from agentflow.durable.stores.postgres_events import PostgresRunEventStore
 from agentflow.durable.testing import make_tool_entry
 from agentflow.durable.testing.claims import claimed
-from tests.backends.postgres import DSN, Connection, admin_session, unique_table
-from tests.durable.backends.postgres import drop_durable_tables
+from tests.backends.postgres import DSN, Connection, admin_session
+from tests.durable.backends.postgres import scratch_durable_table
 
 admin = pytest.fixture(admin_session)
 
 
-@pytest.fixture
-async def table(admin: Connection) -> AsyncIterator[str]:
-    name = unique_table()
-    yield name
-    await drop_durable_tables(admin, name)
+table = pytest.fixture(scratch_durable_table)
 
 
 @pytest.fixture

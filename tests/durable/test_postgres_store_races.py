@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from threading import Barrier
 
@@ -22,8 +21,8 @@ from agentflow.durable.stores.postgres import PostgresDurableStore
 from agentflow.durable.stores.postgres_events import PostgresRunEventStore
 from agentflow.durable.testing import make_record
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
-from tests.backends.postgres import DSN, Connection, admin_session, unique_table
-from tests.durable.backends.postgres import drop_durable_tables
+from tests.backends.postgres import DSN, admin_session
+from tests.durable.backends.postgres import scratch_durable_table
 
 WORKERS = 4
 ROUNDS = 6
@@ -34,11 +33,7 @@ _shared: dict[str, Barrier] = {}
 admin = pytest.fixture(admin_session)
 
 
-@pytest.fixture
-async def table(admin: Connection) -> AsyncIterator[str]:
-    name = unique_table()
-    yield name
-    await drop_durable_tables(admin, name)
+table = pytest.fixture(scratch_durable_table)
 
 
 def _init(barrier: Barrier) -> None:

@@ -22,6 +22,13 @@ async def drop_durable_tables(admin: Connection, table: str) -> None:
     await drop_tables(admin, table)
 
 
+async def scratch_durable_table(admin: Connection) -> AsyncIterator[str]:
+    """Fixture body (``table = pytest.fixture(scratch_durable_table)``): dropped after."""
+    name = unique_table()
+    yield name
+    await drop_durable_tables(admin, name)
+
+
 @asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
     admin = await admin_connection()
