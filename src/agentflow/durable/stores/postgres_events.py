@@ -83,15 +83,17 @@ class PostgresRunEventStore(PostgresDurableBase):
         rows: list[Any] = []
         if computed == payload_digest:
             run, parent = _run_member(event, "run_id"), _run_member(event, "parent_run_id")
+            locks = sorted({run_lock(self._namespace, r) for r in (run, parent) if r})
+            first_lock, second_lock = (*locks, None, None)[:2]
             params = {
                 **ids,
                 "payload_digest": payload_digest,
                 "run_id": run,
                 "parent_run_id": parent,
                 "event": canonical_json(event, what="event payload"),
+                "first_lock": first_lock,
+                "second_lock": second_lock,
             }
-            locks = sorted({run_lock(self._namespace, r) for r in (run, parent) if r})
-            params["first_lock"], params["second_lock"] = (*locks, None, None)[:2]
             rows = await self._fixed("append_once", "fetch", "append", params)
             if rows and rows[0][1] is None:
                 return AppendOnceResult(True, {"sequence": rows[0][0]})
