@@ -178,16 +178,16 @@ async def test_claims_renewals_and_journal_writes_leave_the_body_and_other_entri
         record = await store.record_operation(record, first, claim_token="owner-a")
         record = await store.record_operation(record, second, claim_token="owner-a")
         assert await _rows(admin, table, "bodies", "key, xmin::text") == body
-        entries = await _rows(admin, table, "journal", "idx, xmin::text, entry")
+        entries = await _rows(admin, table, "journal", "idx, xmin::text, entry, xmax::text")
         record = await store.record_operation(record, first.start(), claim_token="owner-a")
-        moved = await _rows(admin, table, "journal", "idx, xmin::text, entry")
+        moved = await _rows(admin, table, "journal", "idx, xmin::text, entry, xmax::text")
         assert moved[1] == entries[1]  # only the entry that moved was written
         assert moved[0][1] != entries[0][1]
         assert moved[0][2] == encode_entry(first.start())
         record.shared_state = {"notes": "y"}
         record = await store.progress(record, claim_token="owner-a")
         assert await _rows(admin, table, "bodies", "key, xmin::text") != body
-        assert await _rows(admin, table, "journal", "idx, xmin::text, entry") == moved
+        assert await _rows(admin, table, "journal", "idx, xmin::text, entry, xmax::text") == moved
         await store.commit(replace(record, cycle_index=1), claim_token="owner-a")
         assert await _rows(admin, table, "journal", "idx") == []
 

@@ -259,8 +259,9 @@ def _write_text(shape: WriteShape) -> str:
             f" :entry::bytea FROM head {upsert})"
         )
     elif shape.journal == "replace":
-        # Rows past each new length go; the others are upserted (an unchanged
-        # entry is left as it is). The two sets are disjoint, so no row is
+        # Rows past each new length go; the others are upserted, but for those
+        # stored already (not even locked: a progress that keeps the journals
+        # writes no journal row). The two sets are disjoint, so no row is
         # touched twice by the one statement.
         parts.append(
             "trimmed AS (DELETE FROM {journal} j USING head"
@@ -271,7 +272,9 @@ def _write_text(shape: WriteShape) -> str:
         parts.append(
             f"filled AS ({insert} SELECT :namespace, :key, e.kind, e.idx, e.entry FROM head,"
             " unnest(:kinds::text[], :idxs::int[], :entries::bytea[]) AS e(kind, idx, entry)"
-            f" {upsert} WHERE {{journal}}.entry <> EXCLUDED.entry)"
+            " WHERE NOT EXISTS (SELECT 1 FROM {journal} j WHERE j.namespace = :namespace"
+            " AND j.key = :key AND j.kind = e.kind AND j.idx = e.idx AND j.entry = e.entry)"
+            f" {upsert})"
         )
     return "WITH " + ", ".join(parts) + " SELECT lease_expires_at_ms FROM head"
 
