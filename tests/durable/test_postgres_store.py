@@ -1,5 +1,5 @@
 """What is specific to the PostgreSQL durable store: one statement per write, rows a
-write leaves alone, the server's clock, tenancy, its schema, URL and connections."""
+write leaves alone, the server's clock, tenancy, and the index ranges pages read."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agentflow.checkpoint.postgres import PostgresCheckpointer
-from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -22,20 +20,12 @@ from agentflow.durable.errors import (
     RevisionConflict,
 )
 from agentflow.durable.rows import encode_entry
-from agentflow.durable.stores.postgres import PostgresDurableStore, from_url
+from agentflow.durable.stores.postgres import PostgresDurableStore
 from agentflow.durable.stores.postgres_events import PostgresRunEventStore
-from agentflow.durable.stores.postgres_sql import DURABLE_SCHEMA_VERSION, DurableSql
+from agentflow.durable.stores.postgres_sql import DurableSql
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
 from agentflow.durable.validators import CapabilityRef
-from agentflow.errors import (
-    CheckpointCorrupted,
-    IncompatibleSchema,
-    InvalidArgument,
-    InvalidStoreUrl,
-    StoreClosed,
-    StoreUnavailable,
-)
 from tests.backends.postgres import (
     DSN,
     Connection,
@@ -285,104 +275,6 @@ async def test_tenants_on_one_table_claim_and_fence_apart(table: str) -> None:
         await a.progress(mine, claim_token="owner-a")
         assert [r.revision for r in (await b.list_runs()).runs] == [theirs.revision]
         assert (await a.delete("shared"), await b.load("shared") is not None) == (True, True)
-
-
-async def _meta(admin: Connection, table: str) -> dict[str, int]:
-    rows = await admin.fetch(f'SELECT component, version FROM "{table}_meta"')
-    return {row["component"]: row["version"] for row in rows}
-
-
-async def test_tables_are_created_beside_a_checkpointer_and_versioned(
-    admin: Connection, table: str
-) -> None:
-    async with PostgresCheckpointer(DSN, table=table) as checkpointer:
-        await checkpointer.put(make_checkpoint("t", 0))
-    before = await _meta(admin, table)
-    async with PostgresDurableStore(DSN, table=table) as store:
-        await store.create(make_record())
-    assert await _meta(admin, table) == {**before, "durable": DURABLE_SCHEMA_VERSION}
-    async with (
-        PostgresCheckpointer(DSN, table=table) as checkpointer,
-        PostgresDurableStore(DSN, table=table) as store,
-    ):
-        assert await checkpointer.get("t") is not None and await store.load("run-1") is not None
-
-
-@pytest.mark.parametrize(
-    ("version", "error"), [(DURABLE_SCHEMA_VERSION + 1, IncompatibleSchema), (0, None)]
-)
-async def test_a_newer_or_damaged_version_is_refused(
-    admin: Connection, table: str, version: int, error: type[Exception] | None
-) -> None:
-    async with PostgresCheckpointer(DSN, table=table) as checkpointer:
-        await checkpointer.put(make_checkpoint("t", 0))
-    await admin.execute(f"INSERT INTO \"{table}_meta\" VALUES ('durable', $1)", version)
-    async with PostgresDurableStore(DSN, table=table) as store:
-        with pytest.raises(error or CheckpointCorrupted) as caught:
-            await store.create(make_record())
-    if error is None:
-        assert not isinstance(caught.value, IncompatibleSchema)
-    tables = await admin.fetchval(
-        "SELECT count(*) FROM pg_tables WHERE tablename LIKE $1", f"{table}_durable%"
-    )
-    assert tables == 0
-
-
-async def test_first_uses_racing_create_the_tables_once(admin: Connection, table: str) -> None:
-    stores = [PostgresDurableStore(DSN, table=table, namespace=f"n{i}") for i in range(6)]
-    try:
-        await asyncio.gather(*(s.create(make_record()) for s in stores))
-        assert all([await s.load("run-1") is not None for s in stores])
-    finally:
-        for store in stores:
-            await store.close()
-    assert (await _meta(admin, table))["durable"] == DURABLE_SCHEMA_VERSION
-
-
-async def test_from_url_closing_and_an_injected_pool(table: str) -> None:
-    store = from_url(DSN, namespace="t")
-    assert store.namespace == "t" and "checkpoints" in repr(store)
-    await store.close()
-    await store.close()
-    with pytest.raises(StoreClosed):
-        await store.load("run-1")
-    for url in ("sqlite:///x.db", "redis://localhost"):
-        with pytest.raises(InvalidStoreUrl):
-            from_url(url)
-    pool = await logging_pool([])
-    try:
-        async with PostgresDurableStore(pool=pool, table=table) as borrowed:
-            await borrowed.create(make_record())
-        assert await pool.fetchval("SELECT 1") == 1  # the caller's pool stays open
-    finally:
-        await pool.close()
-
-
-async def test_bad_names_and_an_unreachable_server() -> None:
-    for name in ("Upper", "x" * 48, "a-b"):
-        with pytest.raises(InvalidArgument):
-            DurableSql(name, None)
-    async with PostgresDurableStore("postgresql://postgres@127.0.0.1:1/test") as store:
-        with pytest.raises(StoreUnavailable) as caught:
-            await store.load("run-1")
-    assert caught.value.__cause__ is not None and "127.0.0.1:1" in str(caught.value)
-
-
-async def test_text_postgresql_cannot_hold_is_refused_and_nothing_stored(table: str) -> None:
-    event = {"type": "step", "run_id": "run-a"}
-    async with (
-        PostgresDurableStore(DSN, table=table) as store,
-        PostgresRunEventStore(DSN, table=table) as events,
-    ):
-        await store.create(make_record())
-        for bad in ("nul\x00", "\ud800"):
-            with pytest.raises(InvalidArgument):
-                await events.append_once(bad, event_payload_digest(event), event)
-            with pytest.raises(InvalidArgument):
-                await take(store, bad)
-        assert (await events.replay("run-a")).events == []
-        loaded = await store.load("run-1")
-    assert loaded is not None and (loaded.revision, loaded.claim_token) == (0, None)
 
 
 async def _plan(admin: Connection, sql: DurableSql, name: str, **params: Any) -> str:
