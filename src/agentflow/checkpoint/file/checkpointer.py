@@ -165,7 +165,7 @@ class FileCheckpointer(CheckpointerBase):
                 finally:
                     os.close(tfd)
                 if found is not None:
-                    index.add(base, found.state(thread), thread, self._modes)
+                    index.add(base, found.state(), thread, self._modes)
         index.mark_complete(base, self._modes)
 
     def _thread_names(self, base: int) -> list[str]:
@@ -190,7 +190,7 @@ class FileCheckpointer(CheckpointerBase):
 
     def _state(self, base: int, thread: str) -> ThreadState | None:
         info = self._summary(base, thread)
-        return None if info is None else ThreadState.of(info)
+        return None if info is None else ThreadState.of_info(info)
 
     def _decode(self, thread: str, found: StepFile) -> Checkpoint:
         payload = payload_of(found.data, found.start, thread, found.step)
@@ -231,8 +231,8 @@ class FileCheckpointer(CheckpointerBase):
                     current = stored.revision if stored else 0
                 if if_revision is not None and if_revision != current:
                     return current
-                old = None if before is None else before.state(thread)
-                new = ThreadState.of(enc.summary())
+                old = None if before is None else before.state()
+                new = ThreadState.of(enc.interrupted, enc.done, enc.wake_at)
                 if latest and new != old:  # the new entries first: never one missing
                     index.add(base, new, thread, self._modes)
                 thread_dir.write(tfd, enc, current + 1, latest, self._modes.file)
@@ -332,7 +332,7 @@ class FileCheckpointer(CheckpointerBase):
                 continue
             info = self._summary(base, thread)
             entry = ThreadState("waiting", wake_us)
-            if info is None or ThreadState.of(info) != entry:
+            if info is None or ThreadState.of_info(info) != entry:
                 self._repair(base, thread, entry)
                 continue
             found.append(info)
@@ -363,7 +363,7 @@ class FileCheckpointer(CheckpointerBase):
             count = len(thread_dir.steps(tfd))
             try:
                 found = thread_dir.latest(tfd, thread, whole=False)
-                entries = [] if found is None else [found.state(thread)]
+                entries = [] if found is None else [found.state()]
             except CheckpointCorrupted:  # its entries are unknown: every status's
                 entries = [ThreadState(status, None) for status in get_args(ThreadStatus)]
             os.rename(thread, trash, src_dir_fd=base, dst_dir_fd=base)

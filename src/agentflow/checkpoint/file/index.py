@@ -73,9 +73,17 @@ class ThreadState(NamedTuple):
     wake_us: int | None
 
     @classmethod
-    def of(cls, info: ThreadInfo) -> ThreadState:
-        waiting = info.status == "waiting" and info.wake_at is not None
-        return cls(info.status, parse_instant(info.wake_at) if waiting else None)
+    def of(cls, interrupted: bool, done: bool, wake_at: str | None) -> ThreadState:
+        """The state of a latest step with these flags (as :attr:`ThreadInfo.status`)."""
+        if done or not interrupted:
+            return cls("done" if done else "running", None)
+        if wake_at is None:
+            return cls("interrupted", None)
+        return cls("waiting", parse_instant(wake_at))
+
+    @classmethod
+    def of_info(cls, info: ThreadInfo) -> ThreadState:
+        return cls.of(info.interrupted, info.done, info.wake_at)
 
 
 def _due_dirs(wake_us: int) -> tuple[str, str, str]:

@@ -105,8 +105,9 @@ class StepFile(NamedTuple):
     data: bytes
     start: int
 
-    def state(self, thread: str) -> ThreadState:
-        return ThreadState.of(self.header.info(thread, self.step))
+    def state(self) -> ThreadState:
+        header = self.header
+        return ThreadState.of(header.interrupted, header.done, header.wake_at)
 
 
 def steps(tfd: int) -> set[int]:
@@ -241,4 +242,4 @@ def prune(
 
 def _state(tfd: int, thread: str, step: int) -> ThreadState | None:
     found = read(tfd, thread, step, whole=False)
-    return None if found is None else found.state(thread)
+    return None if found is None else found.state()
