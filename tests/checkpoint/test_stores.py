@@ -47,7 +47,8 @@ def test_bad_urls_are_refused(url: object) -> None:
 
 def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "asyncpg", None)
-    monkeypatch.delitem(sys.modules, "agentflow.checkpoint.postgres", raising=False)
+    for name in [m for m in sys.modules if m.startswith("agentflow.checkpoint.postgres")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(InvalidStoreUrl, match=r"pip install 'agentflow\[postgres\]'"):
         open_store("postgresql://u:secret@127.0.0.1/db")
 

@@ -274,10 +274,13 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             )
         return cp
 
-    async def _cursors(self) -> CursorSigner:
+    async def _cursors(self, operation: str) -> CursorSigner:
         signer = self._signer
         if signer is None:
-            secret = await self._cursor_secret()
+            try:
+                secret = await self._cursor_secret()
+            except Exception as exc:
+                self._reraise(exc, operation)
             signer = self._signer = CursorSigner(secret, self.kind, self._namespace)
         return signer
 
@@ -372,13 +375,13 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         listing = f"{_THREADS}:{status or ''}"
         after = ""
         if cursor is not None:
-            body = (await self._cursors()).decode(listing, cursor)
+            body = (await self._cursors("list_threads_page")).decode(listing, cursor)
             after = _thread_in(body.get("after"))
         infos = await self._threads(after, limit + 1, status, "list_threads_page")
         if len(infos) <= limit:
             return ThreadPage(infos, None)
         del infos[limit:]
-        signer = await self._cursors()
+        signer = await self._cursors("list_threads_page")
         return ThreadPage(infos, signer.encode(listing, {"after": infos[-1].thread}))
 
     async def list_due(
@@ -389,9 +392,9 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         check_limit(limit)
         after: tuple[int, str] | None = None
         if cursor is not None:
-            body = (await self._cursors()).decode(_DUE, cursor)
+            body = (await self._cursors("list_due")).decode(_DUE, cursor)
             wake_us = body.get("wake_us")
-            if type(wake_us) is not int:
+            if type(wake_us) is not int or not -(2**63) <= wake_us < 2**63:
                 raise InvalidCursor("cursor body is malformed")
             after = (wake_us, _thread_in(body.get("after")))
         try:
@@ -402,8 +405,14 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             return ThreadPage(infos, None)
         del infos[limit:]
         last = infos[-1]
-        body = {"wake_us": parse_instant(last.wake_at), "after": last.thread}
-        return ThreadPage(infos, (await self._cursors()).encode(_DUE, body))
+        try:
+            last_wake_us = parse_instant(last.wake_at)
+        except InvalidArgument as exc:
+            raise CheckpointCorrupted(
+                f"thread {last.thread!r}: the stored wake time is damaged"
+            ) from exc
+        body = {"wake_us": last_wake_us, "after": last.thread}
+        return ThreadPage(infos, (await self._cursors("list_due")).encode(_DUE, body))
 
     async def delete_thread(self, thread: str) -> None:
         self._check_open()

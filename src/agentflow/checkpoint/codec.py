@@ -21,8 +21,7 @@ top-level None field explains, so the common case stays fast.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
@@ -41,8 +40,7 @@ _ORJSON_OPTIONS: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RecordKey:
+class RecordKey(NamedTuple):
     """Where a record is stored: what a codec may bind its bytes to."""
 
     namespace: str

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
-from datetime import datetime
 from typing import Any, Final
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadPage, ThreadStatus
+from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.postgres.connections import KeptConnections
@@ -197,26 +196,6 @@ class PostgresCheckpointer(CheckpointerBase):
         return secret
 
     # The base reads the cursor secret outside its error mapping: map it here.
-    async def list_threads_page(
-        self,
-        *,
-        limit: int = 100,
-        cursor: str | None = None,
-        status: ThreadStatus | None = None,
-    ) -> ThreadPage:
-        try:
-            return await super().list_threads_page(limit=limit, cursor=cursor, status=status)
-        except Exception as exc:
-            self._reraise(exc, "list_threads_page")
-
-    async def list_due(
-        self, now: str | datetime, *, limit: int = 100, cursor: str | None = None
-    ) -> ThreadPage:
-        try:
-            return await super().list_due(now, limit=limit, cursor=cursor)
-        except Exception as exc:
-            self._reraise(exc, "list_due")
-
     def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
         return driver_error(exc, operation, self._where)
 
