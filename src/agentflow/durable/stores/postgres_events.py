@@ -10,7 +10,8 @@ cursor never passes an event that becomes visible later (without the locks,
 two appenders could commit 11 before 10, and a replay reading 11 would skip
 10 for good). Replay reads one run's index (and its children's) from a
 sequence on: a page costs O(page). Cursors are ``{"sequence": n}``. Every
-event read back is checked against its digest.
+event read back is checked against its digest, by the same checks of a
+stored event row as the SQLite event store's.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from agentflow.durable.canonical import canonical_json, parse_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.canonical import canonical_json
+from agentflow.durable.errors import DurableConflict
 from agentflow.durable.events import (
-    AcceptedEvent,
     AppendOnceResult,
     EventPage,
     check_append,
@@ -31,14 +31,10 @@ from agentflow.durable.events import (
 from agentflow.durable.memory import _sequence_of
 from agentflow.durable.paging import check_limit
 from agentflow.durable.stores.postgres_base import PostgresDurableBase
+from agentflow.durable.stores.sqlite_events import _accepted, _run_member, _stored
 from agentflow.durable.validators import CapabilityRef, require_non_empty
 
 __all__ = ["PostgresRunEventStore"]
-
-
-def _run_member(event: Mapping[str, Any], member: str) -> str | None:
-    value = event.get(member)
-    return value if isinstance(value, str) and value else None
 
 
 def run_lock(namespace: str, run_id: str) -> int:
@@ -46,23 +42,6 @@ def run_lock(namespace: str, run_id: str) -> int:
     scope = canonical_json(["agentflow-events", namespace, run_id])
     digest = hashlib.blake2b(scope, digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-def _accepted(row: Any) -> AcceptedEvent:
-    sequence, event_id, digest, data = row
-    if not isinstance(data, bytes) or hashlib.sha256(data).hexdigest() != digest:
-        raise DurableCorrupted(
-            "event_payload_digest_mismatch", f"stored event {event_id!r} fails its digest"
-        )
-    try:
-        event = parse_json(data)
-    except DurableError as exc:
-        raise DurableCorrupted(exc.code, f"stored event {event_id!r}: {exc.message}") from exc
-    if not isinstance(event, dict):
-        raise DurableCorrupted(
-            "event_payload_invalid", f"stored event {event_id!r} is not an object"
-        )
-    return AcceptedEvent(event_id, digest, event, {"sequence": sequence})
 
 
 class PostgresRunEventStore(PostgresDurableBase):
@@ -95,8 +74,8 @@ class PostgresRunEventStore(PostgresDurableBase):
                 "second_lock": second_lock,
             }
             rows = await self._fixed("append_once", "fetch", "append", params)
-            if rows and rows[0][1] is None:
-                return AppendOnceResult(True, {"sequence": rows[0][0]})
+            if rows and rows[0][0] is None:
+                return AppendOnceResult(True, {"sequence": rows[0][1]})
         if not rows:  # refused either way, or accepted by a racer our snapshot missed
             rows = await self._fixed("append_once", "fetch", "event_by_id", ids)
         stored, sequence = _stored(event_id, rows)
@@ -126,12 +105,3 @@ class PostgresRunEventStore(PostgresDurableBase):
         more = len(events) > limit
         events = events[:limit]
         return EventPage(events, dict(events[-1].cursor) if more else None)
-
-
-def _stored(event_id: str, rows: list[Any]) -> tuple[str | None, int | None]:
-    if not rows:
-        return None, None
-    sequence, digest = rows[0]
-    if not isinstance(digest, str) or type(sequence) is not int:
-        raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
-    return digest, sequence

@@ -204,10 +204,10 @@ _FIXED: Final = {
         SELECT :namespace::text, :event_id::text, :payload_digest::text, :run_id::text,
             :parent_run_id::text, :event::bytea FROM locked
         ON CONFLICT (namespace, event_id) DO NOTHING RETURNING seq
-    ) SELECT seq, NULL AS payload_digest FROM added
-    UNION ALL SELECT seq, payload_digest FROM {events}
+    ) SELECT NULL AS payload_digest, seq FROM added
+    UNION ALL SELECT payload_digest, seq FROM {events}
         WHERE namespace = :namespace AND event_id = :event_id AND NOT EXISTS (SELECT FROM added)""",
-    "event_by_id": """SELECT seq, payload_digest FROM {events}
+    "event_by_id": """SELECT payload_digest, seq FROM {events}
         WHERE namespace = :namespace AND event_id = :event_id""",
     "replay": """SELECT seq, event_id, payload_digest, event FROM {events}
         WHERE namespace = :namespace AND run_id = :run_id AND seq > :after
