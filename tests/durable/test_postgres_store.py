@@ -315,3 +315,19 @@ async def test_pages_and_replays_read_only_their_index_ranges(
     assert "status_key_idx" in plans["status"] and "_pkey" in plans["all"]
     assert "run_id_seq_idx" in plans["replay"]
     assert "run_id_seq_idx" in plans["family"] and "parent_run_id_seq_idx" in plans["family"]
+
+
+async def test_a_delete_takes_the_body_and_every_entry(admin: Connection, table: str) -> None:
+    async with PostgresDurableStore(DSN, table=table) as store:
+        await store.create(make_record())
+        record = await take(store, "owner-a")
+        for position in (1, 2):
+            entry = make_tool_entry("run-1", 1, position)
+            record = await store.record_operation(record, entry, claim_token="owner-a")
+        assert len(await _rows(admin, table, "journal", "idx")) == 2
+        assert await store.delete("run-1")
+        left = [await _rows(admin, table, part, "key") for part in ("bodies", "journal")]
+        await store.create(make_record())
+        fresh = await store.load("run-1")
+    assert left == [[], []]
+    assert fresh is not None and fresh.tool_journal == [] and fresh.revision == 0
