@@ -25,10 +25,9 @@ from agentflow.durable.errors import (
     DurableCorrupted,
     DurableError,
 )
-from agentflow.durable.events import EventCursor
-from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunSummary, encode_row
 from agentflow.durable.store import RunPage
@@ -43,14 +42,6 @@ from agentflow.durable.stores.postgres_rows import (
 )
 from agentflow.durable.transitions import (
     Write,
-    plan_acknowledge,
-    plan_commit,
-    plan_event_delivery,
-    plan_finalize,
-    plan_finalize_claimed,
-    plan_progress,
-    plan_record_operation,
-    plan_suspend,
     refusal,
 )
 from agentflow.durable.validators import validate_checkpoint_key
@@ -61,7 +52,7 @@ __all__ = ["PostgresDurableStore", "from_url"]
 _KIND = "postgres"
 
 
-class PostgresDurableStore(PostgresDurableBase):
+class PostgresDurableStore(PlannedWrites, PostgresDurableBase):
     """Durable records of runs in PostgreSQL, beside a checkpointer's tables.
 
     Takes the arguments of :class:`~agentflow.checkpoint.postgres.PostgresCheckpointer`
@@ -161,49 +152,6 @@ class PostgresDurableStore(PostgresDurableBase):
                 "checkpoint_row_invalid", f"stored record {write.key!r} has no body row"
             )
         raise refusal(head, write.guard)
-
-    async def progress(
-        self, checkpoint: DurableCheckpoint, *, claim_token: str
-    ) -> DurableCheckpoint:
-        return await self._apply("progress", plan_progress(checkpoint, claim_token))
-
-    async def record_operation(
-        self, checkpoint: DurableCheckpoint, entry: OperationJournalEntry, *, claim_token: str
-    ) -> DurableCheckpoint:
-        write = plan_record_operation(checkpoint, entry, claim_token)
-        return await self._apply("record_operation", write)
-
-    async def suspend(
-        self, checkpoint: DurableCheckpoint, *, claim_token: str
-    ) -> DurableCheckpoint:
-        return await self._apply("suspend", plan_suspend(checkpoint, claim_token))
-
-    async def commit(self, checkpoint: DurableCheckpoint, *, claim_token: str) -> DurableCheckpoint:
-        return await self._apply("commit", plan_commit(checkpoint, claim_token))
-
-    async def finalize_claimed(
-        self, checkpoint: DurableCheckpoint, *, claim_token: str
-    ) -> DurableCheckpoint:
-        write = plan_finalize_claimed(checkpoint, claim_token)
-        return await self._apply("finalize_claimed", write)
-
-    async def finalize(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
-        return await self._apply("finalize", plan_finalize(checkpoint))
-
-    async def record_event_delivery(
-        self,
-        checkpoint: DurableCheckpoint,
-        *,
-        claim_token: str | None,
-        event_id: str,
-        payload_digest: str,
-        cursor: EventCursor,
-    ) -> DurableCheckpoint:
-        write = plan_event_delivery(checkpoint, claim_token, event_id, payload_digest, cursor)
-        return await self._apply("record_event_delivery", write)
-
-    async def acknowledge_terminal(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
-        return await self._apply("acknowledge_terminal", plan_acknowledge(checkpoint))
 
     async def delete(self, key: str) -> bool:
         run = self._run(validate_checkpoint_key(key))
