@@ -29,9 +29,10 @@ import hashlib
 import math
 import struct
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from agent_framework_mongodb.classrules import hashable
 from agent_framework_mongodb.errors import MongoDBMappingError, MongoDBSerializationError
 from agent_framework_mongodb.typepolicy import TypePolicy, type_key
 
@@ -41,6 +42,8 @@ __all__ = ["CANONICAL_HASH_VERSION", "canonical_bytes", "canonical_hash"]
 CANONICAL_HASH_VERSION = 2
 _DOMAIN = b"agentflow.af-checkpoint.canonical/v2\n"
 _FLOAT = struct.Struct(">d")
+#: How many bytes of already encoded shared references one walk may repeat.
+_MAX_EXPANSION = 64 << 20
 
 
 def canonical_hash(value: Any, policy: TypePolicy) -> str:
@@ -104,13 +107,35 @@ def _walker(
     lists, which dominate real state, are dispatched inline by the container
     loops; the bytes are exactly what ``encode`` returns for them. Each
     container's bytes are joined once, with its header as the first part.
+
+    A container or object reached again (a shared reference) is not walked
+    again: ``done`` maps the ids of finished ones to their bytes, so the walk
+    is linear in the number of distinct objects. The encoding itself still
+    spells every reference out, as identity must not depend on sharing, so
+    the bytes reused that way are counted against ``_MAX_EXPANSION``.
+    Temporaries the walk creates (object state) are kept alive in ``pinned``
+    so that their ids are never reused while ``done`` may hold them.
     """
     path: set[int] = set()
     enter, leave = path.add, path.discard
+    done: dict[int, bytes] = {}
+    finished, remember = done.get, done.__setitem__
+    pinned: list[Any] = []
     check = policy.check_value_type
     memo = strings
     get = memo.get
     counts = _COUNTS
+    expanded = 0
+
+    def reuse(encoded: bytes) -> bytes:
+        nonlocal expanded
+        expanded += len(encoded)
+        if expanded > _MAX_EXPANSION:
+            raise MongoDBMappingError(
+                "checkpoint state repeats shared references too often to encode "
+                f"(more than {_MAX_EXPANSION >> 20} MiB); store the shared data once"
+            )
+        return encoded
 
     def text(value: str) -> bytes:
         encoded = memo.get(value)
@@ -122,15 +147,24 @@ def _walker(
     def header(tag: bytes, count: int) -> bytes:
         return tag + (counts[count] if count < 256 else b"%d:" % count)
 
+    def key_of(value: Any) -> bytes:
+        if not hashable(value):
+            raise _unhashable(value)
+        return encode(value)
+
     def mapping(value: dict[Any, Any]) -> bytes:
+        ident = id(value)
+        encoded = finished(ident)
+        if encoded is not None:
+            return reuse(encoded)
         if track:
-            if id(value) in path:
+            if ident in path:
                 raise _cycle()
-            enter(id(value))
+            enter(ident)
         parts: list[bytes] = []
         append = parts.append
         for k, v in value.items():
-            key = (get(k) or text(k)) if type(k) is str else encode(k)
+            key = (get(k) or text(k)) if type(k) is str else key_of(k)
             cls = type(v)
             if cls is str:
                 append(key + (get(v) or text(v)))
@@ -145,43 +179,69 @@ def _walker(
             else:
                 append(key + encode(v))
         if track:
-            leave(id(value))
+            leave(ident)
         if len(parts) > 1:
             parts.sort()
         parts.insert(0, header(b"d", len(parts)))
-        return b"".join(parts)
+        encoded = b"".join(parts)
+        remember(ident, encoded)
+        return encoded
 
     def sequence(value: list[Any] | tuple[Any, ...], tag: bytes) -> bytes:
+        ident = id(value)
+        encoded = finished(ident)
+        if encoded is not None:
+            return reuse(encoded)
         if track:
-            if id(value) in path:
+            if ident in path:
                 raise _cycle()
-            enter(id(value))
+            enter(ident)
         parts = [
             (get(v) or text(v)) if type(v) is str else encode(v)
             for v in value
         ]  # fmt: skip
         if track:
-            leave(id(value))
+            leave(ident)
         parts.insert(0, header(tag, len(parts)))
-        return b"".join(parts)
+        encoded = b"".join(parts)
+        remember(ident, encoded)
+        return encoded
 
     def members(value: set[Any] | frozenset[Any], tag: bytes) -> bytes:
-        if track:
-            if id(value) in path:
-                raise _cycle()
-            enter(id(value))
-        parts = sorted([encode(v) for v in value])
-        if track:
-            leave(id(value))
+        ident = id(value)
+        encoded = finished(ident)
+        if encoded is not None:
+            return reuse(encoded)
+        parts = sorted([key_of(v) for v in value])  # members hold no containers: no cycle
         parts.insert(0, header(tag, len(parts)))
-        return b"".join(parts)
+        encoded = b"".join(parts)
+        remember(ident, encoded)
+        return encoded
+
+    def instance(value: Any, cls: type) -> bytes:
+        ident = id(value)
+        encoded = finished(ident)
+        if encoded is not None:
+            return reuse(encoded)
+        if track:
+            if ident in path:
+                raise _cycle()
+            enter(ident)
+        state = object_state(value)
+        pinned.append(state)
+        encoded = b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), encode(state))
+        if track:
+            leave(ident)
+        remember(ident, encoded)
+        return encoded
 
     def encode(value: Any) -> bytes:
         cls = type(value)
         # The mapping guard comes first: exact dict is accepted; the exact
         # built-in scalars and sequences below are known non-mappings; every
-        # other mapping is refused before any standard, enum, class or object
-        # handler runs.
+        # other class is checked by the policy (mapping guard first) before
+        # any standard, enum, class or object handler runs, and before any
+        # attribute of the value itself is read.
         if cls is dict:
             return mapping(value)
         if cls is str:
@@ -202,33 +262,21 @@ def _walker(
             return _sized(b"b", value)
         if cls is bytearray:
             return _sized(b"y", bytes(value))
-        if isinstance(value, Mapping | dict):
-            raise MongoDBSerializationError(
-                f"{type_key(cls)} is a mapping subclass; only exact dict is supported, "
-                "migrate it to plain dict/list structures"
-            )
+        if issubclass(cls, type):
+            return class_reference(value)
+        check(cls)
         standard = _STANDARD.get(cls)
         if standard is not None:
-            check(cls)
+            for nested in _nested_standard_types(value):
+                check(nested)
             return standard(value)
         if cls is set:
             return members(value, b"S")
         if cls is frozenset:
             return members(value, b"z")
-        if isinstance(value, enum.Enum):
-            check(cls)
+        if issubclass(cls, enum.Enum):
             return _sized(b"e", type_key(cls).encode()) + encode(value._value_)
-        if isinstance(value, type):
-            return class_reference(value)
-        check(cls)
-        if track:
-            if id(value) in path:
-                raise _cycle()
-            enter(id(value))
-        state = encode(object_state(value))
-        if track:
-            leave(id(value))
-        return b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), state)
+        return instance(value, cls)
 
     def class_reference(cls: type) -> bytes:
         if cls is type(None):
@@ -239,6 +287,24 @@ def _walker(
         return _sized(b"c", type_key(cls).encode())
 
     return encode
+
+
+def _nested_standard_types(value: Any) -> tuple[type, ...]:
+    """The standard classes pickle writes inside ``value``'s own reduction."""
+    cls = type(value)
+    if cls is datetime.timezone:
+        return (datetime.timedelta,)
+    if (cls is datetime.datetime or cls is datetime.time) and value.tzinfo is not None:
+        return (datetime.timezone, datetime.timedelta)
+    return ()
+
+
+def _unhashable(value: Any) -> MongoDBSerializationError:
+    return MongoDBSerializationError(
+        f"a dict key or set member of type {type_key(type(value))} is not a primitive "
+        "value; keys and members must be str, int, float, bool, None, bytes, date/time "
+        "values, Decimal, UUID, or tuples/frozensets of them"
+    )
 
 
 def object_state(value: Any) -> Any:

@@ -28,7 +28,6 @@ import enum
 import hashlib
 import io
 import pickle  # nosec B403: restricted as described above
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +58,13 @@ class _ControlledPickler(pickle.Pickler):
         self._policy = policy
 
     def reducer_override(self, obj: Any) -> Any:
+        # Only the class is inspected until the policy has vetted it: isinstance
+        # on the object could already run its __getattribute__.
         cls = type(obj)
-        if cls in NATIVE_TYPES or cls in REDUCIBLE_STANDARD_TYPES or isinstance(obj, type):
+        if cls in NATIVE_TYPES or cls in REDUCIBLE_STANDARD_TYPES or issubclass(cls, type):
             return NotImplemented
-        if isinstance(obj, Mapping | dict):
-            raise MongoDBSerializationError("mapping subclasses cannot be checkpointed")
         self._policy.check_value_type(cls)
-        if isinstance(obj, enum.Enum):
+        if issubclass(cls, enum.Enum):
             return (cls, (obj._value_,))
         return (copyreg.__newobj__, (cls,), object_state(obj))  # type: ignore[attr-defined]
 
