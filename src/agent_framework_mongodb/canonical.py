@@ -300,6 +300,8 @@ def _nested_standard_types(value: Any) -> tuple[type, ...]:
 
 
 def _unhashable(value: Any) -> MongoDBSerializationError:
+    while type(value) in (tuple, frozenset):  # name the part that is not primitive
+        value = next(item for item in value if not hashable(item))
     return MongoDBSerializationError(
         f"a dict key or set member of type {type_key(type(value))} is not a primitive "
         "value; keys and members must be str, int, float, bool, None, bytes, date/time "

@@ -33,7 +33,7 @@ import types
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from agent_framework_mongodb.classrules import (
     class_refusal,
@@ -70,11 +70,11 @@ _STANDARD_TYPES = REDUCIBLE_STANDARD_TYPES | _NEWOBJ_STANDARD_TYPES
 _FRAMEWORK_PACKAGE = "agent_framework"
 # Static accessors: they read the real attribute and never reach a custom
 # metaclass's or module subclass's attribute hooks.
-_CLASS_MODULE = type.__dict__["__module__"].__get__
-_CLASS_QUALNAME = type.__dict__["__qualname__"].__get__
-_CLASS_NAME = type.__dict__["__name__"].__get__
-_CLASS_NAMESPACE = type.__dict__["__dict__"].__get__
-_MODULE_NAMESPACE = types.ModuleType.__dict__["__dict__"].__get__
+_CLASS_MODULE = vars(type)["__module__"].__get__
+_CLASS_QUALNAME = vars(type)["__qualname__"].__get__
+_CLASS_NAME = vars(type)["__name__"].__get__
+_CLASS_NAMESPACE = vars(type)["__dict__"].__get__
+_MODULE_NAMESPACE = vars(types.ModuleType)["__dict__"].__get__
 
 
 def type_key(cls: type) -> str:
@@ -174,9 +174,9 @@ class TypePolicy:
             if not permitted:  # refused by name: nothing is looked up
                 raise _not_permitted(key)
             found = _lookup(module, qualname)
-            if not issubclass(type(found), type) or type_key(found) != key:
+            if not issubclass(type(found), type) or type_key(cast(type, found)) != key:
                 raise MongoDBMappingError(f"{key} does not name a class defined there")
-            cls = found
+            cls = cast(type, found)
         # The mapping guard runs before every other check; the ABC half of it
         # needs a plain metaclass first, since it hashes the class.
         if issubclass(cls, dict):
@@ -189,8 +189,8 @@ class TypePolicy:
         refusal = refusal or class_refusal(cls)
         if refusal is not None:
             raise MongoDBSerializationError(
-                f"{key} has {refusal}, which loading or saving would run; checkpoint types "
-                "must be plain data classes"
+                f"{key} is refused because loading or saving could run its code ({refusal}); "
+                "checkpoint types must be plain data classes"
             )
         hooks = pickle_hooks(cls)
         is_enum = issubclass(cls, enum.Enum)

@@ -11,6 +11,7 @@ call at all).
 from __future__ import annotations
 
 import collections
+import contextlib
 import copyreg
 import datetime
 import decimal
@@ -32,9 +33,8 @@ from agent_framework_mongodb import (
     MongoDBSerializationError,
 )
 from agent_framework_mongodb.canonical import canonical_bytes, canonical_hash
-from agent_framework_mongodb.codec import dumps, encode_validated, loads
+from agent_framework_mongodb.codec import CheckpointCodec, dumps, loads
 from agent_framework_mongodb.documents import encode_checkpoint
-from agent_framework_mongodb.typepolicy import TypePolicy
 from tests.agent_framework_mongodb.conftest import make_checkpoint, scope_options
 from tests.agent_framework_mongodb.faults import CollectionProxy
 
@@ -91,7 +91,8 @@ LISTED = tuple(
     f"{MODULE}:{cls.__qualname__}"
     for cls in (Slotted, Holder, Bag, Color, Level, CustomReducer, DictEnum, MappingSubclass)
 )
-POLICY = TypePolicy(LISTED)
+CODEC = CheckpointCodec(LISTED)
+POLICY = CODEC.policy
 
 
 def rich_state() -> dict[str, Any]:
@@ -119,11 +120,6 @@ def rich_state() -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def recording(collection: Any) -> CollectionProxy:
-    return CollectionProxy(collection)
-
-
 def storage_on(target: Any) -> MongoDBCheckpointStorage:
     return MongoDBCheckpointStorage(
         scope_options(allowed_checkpoint_types=LISTED), collection=target
@@ -147,7 +143,7 @@ def test_restricted_round_trip_is_checked_on_the_exact_bytes() -> None:
     """Seed: "save creates the exact payload bytes, decodes them through the same restricted
     load path, recursively canonicalizes the decoded graph, and compares it"."""
     public = make_checkpoint(state=rich_state()).to_dict()
-    encoded = encode_validated(public, POLICY)
+    encoded = CODEC.encode(public)
     assert encoded.payload == dumps(public, POLICY)
     assert canonical_hash(loads(encoded.payload, POLICY), POLICY) == encoded.payload_hash
 
@@ -179,36 +175,54 @@ async def test_copyreg_dispatch_table_cannot_change_stored_bytes_or_hash(
     assert (bytes(stored["checkpoint"]), stored["payload_hash"]) == before
 
 
-@pytest.fixture(params=["object", "enum", "class-reference"])
-def registered_extension(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
-    cls, value = {
-        "object": (Slotted, Slotted(1)),
-        "enum": (Color, Color.RED),
-        "class-reference": (Holder, Holder),
-    }[request.param]
-    copyreg.add_extension(MODULE, cls.__qualname__, 0x7A01)
+REGISTERED: dict[str, tuple[type, Any]] = {
+    "object": (Slotted, Slotted(1)),
+    "enum": (Color, Color.RED),
+    "class-reference": (Holder, Holder),
+    "timedelta": (datetime.timedelta, datetime.timedelta(days=1)),
+    "timezone-of-a-datetime": (
+        datetime.timezone,
+        datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+    ),
+    "timedelta-of-a-timezone": (datetime.timedelta, datetime.timezone(datetime.timedelta(hours=2))),
+    "timedelta-of-a-time": (datetime.timedelta, datetime.time(1, tzinfo=datetime.UTC)),
+}
+
+
+@contextlib.contextmanager
+def extension_registered(cls: type) -> Iterator[None]:
+    copyreg.add_extension(cls.__module__, cls.__qualname__, 0x7A01)
     try:
-        yield request.param, value
+        yield
     finally:
-        copyreg.remove_extension(MODULE, cls.__qualname__, 0x7A01)
+        copyreg.remove_extension(cls.__module__, cls.__qualname__, 0x7A01)
 
 
+@pytest.mark.parametrize("kind", sorted(REGISTERED))
 @pytest.mark.parametrize(
     "place",
     ["top", "dataclass-field", "slots", "instance-dict", "enum-value", "framework-message"],
 )
 async def test_copyreg_extension_registry_is_refused_before_io(
-    recording: CollectionProxy, registered_extension: tuple[str, Any], place: str
+    recording: CollectionProxy, kind: str, place: str
 ) -> None:
     """Seed: "If any value's exact (module, qualname) ... is present in that registry, save
-    raises MongoDBSerializationError ... before pickle, sequence allocation, or MongoDB I/O",
-    walking "nested framework objects, dataclass fields, enum values, instance dictionaries,
-    and slots"."""
-    _, value = registered_extension
-    nested = _nest(value, place)
-    with pytest.raises(MongoDBSerializationError, match="extension registry"):
-        await storage_on(recording).save(make_checkpoint(state={"v": nested}))
+    raises MongoDBSerializationError with guidance to remove the registration or migrate the
+    value ... before pickle, sequence allocation, or MongoDB I/O", walking "nested framework
+    objects, dataclass fields, enum values, instance dictionaries, and slots" (and the
+    timezone and timedelta that pickle writes inside datetime, time and timezone values)."""
+    registered, value = REGISTERED[kind]
+    checkpoint = make_checkpoint(state={"v": _nest(value, place)})
+    with extension_registered(registered), pytest.raises(MongoDBSerializationError) as caught:
+        await storage_on(recording).save(checkpoint)
+    assert "remove the registration or migrate the value" in str(caught.value)
     assert recording.calls == []
+
+
+def test_naive_values_do_not_need_their_timezone_class() -> None:
+    """Only the classes pickle would actually write count: a naive datetime holds no timezone."""
+    with extension_registered(datetime.timezone):
+        CODEC.encode({"naive": datetime.datetime(2026, 1, 1), "t": datetime.time(1)})
 
 
 def _nest(value: Any, place: str) -> Any:
@@ -283,7 +297,7 @@ def test_mapping_guard_runs_before_enum_and_allowlist() -> None:
     """Seed: "The mapping guard runs before scalar, enum, dataclass, to_dict, and every other
     type handler": a listed enum that is also a dict is refused as a mapping."""
     with pytest.raises(MongoDBSerializationError, match="mapping"):
-        encode_validated({"v": DictEnum.ONLY}, POLICY)
+        CODEC.encode({"v": DictEnum.ONLY})
 
 
 def test_save_refuses_non_checkpoint_and_foreign_versions() -> None:
@@ -291,9 +305,9 @@ def test_save_refuses_non_checkpoint_and_foreign_versions() -> None:
     checkpoint.version = "2.0"
 
     with pytest.raises(MongoDBMappingError):
-        encode_checkpoint(checkpoint, scope_options(), POLICY)
+        encode_checkpoint(checkpoint, scope_options(), CODEC)
     with pytest.raises(MongoDBMappingError):
-        encode_checkpoint({"not": "a checkpoint"}, scope_options(), POLICY)  # type: ignore[arg-type]
+        encode_checkpoint({"not": "a checkpoint"}, scope_options(), CODEC)  # type: ignore[arg-type]
 
 
 def test_shared_string_memo_leaves_canonical_bytes_unchanged() -> None:
