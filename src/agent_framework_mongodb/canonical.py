@@ -44,6 +44,9 @@ _DOMAIN = b"agentflow.af-checkpoint.canonical/v2\n"
 _FLOAT = struct.Struct(">d")
 #: How many bytes of already encoded shared references one walk may repeat.
 _MAX_EXPANSION = 64 << 20
+#: Containers and objects the memo-free first walk may visit (a 10 KB
+#: checkpoint has a few hundred; a larger one walks a little slower with the memo).
+_FAST_VISITS = 10_000
 
 
 def canonical_hash(value: Any, policy: TypePolicy) -> str:
@@ -59,21 +62,33 @@ def canonical_bytes(
     ``strings`` memoizes the encoding of exact ``str`` values (a pure function
     of the value); one save passes the same dict to both of its walks.
 
-    The first walk keeps no set of visited containers: a cycle can only make
-    it recurse until ``RecursionError``. Then, and for state nested that
-    deeply, the walk is repeated with cycle tracking, which names the cycle
-    (or the depth) in a ``MongoDBMappingError``. Both walks produce the same
-    bytes for every acyclic value.
+    The first walk remembers nothing: real state shares few objects, and
+    remembering every container would cost a quarter of the walk. It may
+    visit ``_FAST_VISITS`` containers and objects; beyond that (a graph that
+    shares sub-structures can reach each one exponentially often) the walk
+    starts over remembering finished ones, which makes it linear in the
+    number of distinct objects. Neither keeps a set of visited containers: a
+    cycle can only make them recurse until ``RecursionError``. Then, and for
+    state nested that deeply, the walk is repeated with cycle tracking, which
+    names the cycle (or the depth) in a ``MongoDBMappingError``. All walks
+    produce the same bytes for every acyclic value.
     """
     memo = {} if strings is None else strings
     try:
-        return _DOMAIN + _walker(policy, memo, track=False)(value)
+        try:
+            return _DOMAIN + _walker(policy, memo, share=False, track=False)(value)
+        except _ManyVisits:
+            return _DOMAIN + _walker(policy, memo, share=True, track=False)(value)
     except RecursionError:
         pass
     try:
-        return _DOMAIN + _walker(policy, memo, track=True)(value)
+        return _DOMAIN + _walker(policy, memo, share=True, track=True)(value)
     except RecursionError as exc:
         raise MongoDBMappingError("checkpoint state is nested too deeply to encode") from exc
+
+
+class _ManyVisits(Exception):
+    """The memo-free walk visited more objects than real, unshared state holds."""
 
 
 def _sized(tag: bytes, data: bytes) -> bytes:
@@ -98,7 +113,7 @@ _COUNTS = [b"%d:" % n for n in range(256)]
 
 
 def _walker(
-    policy: TypePolicy, strings: dict[str, bytes], *, track: bool
+    policy: TypePolicy, strings: dict[str, bytes], *, share: bool, track: bool
 ) -> Callable[[Any], bytes]:
     """One depth-first walk as closures (locals are the walk's main cost).
 
@@ -108,13 +123,14 @@ def _walker(
     loops; the bytes are exactly what ``encode`` returns for them. Each
     container's bytes are joined once, with its header as the first part.
 
-    A container or object reached again (a shared reference) is not walked
-    again: ``done`` maps the ids of finished ones to their bytes, so the walk
-    is linear in the number of distinct objects. The encoding itself still
-    spells every reference out, as identity must not depend on sharing, so
-    the bytes reused that way are counted against ``_MAX_EXPANSION``.
-    Temporaries the walk creates (object state) are kept alive in ``pinned``
-    so that their ids are never reused while ``done`` may hold them.
+    With ``share``, a container or object reached again (a shared
+    reference) is not walked again: ``done`` maps the ids of finished ones to
+    their bytes. The encoding itself still spells every reference out, as
+    identity must not depend on sharing, so the bytes reused that way are
+    counted against ``_MAX_EXPANSION``. Temporaries the walk creates (object
+    state) are kept alive in ``pinned`` so that their ids are never reused
+    while ``done`` may hold them. Without ``share``, ``visits`` counts down
+    to ``_ManyVisits``.
     """
     path: set[int] = set()
     enter, leave = path.add, path.discard
@@ -126,6 +142,13 @@ def _walker(
     get = memo.get
     counts = _COUNTS
     expanded = 0
+    visits = math.inf if share else _FAST_VISITS
+
+    def visit() -> None:
+        nonlocal visits
+        visits -= 1
+        if visits < 0:
+            raise _ManyVisits
 
     def reuse(encoded: bytes) -> bytes:
         nonlocal expanded
@@ -154,9 +177,12 @@ def _walker(
 
     def mapping(value: dict[Any, Any]) -> bytes:
         ident = id(value)
-        encoded = finished(ident)
-        if encoded is not None:
-            return reuse(encoded)
+        if share:
+            encoded = finished(ident)
+            if encoded is not None:
+                return reuse(encoded)
+        else:
+            visit()
         if track:
             if ident in path:
                 raise _cycle()
@@ -184,14 +210,18 @@ def _walker(
             parts.sort()
         parts.insert(0, header(b"d", len(parts)))
         encoded = b"".join(parts)
-        remember(ident, encoded)
+        if share:
+            remember(ident, encoded)
         return encoded
 
     def sequence(value: list[Any] | tuple[Any, ...], tag: bytes) -> bytes:
         ident = id(value)
-        encoded = finished(ident)
-        if encoded is not None:
-            return reuse(encoded)
+        if share:
+            encoded = finished(ident)
+            if encoded is not None:
+                return reuse(encoded)
+        else:
+            visit()
         if track:
             if ident in path:
                 raise _cycle()
@@ -204,25 +234,33 @@ def _walker(
             leave(ident)
         parts.insert(0, header(tag, len(parts)))
         encoded = b"".join(parts)
-        remember(ident, encoded)
+        if share:
+            remember(ident, encoded)
         return encoded
 
     def members(value: set[Any] | frozenset[Any], tag: bytes) -> bytes:
         ident = id(value)
-        encoded = finished(ident)
-        if encoded is not None:
-            return reuse(encoded)
+        if share:
+            encoded = finished(ident)
+            if encoded is not None:
+                return reuse(encoded)
+        else:
+            visit()
         parts = sorted([key_of(v) for v in value])  # members hold no containers: no cycle
         parts.insert(0, header(tag, len(parts)))
         encoded = b"".join(parts)
-        remember(ident, encoded)
+        if share:
+            remember(ident, encoded)
         return encoded
 
     def instance(value: Any, cls: type) -> bytes:
         ident = id(value)
-        encoded = finished(ident)
-        if encoded is not None:
-            return reuse(encoded)
+        if share:
+            encoded = finished(ident)
+            if encoded is not None:
+                return reuse(encoded)
+        else:
+            visit()
         if track:
             if ident in path:
                 raise _cycle()
@@ -232,7 +270,8 @@ def _walker(
         encoded = b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), encode(state))
         if track:
             leave(ident)
-        remember(ident, encoded)
+        if share:
+            remember(ident, encoded)
         return encoded
 
     def encode(value: Any) -> bytes:

@@ -16,6 +16,7 @@ import copyreg
 import datetime
 import decimal
 import enum
+import hashlib
 import math
 import os
 import types
@@ -31,6 +32,7 @@ from agent_framework_mongodb import (
     MongoDBCheckpointStorage,
     MongoDBMappingError,
     MongoDBSerializationError,
+    canonical,
 )
 from agent_framework_mongodb.canonical import canonical_bytes, canonical_hash
 from agent_framework_mongodb.codec import CheckpointCodec, dumps, loads
@@ -154,6 +156,49 @@ def test_shared_references_survive_and_hash_like_copies() -> None:
     loaded = loads(dumps(value, POLICY), POLICY)
     assert loaded["a"] is loaded["b"]
     assert canonical_hash(value, POLICY) == canonical_hash({"a": [1, 2], "b": [1, 2]}, POLICY)
+
+
+def doubling(depth: int, leaf: Any, *, shared: bool) -> Any:
+    """Each level holds the level below twice: one object (shared) or two equal copies."""
+    if depth == 0:
+        return leaf() if callable(leaf) else leaf
+    if shared:
+        below = doubling(depth - 1, leaf, shared=True)
+        return [below, below]
+    return [doubling(depth - 1, leaf, shared=False), doubling(depth - 1, leaf, shared=False)]
+
+
+def test_shared_sub_structures_are_walked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the walk remembers finished objects, an object reached 2**16 times through
+    shared references is encoded from its state once (the bytes still spell it out)."""
+    monkeypatch.setattr(canonical, "_FAST_VISITS", 0)  # straight to the walk that remembers
+    states: list[Any] = []
+    real_state = canonical.object_state
+    monkeypatch.setattr(canonical, "object_state", lambda v: states.append(v) or real_state(v))
+    encoded = canonical_bytes({"tree": doubling(16, Holder("leaf"), shared=True)}, POLICY)
+    assert len(states) == 1
+    assert encoded.count(b"leaf") == 2**16
+
+
+@pytest.mark.parametrize("depth", [6, 12])  # the memo-free walk alone; both walks in turn
+def test_shared_references_hash_like_copies(depth: int) -> None:
+    value = {"tree": doubling(depth, Holder("leaf"), shared=True)}
+    copies = {"tree": doubling(depth, lambda: Holder("leaf"), shared=False)}
+    encoded = canonical_bytes(value, POLICY)
+    assert encoded == canonical_bytes(copies, POLICY)
+    assert CODEC.encode(value).payload_hash == hashlib.sha256(encoded).hexdigest()
+
+
+async def test_shared_references_expanding_past_the_limit_are_refused_before_io(
+    recording: CollectionProxy,
+) -> None:
+    """Identity spells every reference out, so 2**30 references to one leaf would be
+    gigabytes: refused with MongoDBMappingError after a bounded amount of work."""
+    checkpoint = make_checkpoint(state={"tree": doubling(30, {"leaf": [1, "x"]}, shared=True)})
+    with pytest.raises(MongoDBMappingError, match="shared references") as caught:
+        await storage_on(recording).save(checkpoint)
+    assert type(caught.value) is MongoDBMappingError
+    assert recording.calls == []
 
 
 async def test_copyreg_dispatch_table_cannot_change_stored_bytes_or_hash(

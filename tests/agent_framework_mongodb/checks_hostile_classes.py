@@ -79,7 +79,7 @@ def class_corpus() -> dict[str, bytes]:
         ),
         "enum __hash__ of a dict key": wrap(
             dict_of((call(glob(CLASSES, "HashEnum"), integer(1)), integer(1)))
-        ),  # fmt: skip
+        ),
         "__getattr__ reached by BUILD": wrap(made("GetAttr")),
         "__getattribute__ reached by BUILD": wrap(made("GetAttribute")),
         "__setattr__ reached by slot state": wrap(
@@ -117,12 +117,20 @@ def class_corpus() -> dict[str, bytes]:
                 ),
                 EMPTY_DICT,
             )
-        ),  # fmt: skip
+        ),
         "__init_subclass__ and __set_name__ on import": wrap(new(glob(IMPORT_ONLY, "Child"))),
     }
 
 
 KINDS = sorted(class_corpus())
+
+
+def touched(sentinel: Path) -> bool:
+    return sentinel.exists()
+
+
+def reset(sentinel: Path) -> None:
+    sentinel.unlink(missing_ok=True)
 
 
 def test_every_payload_runs_a_hook_under_plain_pickle(sentinel: Path) -> None:
@@ -164,7 +172,7 @@ async def test_tampered_documents_run_no_hook(
     ):
         with pytest.raises(MongoDBMappingError):
             await read()
-        assert not sentinel.exists()
+        assert not touched(sentinel)
 
 
 #: Kind -> a value whose saving would have to run (or let a load run) a hook; built
@@ -195,16 +203,16 @@ async def test_save_refuses_hooked_classes_before_io(
 ) -> None:
     """Refused with MongoDBSerializationError before any MongoDB call; no hook ran."""
     state = {"v": [REFUSED_VALUES[kind]()]}  # building keys runs hooks: the test's, not ours
-    sentinel.unlink(missing_ok=True)
+    reset(sentinel)
     storage = MongoDBCheckpointStorage(
         scope_options(allowed_checkpoint_types=POLICY_TYPES), collection=recording
     )
     with pytest.raises(MongoDBSerializationError):
         await storage.save(make_checkpoint(state=state))
     assert recording.calls == []
-    assert not sentinel.exists()
+    assert not touched(sentinel)
     del state
-    sentinel.unlink(missing_ok=True)  # a Finalizer's own __del__, run by the test's cleanup
+    reset(sentinel)  # a Finalizer's own __del__, run by the test's cleanup
 
 
 async def test_unreachable_hooks_keep_classes_usable(
@@ -225,7 +233,7 @@ async def test_unreachable_hooks_keep_classes_usable(
     assert loaded[0].__dict__ == {"x": 1} and loaded[1].__dict__ == {"level": 1}
     assert loaded[2] == hc.FrozenRecord("n") and loaded[3].x == 3
     assert loaded[6] is hc.HashEnum.A
-    assert not sentinel.exists()
+    assert not touched(sentinel)
 
 
 LAZY_SCRIPT = """

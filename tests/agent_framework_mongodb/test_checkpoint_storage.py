@@ -44,9 +44,6 @@ from agent_framework_mongodb import (
 )
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.paging import encode_cursor
-from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
-from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
-from tests.agent_framework_mongodb.faults import CollectionProxy
 from tests.agent_framework_mongodb import (
     checks_codec,
     checks_failures,
@@ -57,6 +54,7 @@ from tests.agent_framework_mongodb import (
     checks_sequences,
     checks_workflows,
 )
+from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
 from tests.agent_framework_mongodb.checks_codec import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_codec import LISTED, rich_state
 from tests.agent_framework_mongodb.checks_failures import *  # noqa: F403
@@ -66,6 +64,8 @@ from tests.agent_framework_mongodb.checks_inputs import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_lifecycle import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_sequences import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_workflows import *  # noqa: F403
+from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
+from tests.agent_framework_mongodb.faults import CollectionProxy
 
 PACKAGE = Path(agent_framework_mongodb.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
