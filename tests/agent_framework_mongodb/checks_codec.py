@@ -150,6 +150,18 @@ def test_restricted_round_trip_is_checked_on_the_exact_bytes() -> None:
     assert canonical_hash(loads(encoded.payload, POLICY), POLICY) == encoded.payload_hash
 
 
+def test_codec_round_trips_a_checkpoint_without_any_storage() -> None:
+    """CheckpointCodec alone, with no collection and no I/O: encode proves the exact bytes,
+    decode restores the public dictionary, and the identity survives the round trip."""
+    checkpoint = make_checkpoint(state=rich_state())
+    encoded = CODEC.encode(checkpoint.to_dict())
+    restored = WorkflowCheckpoint.from_dict(CODEC.decode(encoded.payload))
+    assert restored.to_dict() == checkpoint.to_dict()
+    assert CODEC.encode(restored.to_dict()).payload_hash == encoded.payload_hash
+    with pytest.raises(MongoDBSerializationError):
+        CODEC.decode(dumps([1], POLICY))  # bytes of something other than a dictionary
+
+
 def test_shared_references_survive_and_hash_like_copies() -> None:
     shared = [1, 2]
     value = {"a": shared, "b": shared}
