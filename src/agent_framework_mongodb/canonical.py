@@ -13,11 +13,14 @@ encoding instead, in which
   their pickled state, enum members their class and value.
 
 The walk is also the save-side validator: it is the one place that visits
-the whole object graph, so it refuses mapping subclasses, pickle hooks,
-copyreg extension codes, cycles, non-finite floats and unsupported values
-before any byte is pickled or any MongoDB call is made. The mapping guard
-runs before every other type handler, so an ``OrderedDict``, or a class that
-is both a mapping and an enum, is refused even when listed.
+the whole object graph, so it refuses mapping subclasses, classes whose
+hooks loading or saving could run, copyreg extension codes, dict keys and
+set members that are not primitive values, cycles, non-finite floats and
+unsupported values before any byte is pickled or any MongoDB call is made.
+Every value's class is vetted before anything of the value itself is read.
+The mapping guard runs before every other type handler, so an
+``OrderedDict``, or a class that is both a mapping and an enum, is refused
+even when listed.
 """
 
 from __future__ import annotations
@@ -144,20 +147,34 @@ def _walker(
     expanded = 0
     visits = math.inf if share else _FAST_VISITS
 
-    def visit() -> None:
-        nonlocal visits
-        visits -= 1
-        if visits < 0:
-            raise _ManyVisits
+    def arrive(ident: int) -> bytes | None:
+        """The bytes of a finished object reached again, or None after entering it."""
+        nonlocal visits, expanded
+        if share:
+            encoded = finished(ident)
+            if encoded is not None:
+                expanded += len(encoded)
+                if expanded > _MAX_EXPANSION:
+                    raise MongoDBMappingError(
+                        "checkpoint state repeats shared references too often to encode "
+                        f"(more than {_MAX_EXPANSION >> 20} MiB); store the shared data once"
+                    )
+                return encoded
+        else:
+            visits -= 1
+            if visits < 0:
+                raise _ManyVisits
+        if track:
+            if ident in path:
+                raise _cycle()
+            enter(ident)
+        return None
 
-    def reuse(encoded: bytes) -> bytes:
-        nonlocal expanded
-        expanded += len(encoded)
-        if expanded > _MAX_EXPANSION:
-            raise MongoDBMappingError(
-                "checkpoint state repeats shared references too often to encode "
-                f"(more than {_MAX_EXPANSION >> 20} MiB); store the shared data once"
-            )
+    def depart(ident: int, encoded: bytes) -> bytes:
+        if track:
+            leave(ident)
+        if share:
+            remember(ident, encoded)
         return encoded
 
     def text(value: str) -> bytes:
@@ -177,16 +194,9 @@ def _walker(
 
     def mapping(value: dict[Any, Any]) -> bytes:
         ident = id(value)
-        if share:
-            encoded = finished(ident)
-            if encoded is not None:
-                return reuse(encoded)
-        else:
-            visit()
-        if track:
-            if ident in path:
-                raise _cycle()
-            enter(ident)
+        reached = arrive(ident)
+        if reached is not None:
+            return reached
         parts: list[bytes] = []
         append = parts.append
         for k, v in value.items():
@@ -204,75 +214,40 @@ def _walker(
                 append(key + (b"T" if v else b"F"))
             else:
                 append(key + encode(v))
-        if track:
-            leave(ident)
         if len(parts) > 1:
             parts.sort()
         parts.insert(0, header(b"d", len(parts)))
-        encoded = b"".join(parts)
-        if share:
-            remember(ident, encoded)
-        return encoded
+        return depart(ident, b"".join(parts))
 
     def sequence(value: list[Any] | tuple[Any, ...], tag: bytes) -> bytes:
         ident = id(value)
-        if share:
-            encoded = finished(ident)
-            if encoded is not None:
-                return reuse(encoded)
-        else:
-            visit()
-        if track:
-            if ident in path:
-                raise _cycle()
-            enter(ident)
+        reached = arrive(ident)
+        if reached is not None:
+            return reached
         parts = [
             (get(v) or text(v)) if type(v) is str else encode(v)
             for v in value
         ]  # fmt: skip
-        if track:
-            leave(ident)
         parts.insert(0, header(tag, len(parts)))
-        encoded = b"".join(parts)
-        if share:
-            remember(ident, encoded)
-        return encoded
+        return depart(ident, b"".join(parts))
 
     def members(value: set[Any] | frozenset[Any], tag: bytes) -> bytes:
         ident = id(value)
-        if share:
-            encoded = finished(ident)
-            if encoded is not None:
-                return reuse(encoded)
-        else:
-            visit()
-        parts = sorted([key_of(v) for v in value])  # members hold no containers: no cycle
+        reached = arrive(ident)
+        if reached is not None:
+            return reached
+        parts = sorted([key_of(v) for v in value])
         parts.insert(0, header(tag, len(parts)))
-        encoded = b"".join(parts)
-        if share:
-            remember(ident, encoded)
-        return encoded
+        return depart(ident, b"".join(parts))
 
     def instance(value: Any, cls: type) -> bytes:
         ident = id(value)
-        if share:
-            encoded = finished(ident)
-            if encoded is not None:
-                return reuse(encoded)
-        else:
-            visit()
-        if track:
-            if ident in path:
-                raise _cycle()
-            enter(ident)
+        reached = arrive(ident)
+        if reached is not None:
+            return reached
         state = object_state(value)
         pinned.append(state)
-        encoded = b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), encode(state))
-        if track:
-            leave(ident)
-        if share:
-            remember(ident, encoded)
-        return encoded
+        return depart(ident, b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), encode(state)))
 
     def encode(value: Any) -> bytes:
         cls = type(value)
