@@ -82,11 +82,16 @@ class SlotDelAttr:
 
 
 class DictSetAttr:
-    """Dict state is written into ``__dict__`` directly, never through ``__setattr__``."""
+    """Dict state is written into ``__dict__`` directly, never through ``__setattr__``;
+    no opcode deletes attributes, so ``__delattr__`` is unreachable too."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         touch()
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        touch()
+        object.__delattr__(self, name)
 
 
 class Touching:
