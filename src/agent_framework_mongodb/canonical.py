@@ -132,8 +132,9 @@ def _walker(
     identity must not depend on sharing, so the bytes reused that way are
     counted against ``_MAX_EXPANSION``. Temporaries the walk creates (object
     state) are kept alive in ``pinned`` so that their ids are never reused
-    while ``done`` may hold them. Without ``share``, ``visits`` counts down
-    to ``_ManyVisits``.
+    while ``done`` may hold them. Without ``share`` (and so without
+    ``track``, which needs it), nothing is remembered and ``visits`` counts finished
+    containers down to ``_ManyVisits``.
     """
     path: set[int] = set()
     enter, leave = path.add, path.discard
@@ -148,22 +149,17 @@ def _walker(
     visits = math.inf if share else _FAST_VISITS
 
     def arrive(ident: int) -> bytes | None:
-        """The bytes of a finished object reached again, or None after entering it."""
-        nonlocal visits, expanded
-        if share:
-            encoded = finished(ident)
-            if encoded is not None:
-                expanded += len(encoded)
-                if expanded > _MAX_EXPANSION:
-                    raise MongoDBMappingError(
-                        "checkpoint state repeats shared references too often to encode "
-                        f"(more than {_MAX_EXPANSION >> 20} MiB); store the shared data once"
-                    )
-                return encoded
-        else:
-            visits -= 1
-            if visits < 0:
-                raise _ManyVisits
+        """With ``share``: the bytes of a finished object reached again, or None (entering it)."""
+        nonlocal expanded
+        encoded = finished(ident)
+        if encoded is not None:
+            expanded += len(encoded)
+            if expanded > _MAX_EXPANSION:
+                raise MongoDBMappingError(
+                    "checkpoint state repeats shared references too often to encode "
+                    f"(more than {_MAX_EXPANSION >> 20} MiB); store the shared data once"
+                )
+            return encoded
         if track:
             if ident in path:
                 raise _cycle()
@@ -173,8 +169,7 @@ def _walker(
     def depart(ident: int, encoded: bytes) -> bytes:
         if track:
             leave(ident)
-        if share:
-            remember(ident, encoded)
+        remember(ident, encoded)
         return encoded
 
     def text(value: str) -> bytes:
@@ -185,6 +180,11 @@ def _walker(
         return encoded
 
     def header(tag: bytes, count: int) -> bytes:
+        # Called once per finished container: the memo-free walk's visit budget.
+        nonlocal visits
+        visits -= 1
+        if visits < 0:
+            raise _ManyVisits
         return tag + (counts[count] if count < 256 else b"%d:" % count)
 
     def key_of(value: Any) -> bytes:
@@ -193,10 +193,10 @@ def _walker(
         return encode(value)
 
     def mapping(value: dict[Any, Any]) -> bytes:
-        ident = id(value)
-        reached = arrive(ident)
-        if reached is not None:
-            return reached
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
         parts: list[bytes] = []
         append = parts.append
         for k, v in value.items():
@@ -217,37 +217,43 @@ def _walker(
         if len(parts) > 1:
             parts.sort()
         parts.insert(0, header(b"d", len(parts)))
-        return depart(ident, b"".join(parts))
+        encoded = b"".join(parts)
+        return depart(id(value), encoded) if share else encoded
 
     def sequence(value: list[Any] | tuple[Any, ...], tag: bytes) -> bytes:
-        ident = id(value)
-        reached = arrive(ident)
-        if reached is not None:
-            return reached
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
         parts = [
             (get(v) or text(v)) if type(v) is str else encode(v)
             for v in value
         ]  # fmt: skip
         parts.insert(0, header(tag, len(parts)))
-        return depart(ident, b"".join(parts))
+        encoded = b"".join(parts)
+        return depart(id(value), encoded) if share else encoded
 
     def members(value: set[Any] | frozenset[Any], tag: bytes) -> bytes:
-        ident = id(value)
-        reached = arrive(ident)
-        if reached is not None:
-            return reached
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
         parts = sorted([key_of(v) for v in value])
         parts.insert(0, header(tag, len(parts)))
-        return depart(ident, b"".join(parts))
+        encoded = b"".join(parts)
+        return depart(id(value), encoded) if share else encoded
 
     def instance(value: Any, cls: type) -> bytes:
-        ident = id(value)
-        reached = arrive(ident)
-        if reached is not None:
-            return reached
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
         state = object_state(value)
+        encoded = b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), encode(state))
+        if not share:
+            return encoded
         pinned.append(state)
-        return depart(ident, b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), encode(state)))
+        return depart(id(value), encoded)
 
     def encode(value: Any) -> bytes:
         cls = type(value)

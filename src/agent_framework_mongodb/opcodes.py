@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import cast
 
 from agent_framework_mongodb.errors import MongoDBSerializationError
 from agent_framework_mongodb.typepolicy import Resolved, TypePolicy
@@ -52,6 +53,9 @@ _VALUE, _EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE = -1, -2, -3, -4
 _LIST, _DICT, _SET, _OTHER_TUPLE, _ENUM_MEMBER = "l", "d", "S", "tx", "e"
 _TUPLES = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE})
 _CALL_ARGS = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE})  # tuples of primitives
+# sum() adds ints in C and raises TypeError at the first kind that is no int:
+# the fastest "are all these dict keys primitive?" for the hot loop.
+_sum_ints = cast(Callable[[list[Kind]], int], sum)
 
 # Scalars with a fixed-size argument: opcode -> argument bytes.
 _FIXED = {ord("N"): 0, 0x88: 0, 0x89: 0, ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8}
@@ -89,7 +93,7 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
     marks: list[int] = []
     memo: list[Kind] = []
     # Locals, not module globals, in the hot loop: lookups are its main cost.
-    push, remember, mark = stack.append, memo.append, marks.append
+    push, remember, mark, total = stack.append, memo.append, marks.append, _sum_ints
     value, list_kind, dict_kind = _VALUE, _LIST, _DICT
     frame = _Frame(data, stack, marks, memo, policy)
     i = 0
@@ -109,9 +113,10 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
                 i += 1
         elif op == 0x75:  # SETITEMS
             start = marks.pop()
-            for key in stack[start::2]:
-                if type(key) is not int:
-                    _check_primitive(key)
+            try:
+                total(stack[start::2])
+            except TypeError:
+                _check_primitives(stack[start::2])
             del stack[start:]
             if stack[-1] is not dict_kind:
                 raise _refuse("container opcodes must target a plain list, dict or set")
