@@ -107,7 +107,7 @@ def class_corpus() -> dict[str, bytes]:
             )
         ),
         "enum metaclass __call__": wrap(call(glob(CLASSES, "MetaEnum"), integer(1))),
-        "__eq__ of an enum member value": wrap(call(glob(CLASSES, "ObjectValueEnum"), integer(5))),
+        "__eq__ of an enum member value": wrap(call(glob(CLASSES, "ObjectValueEnum"), integer(1))),
         "__del__ of an uninitialised instance": wrap(made("Finalizer")),
         "__setstate__ planted by a first BUILD": wrap(
             build(
