@@ -14,7 +14,7 @@ paging through 1,000 checkpoints <= 0.3 s; save <= 2x bare pickle+insert.
 level below twice (2**20 paths over 21 objects): the canonical walk must
 visit each shared object once.
 
-The save target is checked against its floor under the seed: "save floor"
+The save target is checked against its floor under the specification: "save floor"
 runs only the three dependent round trips a save must make (read the
 retained maximum, upsert the counter from it, insert the document) with a
 document built in advance, and "save CPU" only the encoding and validated
@@ -288,7 +288,7 @@ async def run(quick: bool) -> list[Table]:
         f"{ms(save['bare'])}",
         "per checkpoint CPU (best of 7 x 50 calls, same process): "
         + ", ".join(f"{name} {value * 1e6:.0f} us" for name, value in cpu_parts.items()),
-        "save floor = the seed's three dependent round trips with no encoding: "
+        "save floor = the specification's three dependent round trips with no encoding: "
         + ("above" if floor_ratio > 2 else "within")
         + " 2x bare even before any validation CPU",
     ]
