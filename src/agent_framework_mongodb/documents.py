@@ -147,6 +147,7 @@ def checkpoint_from_document(
     check_hash_version(document)
     if any(document.get(k) != v for k, v in options.scope_filter().items()):
         raise MongoDBAuthorizationError("checkpoint document belongs to another scope")
+    stored_position(document)
     payload = document.get("checkpoint")
     if not isinstance(payload, bytes):
         raise MongoDBMappingError("checkpoint document has no binary payload")
@@ -159,6 +160,7 @@ def checkpoint_from_document(
         ) from exc
     if (
         checkpoint.checkpoint_id != document.get("checkpoint_id")
+        or checkpoint.previous_checkpoint_id != document.get("parent_checkpoint_id")
         or checkpoint.workflow_name != options.workflow_name
         or checkpoint.version != PAYLOAD_VERSION
     ):

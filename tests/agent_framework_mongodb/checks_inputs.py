@@ -110,11 +110,14 @@ async def test_lone_surrogates_are_refused_before_a_sequence_is_spent(
     assert recording.calls == []
 
 
-DAMAGE: dict[str, dict[str, Any]] = {
-    "sequence missing": {"$unset": {"sequence": ""}},
-    "sequence not an int": {"$set": {"sequence": "12"}},
-    "sequence a bool": {"$set": {"sequence": True}},
-    "checkpoint_id missing": {"$unset": {"checkpoint_id": ""}},
+ORDERED_READS = ("ids", "list", "latest", "load")
+#: Damage -> (the update that does it, the calls that must then fail).
+DAMAGE: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "sequence missing": ({"$unset": {"sequence": ""}}, ORDERED_READS),
+    "sequence not an int": ({"$set": {"sequence": "12"}}, (*ORDERED_READS, "save")),
+    "sequence a bool": ({"$set": {"sequence": True}}, (*ORDERED_READS, "save")),
+    "checkpoint_id missing": ({"$unset": {"checkpoint_id": ""}}, ("ids", "list", "latest")),
+    "parent edge rewritten": ({"$set": {"parent_checkpoint_id": "elsewhere"}}, ("list", "load")),
 }
 
 
@@ -123,26 +126,26 @@ async def test_damaged_documents_are_mapping_errors(
     make_storage: StorageFactory, collection: Any, damage: str
 ) -> None:
     """Seed: "Corrupted stored data raises": a stored checkpoint without a valid sequence or
-    checkpoint ID fails every read that orders by them with MongoDBMappingError, never
-    KeyError or a silent skip; so does the next save when the damaged value sorts above every
-    number and is therefore what it reads as the retained maximum."""
+    checkpoint ID, or whose lineage field disagrees with its payload, fails every read that
+    uses them with MongoDBMappingError, never KeyError or a silent skip; so does the next save
+    when the damaged sequence sorts above every number and is therefore what it reads as the
+    retained maximum."""
     storage = make_storage()
     for i in range(2):
-        await storage.save(make_checkpoint(checkpoint_id=f"d-{i}"))
-    await collection.update_one({"checkpoint_id": "d-1"}, DAMAGE[damage])
-    reads = [
-        storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME),
-        storage.list_checkpoints(workflow_name=WORKFLOW_NAME),
-        storage.list_checkpoint_page(workflow_name=WORKFLOW_NAME, limit=1),
-    ]
-    if damage.startswith("sequence"):
-        reads.append(storage.get_latest(workflow_name=WORKFLOW_NAME))
-    if damage in ("sequence not an int", "sequence a bool"):
-        reads.append(storage.save(make_checkpoint()))
-    for read in reads:
+        await storage.save(make_checkpoint(checkpoint_id=f"d-{i}", previous=f"p-{i}"))
+    update, failing = DAMAGE[damage]
+    await collection.update_one({"checkpoint_id": "d-1"}, update)
+    calls = {
+        "ids": lambda: storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME),
+        "list": lambda: storage.list_checkpoints(workflow_name=WORKFLOW_NAME),
+        "latest": lambda: storage.get_latest(workflow_name=WORKFLOW_NAME),
+        "load": lambda: storage.load("d-1"),
+        "save": lambda: storage.save(make_checkpoint()),
+    }
+    for name in failing:
         with pytest.raises(MongoDBMappingError) as caught:
-            await read
-        assert type(caught.value) is MongoDBMappingError
+            await calls[name]()
+        assert type(caught.value) is MongoDBMappingError, name
     assert await collection.count_documents({"_kind": CHECKPOINT_KIND}) == 2
 
 
