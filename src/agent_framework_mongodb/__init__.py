@@ -4,11 +4,14 @@
 ``CheckpointStorage`` protocol for one scoped run (tenant, optional
 application, workflow name, session), with atomic per-run sequences,
 bounded pagination, optional TTL, explicit index provisioning and a
-restricted pickle codec. See ``docs/agent_framework_mongodb.md``.
+restricted pickle codec. ``CheckpointCodec`` is that codec on its own, free of
+MongoDB and of I/O, for other storages to share. See
+``docs/agent_framework_mongodb.md``.
 """
 
 from __future__ import annotations
 
+from agent_framework_mongodb.codec import CheckpointCodec, EncodedPayload
 from agent_framework_mongodb.errors import (
     MongoDBAuthorizationError,
     MongoDBCheckpointNotFoundError,
@@ -20,6 +23,7 @@ from agent_framework_mongodb.errors import (
     MongoDBOperationError,
     MongoDBPersistenceError,
     MongoDBRetrievalError,
+    MongoDBSequenceContentionError,
     MongoDBSerializationError,
     MongoDBTransientPersistenceError,
     MongoDBTransientRetrievalError,
@@ -29,6 +33,8 @@ from agent_framework_mongodb.paging import MongoDBCheckpointClearResult, MongoDB
 from agent_framework_mongodb.storage import MongoDBCheckpointStorage
 
 __all__ = [
+    "CheckpointCodec",
+    "EncodedPayload",
     "MongoDBAuthorizationError",
     "MongoDBCheckpointClearResult",
     "MongoDBCheckpointNotFoundError",
@@ -43,6 +49,7 @@ __all__ = [
     "MongoDBOperationError",
     "MongoDBPersistenceError",
     "MongoDBRetrievalError",
+    "MongoDBSequenceContentionError",
     "MongoDBSerializationError",
     "MongoDBTransientPersistenceError",
     "MongoDBTransientRetrievalError",

@@ -13,11 +13,14 @@ encoding instead, in which
   their pickled state, enum members their class and value.
 
 The walk is also the save-side validator: it is the one place that visits
-the whole object graph, so it refuses mapping subclasses, pickle hooks,
-copyreg extension codes, cycles, non-finite floats and unsupported values
-before any byte is pickled or any MongoDB call is made. The mapping guard
-runs before every other type handler, so an ``OrderedDict``, or a class that
-is both a mapping and an enum, is refused even when listed.
+the whole object graph, so it refuses mapping subclasses, classes whose
+hooks loading or saving could run, copyreg extension codes, dict keys and
+set members that are not primitive values, cycles, non-finite floats and
+unsupported values before any byte is pickled or any MongoDB call is made.
+Every value's class is vetted before anything of the value itself is read.
+The mapping guard runs before every other type handler, so an
+``OrderedDict``, or a class that is both a mapping and an enum, is refused
+even when listed.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import hashlib
 import math
 import struct
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from agent_framework_mongodb.classrules import hashable
 from agent_framework_mongodb.errors import MongoDBMappingError, MongoDBSerializationError
 from agent_framework_mongodb.typepolicy import TypePolicy, type_key
 
@@ -41,6 +45,11 @@ __all__ = ["CANONICAL_HASH_VERSION", "canonical_bytes", "canonical_hash"]
 CANONICAL_HASH_VERSION = 2
 _DOMAIN = b"agentflow.af-checkpoint.canonical/v2\n"
 _FLOAT = struct.Struct(">d")
+#: How many bytes of already encoded shared references one walk may repeat.
+_MAX_EXPANSION = 64 << 20
+#: Containers and objects the memo-free first walk may visit (a 10 KB
+#: checkpoint has a few hundred; a larger one walks a little slower with the memo).
+_FAST_VISITS = 10_000
 
 
 def canonical_hash(value: Any, policy: TypePolicy) -> str:
@@ -56,21 +65,33 @@ def canonical_bytes(
     ``strings`` memoizes the encoding of exact ``str`` values (a pure function
     of the value); one save passes the same dict to both of its walks.
 
-    The first walk keeps no set of visited containers: a cycle can only make
-    it recurse until ``RecursionError``. Then, and for state nested that
-    deeply, the walk is repeated with cycle tracking, which names the cycle
-    (or the depth) in a ``MongoDBMappingError``. Both walks produce the same
-    bytes for every acyclic value.
+    The first walk remembers nothing: real state shares few objects, and
+    remembering every container would cost a quarter of the walk. It may
+    visit ``_FAST_VISITS`` containers and objects; beyond that (a graph that
+    shares sub-structures can reach each one exponentially often) the walk
+    starts over remembering finished ones, which makes it linear in the
+    number of distinct objects. Neither keeps a set of visited containers: a
+    cycle can only make them recurse until ``RecursionError``. Then, and for
+    state nested that deeply, the walk is repeated with cycle tracking, which
+    names the cycle (or the depth) in a ``MongoDBMappingError``. All walks
+    produce the same bytes for every acyclic value.
     """
     memo = {} if strings is None else strings
     try:
-        return _DOMAIN + _walker(policy, memo, track=False)(value)
+        try:
+            return _DOMAIN + _walker(policy, memo, share=False, track=False)(value)
+        except _ManyVisits:
+            return _DOMAIN + _walker(policy, memo, share=True, track=False)(value)
     except RecursionError:
         pass
     try:
-        return _DOMAIN + _walker(policy, memo, track=True)(value)
+        return _DOMAIN + _walker(policy, memo, share=True, track=True)(value)
     except RecursionError as exc:
         raise MongoDBMappingError("checkpoint state is nested too deeply to encode") from exc
+
+
+class _ManyVisits(Exception):
+    """The memo-free walk visited more objects than real, unshared state holds."""
 
 
 def _sized(tag: bytes, data: bytes) -> bytes:
@@ -95,7 +116,7 @@ _COUNTS = [b"%d:" % n for n in range(256)]
 
 
 def _walker(
-    policy: TypePolicy, strings: dict[str, bytes], *, track: bool
+    policy: TypePolicy, strings: dict[str, bytes], *, share: bool, track: bool
 ) -> Callable[[Any], bytes]:
     """One depth-first walk as closures (locals are the walk's main cost).
 
@@ -104,13 +125,52 @@ def _walker(
     lists, which dominate real state, are dispatched inline by the container
     loops; the bytes are exactly what ``encode`` returns for them. Each
     container's bytes are joined once, with its header as the first part.
+
+    With ``share``, a container or object reached again (a shared
+    reference) is not walked again: ``done`` maps the ids of finished ones to
+    their bytes. The encoding itself still spells every reference out, as
+    identity must not depend on sharing, so the bytes reused that way are
+    counted against ``_MAX_EXPANSION``. Temporaries the walk creates (object
+    state) are kept alive in ``pinned`` so that their ids are never reused
+    while ``done`` may hold them. Without ``share`` (and so without
+    ``track``, which needs it), nothing is remembered and ``visits`` counts finished
+    containers down to ``_ManyVisits``.
     """
     path: set[int] = set()
     enter, leave = path.add, path.discard
+    done: dict[int, bytes] = {}
+    finished, remember = done.get, done.__setitem__
+    pinned: list[Any] = []
     check = policy.check_value_type
     memo = strings
     get = memo.get
     counts = _COUNTS
+    expanded = 0
+    visits = math.inf if share else _FAST_VISITS
+
+    def arrive(ident: int) -> bytes | None:
+        """With ``share``: the bytes of a finished object reached again, or None (entering it)."""
+        nonlocal expanded
+        encoded = finished(ident)
+        if encoded is not None:
+            expanded += len(encoded)
+            if expanded > _MAX_EXPANSION:
+                raise MongoDBMappingError(
+                    "checkpoint state repeats shared references too often to encode "
+                    f"(more than {_MAX_EXPANSION >> 20} MiB); store the shared data once"
+                )
+            return encoded
+        if track:
+            if ident in path:
+                raise _cycle()
+            enter(ident)
+        return None
+
+    def depart(ident: int, encoded: bytes) -> bytes:
+        if track:
+            leave(ident)
+        remember(ident, encoded)
+        return encoded
 
     def text(value: str) -> bytes:
         encoded = memo.get(value)
@@ -120,17 +180,27 @@ def _walker(
         return encoded
 
     def header(tag: bytes, count: int) -> bytes:
+        # Called once per finished container: the memo-free walk's visit budget.
+        nonlocal visits
+        visits -= 1
+        if visits < 0:
+            raise _ManyVisits
         return tag + (counts[count] if count < 256 else b"%d:" % count)
 
+    def key_of(value: Any) -> bytes:
+        if not hashable(value):
+            raise _unhashable(value)
+        return encode(value)
+
     def mapping(value: dict[Any, Any]) -> bytes:
-        if track:
-            if id(value) in path:
-                raise _cycle()
-            enter(id(value))
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
         parts: list[bytes] = []
         append = parts.append
         for k, v in value.items():
-            key = (get(k) or text(k)) if type(k) is str else encode(k)
+            key = (get(k) or text(k)) if type(k) is str else key_of(k)
             cls = type(v)
             if cls is str:
                 append(key + (get(v) or text(v)))
@@ -144,44 +214,54 @@ def _walker(
                 append(key + (b"T" if v else b"F"))
             else:
                 append(key + encode(v))
-        if track:
-            leave(id(value))
         if len(parts) > 1:
             parts.sort()
         parts.insert(0, header(b"d", len(parts)))
-        return b"".join(parts)
+        encoded = b"".join(parts)
+        return depart(id(value), encoded) if share else encoded
 
     def sequence(value: list[Any] | tuple[Any, ...], tag: bytes) -> bytes:
-        if track:
-            if id(value) in path:
-                raise _cycle()
-            enter(id(value))
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
         parts = [
             (get(v) or text(v)) if type(v) is str else encode(v)
             for v in value
         ]  # fmt: skip
-        if track:
-            leave(id(value))
         parts.insert(0, header(tag, len(parts)))
-        return b"".join(parts)
+        encoded = b"".join(parts)
+        return depart(id(value), encoded) if share else encoded
 
     def members(value: set[Any] | frozenset[Any], tag: bytes) -> bytes:
-        if track:
-            if id(value) in path:
-                raise _cycle()
-            enter(id(value))
-        parts = sorted([encode(v) for v in value])
-        if track:
-            leave(id(value))
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
+        parts = sorted([key_of(v) for v in value])
         parts.insert(0, header(tag, len(parts)))
-        return b"".join(parts)
+        encoded = b"".join(parts)
+        return depart(id(value), encoded) if share else encoded
+
+    def instance(value: Any, cls: type) -> bytes:
+        if share:
+            reached = arrive(id(value))
+            if reached is not None:
+                return reached
+        state = object_state(value)
+        encoded = b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), encode(state))
+        if not share:
+            return encoded
+        pinned.append(state)
+        return depart(id(value), encoded)
 
     def encode(value: Any) -> bytes:
         cls = type(value)
         # The mapping guard comes first: exact dict is accepted; the exact
         # built-in scalars and sequences below are known non-mappings; every
-        # other mapping is refused before any standard, enum, class or object
-        # handler runs.
+        # other class is checked by the policy (mapping guard first) before
+        # any standard, enum, class or object handler runs, and before any
+        # attribute of the value itself is read.
         if cls is dict:
             return mapping(value)
         if cls is str:
@@ -202,33 +282,21 @@ def _walker(
             return _sized(b"b", value)
         if cls is bytearray:
             return _sized(b"y", bytes(value))
-        if isinstance(value, Mapping | dict):
-            raise MongoDBSerializationError(
-                f"{type_key(cls)} is a mapping subclass; only exact dict is supported, "
-                "migrate it to plain dict/list structures"
-            )
+        if issubclass(cls, type):
+            return class_reference(value)
+        check(cls)
         standard = _STANDARD.get(cls)
         if standard is not None:
-            check(cls)
+            for nested in _nested_standard_types(value):
+                check(nested)
             return standard(value)
         if cls is set:
             return members(value, b"S")
         if cls is frozenset:
             return members(value, b"z")
-        if isinstance(value, enum.Enum):
-            check(cls)
+        if issubclass(cls, enum.Enum):
             return _sized(b"e", type_key(cls).encode()) + encode(value._value_)
-        if isinstance(value, type):
-            return class_reference(value)
-        check(cls)
-        if track:
-            if id(value) in path:
-                raise _cycle()
-            enter(id(value))
-        state = encode(object_state(value))
-        if track:
-            leave(id(value))
-        return b"%s1:%s" % (_sized(b"o", type_key(cls).encode()), state)
+        return instance(value, cls)
 
     def class_reference(cls: type) -> bytes:
         if cls is type(None):
@@ -239,6 +307,26 @@ def _walker(
         return _sized(b"c", type_key(cls).encode())
 
     return encode
+
+
+def _nested_standard_types(value: Any) -> tuple[type, ...]:
+    """The standard classes pickle writes inside ``value``'s own reduction."""
+    cls = type(value)
+    if cls is datetime.timezone:
+        return (datetime.timedelta,)
+    if (cls is datetime.datetime or cls is datetime.time) and value.tzinfo is not None:
+        return (datetime.timezone, datetime.timedelta)
+    return ()
+
+
+def _unhashable(value: Any) -> MongoDBSerializationError:
+    while type(value) in (tuple, frozenset):  # name the part that is not primitive
+        value = next(item for item in value if not hashable(item))
+    return MongoDBSerializationError(
+        f"a dict key or set member of type {type_key(type(value))} is not a primitive "
+        "value; keys and members must be str, int, float, bool, None, bytes, date/time "
+        "values, Decimal, UUID, or tuples/frozensets of them"
+    )
 
 
 def object_state(value: Any) -> Any:

@@ -11,14 +11,19 @@ loading runs code named by the bytes, so both directions are constrained:
 * :func:`loads` first verifies the whole opcode stream without executing
   it: globals must resolve through the :class:`TypePolicy`, ``REDUCE`` may
   call only standard value types and enum classes, ``NEWOBJ`` only permitted
-  classes and only with no arguments, ``BUILD`` only what ``NEWOBJ`` made,
-  and container opcodes only real containers. Extension codes, persistent
-  IDs, out-of-band buffers and every other opcode are refused. Only a stream
-  that passes is handed to the C unpickler, whose ``find_class`` consults the
+  classes and only with no arguments, ``BUILD`` only what ``NEWOBJ`` made
+  and only once, container opcodes only real containers, and dict keys and
+  set members only primitive values. Extension codes, persistent IDs,
+  out-of-band buffers and every other opcode are refused. Only a stream that
+  passes is handed to the C unpickler, whose ``find_class`` consults the
   same policy again.
 
-This is defence in depth for application-owned storage, not a boundary
-against someone who can write the collection (see the docs).
+Together with the class rules of the policy, loading any byte string runs no
+code of a permitted class (no constructor, pickle hook, attribute hook,
+descriptor, ``__hash__``/``__eq__``, finaliser or metaclass method) and
+imports nothing. It still returns whatever permitted values the bytes spell,
+so it is no defence against someone who can write the collection choosing
+those values (see the docs). :class:`CheckpointCodec` is the entry point.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import enum
 import hashlib
 import io
 import pickle  # nosec B403: restricted as described above
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +42,7 @@ from agent_framework_mongodb.errors import MongoDBCheckpointStorageError, MongoD
 from agent_framework_mongodb.opcodes import verify
 from agent_framework_mongodb.typepolicy import NATIVE_TYPES, REDUCIBLE_STANDARD_TYPES, TypePolicy
 
-__all__ = ["PICKLE_PROTOCOL", "EncodedPayload", "dumps", "encode_validated", "loads"]
+__all__ = ["PICKLE_PROTOCOL", "CheckpointCodec", "EncodedPayload", "dumps", "loads"]
 
 PICKLE_PROTOCOL = 5
 
@@ -59,13 +64,13 @@ class _ControlledPickler(pickle.Pickler):
         self._policy = policy
 
     def reducer_override(self, obj: Any) -> Any:
+        # Only the class is inspected until the policy has vetted it: isinstance
+        # on the object could already run its __getattribute__.
         cls = type(obj)
-        if cls in NATIVE_TYPES or cls in REDUCIBLE_STANDARD_TYPES or isinstance(obj, type):
+        if cls in NATIVE_TYPES or cls in REDUCIBLE_STANDARD_TYPES or issubclass(cls, type):
             return NotImplemented
-        if isinstance(obj, Mapping | dict):
-            raise MongoDBSerializationError("mapping subclasses cannot be checkpointed")
         self._policy.check_value_type(cls)
-        if isinstance(obj, enum.Enum):
+        if issubclass(cls, enum.Enum):
             return (cls, (obj._value_,))
         return (copyreg.__newobj__, (cls,), object_state(obj))  # type: ignore[attr-defined]
 
@@ -102,13 +107,50 @@ def loads(payload: bytes, policy: TypePolicy) -> Any:
         ) from exc
 
 
-def encode_validated(public: dict[str, Any], policy: TypePolicy) -> EncodedPayload:
-    """Pickle ``public`` and prove the exact bytes load back to the same canonical graph."""
-    strings: dict[str, bytes] = {}  # both walks meet the same strings: encode each once
-    original = canonical_bytes(public, policy, strings)
-    payload = dumps(public, policy)
-    if canonical_bytes(loads(payload, policy), policy, strings) != original:
-        raise MongoDBSerializationError(
-            "checkpoint state does not survive a restricted pickle round trip unchanged"
-        )
-    return EncodedPayload(payload, hashlib.sha256(original).hexdigest())
+class CheckpointCodec:
+    """The restricted, verified pickle codec of Agent Framework's public checkpoint dictionary.
+
+    Independent of MongoDB and of any I/O, so every storage that keeps bytes
+    can share it::
+
+        codec = CheckpointCodec(allowed_checkpoint_types=("myapp.models:Report",))
+        encoded = codec.encode(checkpoint.to_dict())  # EncodedPayload(payload, payload_hash)
+        ...store encoded.payload, compare encoded.payload_hash for idempotency...
+        checkpoint = WorkflowCheckpoint.from_dict(codec.decode(stored_bytes))
+
+    ``encode`` refuses what cannot round-trip safely (``MongoDBMappingError``,
+    or its subtype ``MongoDBSerializationError``), pickles with the controlled
+    pickler, and proves the exact bytes load back through the restricted loader
+    to the same canonical graph; ``payload_hash`` is the versioned canonical
+    identity (:data:`~agent_framework_mongodb.canonical.CANONICAL_HASH_VERSION`),
+    not a hash of the bytes. ``decode`` verifies, then loads; every refusal is
+    ``MongoDBSerializationError`` or ``MongoDBMappingError``. Neither runs code
+    of the classes involved (see ``docs/agent_framework_mongodb.md``).
+    """
+
+    __slots__ = ("_policy",)
+
+    def __init__(self, allowed_checkpoint_types: Iterable[str] = ()) -> None:
+        self._policy = TypePolicy(allowed_checkpoint_types)
+
+    @property
+    def policy(self) -> TypePolicy:
+        """The permitted types, shared by the pickler, the verifier and the loader."""
+        return self._policy
+
+    def encode(self, public: dict[str, Any]) -> EncodedPayload:
+        """Pickle ``public`` and prove the exact bytes load back to the same canonical graph."""
+        policy = self._policy
+        strings: dict[str, bytes] = {}  # both walks meet the same strings: encode each once
+        original = canonical_bytes(public, policy, strings)
+        payload = dumps(public, policy)
+        if canonical_bytes(loads(payload, policy), policy, strings) != original:
+            raise MongoDBSerializationError(
+                "checkpoint state does not survive a restricted pickle round trip unchanged"
+            )
+        return EncodedPayload(payload, hashlib.sha256(original).hexdigest())
+
+    def decode(self, payload: bytes) -> dict[str, Any]:
+        """The public checkpoint dictionary stored as ``payload``, loaded without running hooks."""
+        public: dict[str, Any] = loads(payload, self._policy)  # the verifier admits only a dict
+        return public

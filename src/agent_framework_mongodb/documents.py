@@ -16,11 +16,10 @@ from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from bson.binary import Binary
 
 from agent_framework_mongodb.canonical import CANONICAL_HASH_VERSION
-from agent_framework_mongodb.codec import EncodedPayload, encode_validated, loads
+from agent_framework_mongodb.codec import CheckpointCodec, EncodedPayload
 from agent_framework_mongodb.errors import MongoDBAuthorizationError, MongoDBMappingError
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
-from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions
-from agent_framework_mongodb.typepolicy import TypePolicy
+from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions, storable_text
 
 __all__ = [
     "FRAMEWORK_VERSION",
@@ -29,6 +28,8 @@ __all__ = [
     "build_document",
     "checkpoint_from_document",
     "encode_checkpoint",
+    "stored_position",
+    "stored_sequence",
 ]
 
 SCHEMA_VERSION = 1
@@ -38,7 +39,7 @@ _MIGRATE = "; migrate the stored checkpoints with the release that wrote them"
 
 
 def encode_checkpoint(
-    checkpoint: WorkflowCheckpoint, options: MongoDBCheckpointStorageOptions, policy: TypePolicy
+    checkpoint: WorkflowCheckpoint, options: MongoDBCheckpointStorageOptions, codec: CheckpointCodec
 ) -> EncodedPayload:
     """Validate scope and version, then encode; runs before any MongoDB call.
 
@@ -51,16 +52,21 @@ def encode_checkpoint(
         raise MongoDBAuthorizationError(
             "checkpoint workflow_name differs from the name this storage is bound to"
         )
-    if not isinstance(checkpoint.checkpoint_id, str) or not checkpoint.checkpoint_id:
-        raise MongoDBMappingError("checkpoint_id must be a non-empty string")
+    checkpoint_id = checkpoint.checkpoint_id
+    if not isinstance(checkpoint_id, str) or not checkpoint_id or not storable_text(checkpoint_id):
+        raise MongoDBMappingError(
+            "checkpoint_id must be a non-empty string without lone surrogates"
+        )
     parent = checkpoint.previous_checkpoint_id
-    if parent is not None and not isinstance(parent, str):
-        raise MongoDBMappingError("previous_checkpoint_id must be a string or None")
+    if parent is not None and not (isinstance(parent, str) and storable_text(parent)):
+        raise MongoDBMappingError(
+            "previous_checkpoint_id must be None or a string without lone surrogates"
+        )
     if checkpoint.version != PAYLOAD_VERSION:
         raise MongoDBMappingError(
             "checkpoint version is not supported by this release; upgrade the storage package"
         )
-    return encode_validated(checkpoint.to_dict(), policy)
+    return codec.encode(checkpoint.to_dict())
 
 
 def build_document(
@@ -110,8 +116,24 @@ def check_hash_version(document: dict[str, Any]) -> None:
         raise MongoDBMappingError("checkpoint has an unknown idempotency hash version" + _MIGRATE)
 
 
+def stored_sequence(document: dict[str, Any]) -> int:
+    """The ``sequence`` of a stored checkpoint or counter; a mapping error if it is damaged."""
+    sequence = document.get("sequence")
+    if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 1:
+        raise MongoDBMappingError("stored document has no valid sequence")
+    return sequence
+
+
+def stored_position(document: dict[str, Any]) -> tuple[int, str]:
+    """(sequence, checkpoint_id) of a stored checkpoint; a mapping error if either is damaged."""
+    checkpoint_id = document.get("checkpoint_id")
+    if not isinstance(checkpoint_id, str):
+        raise MongoDBMappingError("stored checkpoint has no valid checkpoint_id")
+    return stored_sequence(document), checkpoint_id
+
+
 def checkpoint_from_document(
-    document: dict[str, Any], options: MongoDBCheckpointStorageOptions, policy: TypePolicy
+    document: dict[str, Any], options: MongoDBCheckpointStorageOptions, codec: CheckpointCodec
 ) -> WorkflowCheckpoint:
     """Check the gates and the scope, then restore through the restricted loader."""
     if document.get("_kind") != CHECKPOINT_KIND:
@@ -125,10 +147,11 @@ def checkpoint_from_document(
     check_hash_version(document)
     if any(document.get(k) != v for k, v in options.scope_filter().items()):
         raise MongoDBAuthorizationError("checkpoint document belongs to another scope")
+    stored_position(document)
     payload = document.get("checkpoint")
     if not isinstance(payload, bytes):
         raise MongoDBMappingError("checkpoint document has no binary payload")
-    public = loads(bytes(payload), policy)
+    public = codec.decode(bytes(payload))
     try:
         checkpoint = WorkflowCheckpoint.from_dict(public)
     except WorkflowCheckpointException as exc:
@@ -137,6 +160,7 @@ def checkpoint_from_document(
         ) from exc
     if (
         checkpoint.checkpoint_id != document.get("checkpoint_id")
+        or checkpoint.previous_checkpoint_id != document.get("parent_checkpoint_id")
         or checkpoint.workflow_name != options.workflow_name
         or checkpoint.version != PAYLOAD_VERSION
     ):

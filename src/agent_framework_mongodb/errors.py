@@ -25,6 +25,7 @@ __all__ = [
     "MongoDBOperationError",
     "MongoDBPersistenceError",
     "MongoDBRetrievalError",
+    "MongoDBSequenceContentionError",
     "MongoDBSerializationError",
     "MongoDBTransientPersistenceError",
     "MongoDBTransientRetrievalError",
@@ -83,10 +84,25 @@ class MongoDBSerializationError(MongoDBMappingError, TypeError):
 
 
 class MongoDBConcurrencyError(MongoDBCheckpointStorageError):
-    """A checkpoint ID was reused with different public state, or a sequence collided."""
+    """A checkpoint ID was reused with different public state: a real conflict."""
 
     code = "mongodb_checkpoint_concurrency"
     category = "concurrency"
+
+
+class MongoDBSequenceContentionError(MongoDBCheckpointStorageError):
+    """Concurrent saves kept colliding on newly allocated sequences; nothing was stored.
+
+    Only possible while a run's counter is being recovered (after TTL or a
+    deletion removed it) under several concurrent writers, and only after
+    ``save`` already retried the allocation. Deliberately not a
+    ``MongoDBConcurrencyError``: the checkpoint conflicts with nothing, and
+    the same ``save`` may simply be repeated.
+    """
+
+    code = "mongodb_checkpoint_sequence_contention"
+    category = "sequence_contention"
+    retryable = True
 
 
 class MongoDBRetrievalError(MongoDBCheckpointStorageError):

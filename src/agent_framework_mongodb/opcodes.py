@@ -9,8 +9,14 @@ on without constructing, importing or calling anything:
 * ``REDUCE`` may call only a standard value type or an enum class, and only
   with arguments made of strings, scalars and tuples of them;
 * ``NEWOBJ`` may create only a permitted class, and only with no arguments;
-* ``BUILD`` may restore only what ``NEWOBJ`` created; ``APPEND(S)``,
-  ``SETITEM(S)`` and ``ADDITEMS`` may target only real lists, dicts and sets;
+* ``BUILD`` may restore only what ``NEWOBJ`` created, once per object, and
+  may pass slot state only to classes that have slots (or a trusted
+  ``__setstate__``); ``APPEND(S)``, ``SETITEM(S)`` and ``ADDITEMS`` may target
+  only real lists, dicts and sets;
+* dict keys, set and frozenset members, and ``REDUCE`` arguments must be
+  primitive values: strings, scalars, standard values and tuples of them
+  (never enum members, objects or classes), so building a container never
+  runs an object's ``__hash__`` or ``__eq__``;
 * every other opcode (``EXT*``, ``INST``, ``OBJ``, persistent IDs,
   out-of-band buffers, protocol 0/1 text opcodes, and the ``BINPUT``/
   ``LONG_BINPUT`` memo writes a protocol 5 pickler never emits) is refused.
@@ -19,8 +25,8 @@ It reads opcodes itself rather than through ``pickletools.genops``: this is
 on every load's path, and one tight loop is several times faster. The
 frequent opcodes are compared inline; the rest dispatch through a table of
 per-opcode handlers built from the argument-size tables below. Kinds are
-interned strings, ints (a string's opcode offset) and a few small objects, so
-the walk allocates almost nothing the garbage collector must track: listing
+interned strings, ints and one small object per ``NEWOBJ``, so the walk
+allocates almost nothing the garbage collector must track: listing
 a long run holds many live objects, and every tracked allocation here would
 make the collector traverse them all again. Argument sizes follow the pickle
 specification exactly, so the verifier and the C unpickler parse the same
@@ -31,20 +37,25 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import cast
 
 from agent_framework_mongodb.errors import MongoDBSerializationError
 from agent_framework_mongodb.typepolicy import Resolved, TypePolicy
 
 __all__ = ["verify"]
 
-# A kind is a str constant below, an int (the offset of a string's opcode),
-# a Resolved global, or an ("i", Resolved) instance made by NEWOBJ.
+# A kind is an int, a str constant below, a Resolved global, or an _Instance
+# made by NEWOBJ. Exactly the primitive (hashable) kinds are ints: a string is
+# the offset of its opcode (>= 0), the other primitives are negative. So
+# "every key is an int" is the whole dict-key check on the hot path.
 Kind = object
-_VALUE, _LIST, _DICT, _SET = "v", "l", "d", "S"
-_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE = "t0", "t1", "tp", "tx"
+_VALUE, _EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE = -1, -2, -3, -4
+_LIST, _DICT, _SET, _OTHER_TUPLE, _ENUM_MEMBER = "l", "d", "S", "tx", "e"
 _TUPLES = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE})
-_PLAIN = frozenset({_VALUE, _EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE})
-_CALL_ARGS = _PLAIN - {_VALUE}  # REDUCE arguments: a tuple of plain values
+_CALL_ARGS = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE})  # tuples of primitives
+# sum() adds ints in C and raises TypeError at the first kind that is no int:
+# the fastest "are all these dict keys primitive?" for the hot loop.
+_sum_ints = cast(Callable[[list[Kind]], int], sum)
 
 # Scalars with a fixed-size argument: opcode -> argument bytes.
 _FIXED = {ord("N"): 0, 0x88: 0, 0x89: 0, ord("J"): 4, ord("K"): 1, ord("M"): 2, ord("G"): 8}
@@ -57,8 +68,8 @@ _LONG_BINGET = ord("j")
 _STOP = ord(".")
 _EMPTIES = {ord("]"): _LIST, ord("}"): _DICT, 0x8F: _SET, ord(")"): _EMPTY_TUPLE}
 _TUPLE_N = {0x85: 1, 0x86: 2, 0x87: 3}
-_TO_MARK = {ord("e"): _LIST, ord("u"): _DICT, 0x90: _SET}  # APPENDS, SETITEMS, ADDITEMS
-_APPEND, _SETITEM, _TUPLE, _FROZENSET = ord("a"), ord("s"), ord("t"), 0x91
+_APPEND, _APPENDS, _SETITEM, _SETITEMS, _ADDITEMS = ord("a"), ord("e"), ord("s"), ord("u"), 0x90
+_TUPLE, _FROZENSET = ord("t"), 0x91
 _POP, _POP_MARK = ord("0"), ord("1")
 _STACK_GLOBAL, _GLOBAL, _REDUCE, _NEWOBJ, _BUILD = 0x93, ord("c"), ord("R"), 0x81, ord("b")
 
@@ -82,7 +93,7 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
     marks: list[int] = []
     memo: list[Kind] = []
     # Locals, not module globals, in the hot loop: lookups are its main cost.
-    push, remember, mark = stack.append, memo.append, marks.append
+    push, remember, mark, total = stack.append, memo.append, marks.append, _sum_ints
     value, list_kind, dict_kind = _VALUE, _LIST, _DICT
     frame = _Frame(data, stack, marks, memo, policy)
     i = 0
@@ -101,7 +112,12 @@ def verify(payload: bytes, policy: TypePolicy) -> None:
                 mark(len(stack))
                 i += 1
         elif op == 0x75:  # SETITEMS
-            del stack[marks.pop() :]
+            start = marks.pop()
+            try:
+                total(stack[start::2])
+            except TypeError:
+                _check_primitives(stack[start::2])
+            del stack[start:]
             if stack[-1] is not dict_kind:
                 raise _refuse("container opcodes must target a plain list, dict or set")
             i += 1
@@ -158,6 +174,16 @@ class _Frame:
         self.data, self.stack, self.marks, self.memo, self.policy = data, stack, marks, memo, policy
 
 
+class _Instance:
+    """The kind of one object ``NEWOBJ`` made; memo references share it."""
+
+    __slots__ = ("built", "resolved")
+
+    def __init__(self, resolved: Resolved) -> None:
+        self.resolved = resolved
+        self.built = False
+
+
 Handler = Callable[[_Frame, int], int]
 
 
@@ -202,24 +228,39 @@ def _empty(kind: Kind) -> Handler:
     return empty
 
 
-def _to_mark(kind: Kind) -> Handler:
-    def items(f: _Frame, i: int) -> int:
-        del f.stack[f.marks.pop() :]
-        if f.stack[-1] is not kind:
-            raise _refuse("container opcodes must target a plain list, dict or set")
-        return i
-
-    return items
+def _appends(f: _Frame, i: int) -> int:
+    del f.stack[f.marks.pop() :]
+    _target(f.stack, _LIST)
+    return i
 
 
-def _one_item(kind: Kind, width: int) -> Handler:
-    def item(f: _Frame, i: int) -> int:
-        del f.stack[-width:]
-        if f.stack[-1] is not kind:
-            raise _refuse("container opcodes must target a plain list, dict or set")
-        return i
+def _append(f: _Frame, i: int) -> int:
+    del f.stack[-1:]
+    _target(f.stack, _LIST)
+    return i
 
-    return item
+
+def _setitems(f: _Frame, i: int) -> int:
+    start = f.marks.pop()
+    _check_primitives(f.stack[start::2])
+    del f.stack[start:]
+    _target(f.stack, _DICT)
+    return i
+
+
+def _setitem(f: _Frame, i: int) -> int:
+    _check_primitives(f.stack[-2:-1])
+    del f.stack[-2:]
+    _target(f.stack, _DICT)
+    return i
+
+
+def _additems(f: _Frame, i: int) -> int:
+    start = f.marks.pop()
+    _check_primitives(f.stack[start:])
+    del f.stack[start:]
+    _target(f.stack, _SET)
+    return i
 
 
 def _skip(width: int) -> Handler:
@@ -261,7 +302,7 @@ def _global(f: _Frame, i: int) -> int:
 
 def _stack_global(f: _Frame, i: int) -> int:
     name, module = f.stack.pop(), f.stack.pop()
-    if type(name) is not int or type(module) is not int:
+    if type(name) is not int or type(module) is not int or min(name, module) < 0:
         raise _refuse("a global reference must be named by two strings")
     f.stack.append(f.policy.resolve(_text(f.data, module), _text(f.data, name)))
     return i
@@ -273,7 +314,9 @@ def _tuple(f: _Frame, i: int) -> int:
 
 
 def _frozenset(f: _Frame, i: int) -> int:
-    _tuple_kind(f.stack, f.marks.pop())
+    start = f.marks.pop()
+    _check_primitives(f.stack[start:])
+    del f.stack[start:]
     f.stack.append(_VALUE)
     return i
 
@@ -292,9 +335,12 @@ def _reduce(f: _Frame, i: int) -> int:
     args, func = f.stack.pop(), f.stack.pop()
     if not isinstance(func, Resolved) or not func.reducible or args not in _CALL_ARGS:
         raise _refuse("REDUCE may only call a standard value type or an enum class")
-    if issubclass(func.cls, enum.Enum) and args != _PLAIN_SINGLE:
-        raise _refuse("an enum member is rebuilt from exactly one value")
-    f.stack.append(_VALUE)
+    if issubclass(func.cls, enum.Enum):
+        if args != _PLAIN_SINGLE:
+            raise _refuse("an enum member is rebuilt from exactly one value")
+        f.stack.append(_ENUM_MEMBER)
+    else:
+        f.stack.append(_VALUE)
     return i
 
 
@@ -304,14 +350,22 @@ def _newobj(f: _Frame, i: int) -> int:
         raise _refuse("NEWOBJ may only create a permitted object class")
     if args != _EMPTY_TUPLE:
         raise _refuse("NEWOBJ with arguments is a constructor hook and is not allowed")
-    f.stack.append(("i", cls))
+    f.stack.append(_Instance(cls))
     return i
 
 
 def _build(f: _Frame, i: int) -> int:
     state, target = f.stack.pop(), f.stack[-1]
-    if type(target) is not tuple or (state != _DICT and state not in _TUPLES):
-        raise _refuse("BUILD may only restore the state of an object NEWOBJ created")
+    if type(target) is not _Instance or target.built:
+        # A second BUILD would find attributes the first one set, such as an
+        # instance-level __setstate__, and call them.
+        raise _refuse("BUILD may only restore the state of an object NEWOBJ created, once")
+    if state in _TUPLES:
+        if not target.resolved.slot_state:
+            raise _refuse("slot state is only restored on classes that have slots")
+    elif state != _DICT:
+        raise _refuse("BUILD state must be a dict or a (dict, slots) pair")
+    target.built = True
     return i
 
 
@@ -320,11 +374,13 @@ _HANDLERS: dict[int, Handler] = {
     **{op: _sized(width, False) for op, width in _SIZED.items()},
     **{op: _sized(width, True) for op, width in _TEXT.items()},
     **{op: _empty(kind) for op, kind in _EMPTIES.items()},
-    **{op: _to_mark(kind) for op, kind in _TO_MARK.items()},
     **{op: _skip(width) for op, width in _SKIP.items()},
     **{op: _tuple_n(size) for op, size in _TUPLE_N.items()},
-    _APPEND: _one_item(_LIST, 1),
-    _SETITEM: _one_item(_DICT, 2),
+    _APPEND: _append,
+    _APPENDS: _appends,
+    _SETITEM: _setitem,
+    _SETITEMS: _setitems,
+    _ADDITEMS: _additems,
     _LONG_BINGET: _long_binget,
     _STOP: _stop,
     _GLOBAL: _global,
@@ -345,9 +401,33 @@ def _tuple_kind(stack: list[Kind], start: int) -> Kind:
     del stack[start:]
     if not items:
         return _EMPTY_TUPLE
-    if all(item in _PLAIN or type(item) is int for item in items):
+    if all(type(item) is int or _primitive_instance(item) for item in items):
         return _PLAIN_SINGLE if len(items) == 1 else _PLAIN_TUPLE
     return _OTHER_TUPLE
+
+
+def _primitive_instance(kind: Kind) -> bool:
+    return type(kind) is _Instance and kind.resolved.hashable
+
+
+def _check_primitive(kind: Kind) -> None:
+    """Refuse a non-primitive dict key or set member (the caller saw it is no int)."""
+    if not _primitive_instance(kind):
+        raise _refuse(
+            "dict keys and set members must be primitive values, never objects, "
+            "enum members or classes (their __hash__ and __eq__ would run)"
+        )
+
+
+def _check_primitives(kinds: list[Kind]) -> None:
+    for kind in kinds:
+        if type(kind) is not int:
+            _check_primitive(kind)
+
+
+def _target(stack: list[Kind], kind: Kind) -> None:
+    if stack[-1] is not kind:
+        raise _refuse("container opcodes must target a plain list, dict or set")
 
 
 def _text(data: bytes, position: int) -> str:

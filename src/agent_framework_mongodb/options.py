@@ -101,10 +101,26 @@ class MongoDBCheckpointStorageOptions:
         return _digest("counter", self.scope_discriminator)
 
 
+def storable_text(value: str) -> bool:
+    """Whether MongoDB can store ``value``: valid UTF-8, i.e. no lone surrogates."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_text(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value or "\x00" in value or len(value) > _MAX_SCOPE_VALUE:
+    if (
+        not isinstance(value, str)
+        or not value
+        or "\x00" in value
+        or len(value) > _MAX_SCOPE_VALUE
+        or not storable_text(value)
+    ):
         raise MongoDBConfigurationError(
-            f"{name} must be a non-empty string without NUL of at most {_MAX_SCOPE_VALUE} chars"
+            f"{name} must be a non-empty string without NUL or lone surrogates of at most "
+            f"{_MAX_SCOPE_VALUE} chars"
         )
 
 

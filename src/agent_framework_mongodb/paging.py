@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from agent_framework import WorkflowCheckpoint
 
 from agent_framework_mongodb.errors import MongoDBInvalidCursorError
+from agent_framework_mongodb.options import storable_text
 
 __all__ = [
     "CURSOR_VERSION",
+    "MAX_SEQUENCE",
     "MongoDBCheckpointClearResult",
     "MongoDBCheckpointPage",
     "decode_cursor",
@@ -26,7 +28,10 @@ __all__ = [
 ]
 
 CURSOR_VERSION = 1
+#: The greatest sequence a BSON int64 holds.
+MAX_SEQUENCE = 2**63 - 1
 _SCOPE_PREFIX_LENGTH = 16
+_MAX_CURSOR_LENGTH = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +58,15 @@ def encode_cursor(scope_discriminator: str, sequence: int, checkpoint_id: str) -
 
 
 def decode_cursor(cursor: str, scope_discriminator: str) -> tuple[int, str]:
-    """(sequence, checkpoint_id) of a cursor this scope issued, or ``MongoDBInvalidCursorError``."""
-    if not isinstance(cursor, str) or not cursor or len(cursor) > 4096:
+    """(sequence, checkpoint_id) of a cursor this scope issued, or ``MongoDBInvalidCursorError``.
+
+    Only the exact text :func:`encode_cursor` produces is accepted: the body
+    is decoded, checked field by field (the version must be the int itself,
+    not ``1.0`` or ``true``; the sequence a BSON int64 of at least 1; the ID a
+    string MongoDB can store) and encoded again, and anything but the same
+    cursor (padding, non-canonical base64 or JSON) is refused.
+    """
+    if not isinstance(cursor, str) or not cursor or len(cursor) > _MAX_CURSOR_LENGTH:
         raise MongoDBInvalidCursorError("page cursor is malformed")
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
@@ -64,10 +76,14 @@ def decode_cursor(cursor: str, scope_discriminator: str) -> tuple[int, str]:
     if not isinstance(body, list) or len(body) != 4:
         raise MongoDBInvalidCursorError("page cursor is malformed")
     version, scope, sequence, checkpoint_id = body
-    if version != CURSOR_VERSION:
+    if type(version) is not int or version != CURSOR_VERSION:
         raise MongoDBInvalidCursorError("page cursor has an unknown version")
     if scope != scope_discriminator[:_SCOPE_PREFIX_LENGTH]:
         raise MongoDBInvalidCursorError("page cursor belongs to another scope")
-    if type(sequence) is not int or sequence < 1 or not isinstance(checkpoint_id, str):
+    if type(sequence) is not int or not 1 <= sequence <= MAX_SEQUENCE:
         raise MongoDBInvalidCursorError("page cursor is malformed")
+    if not isinstance(checkpoint_id, str) or not storable_text(checkpoint_id):
+        raise MongoDBInvalidCursorError("page cursor is malformed")
+    if encode_cursor(scope_discriminator, sequence, checkpoint_id) != cursor:
+        raise MongoDBInvalidCursorError("page cursor is not in canonical form")
     return sequence, checkpoint_id

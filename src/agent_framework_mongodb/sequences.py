@@ -4,8 +4,11 @@ Each run has one counter document, advanced by a single aggregation-pipeline
 upsert. The allocation starts from the maximum of the counter and the
 greatest sequence still retained in the run (read just before), so a counter
 removed by TTL or cleanup, even while several writers recover it at once,
-can never hand out a sequence a retained checkpoint already holds. Failed
-inserts leave gaps; nothing assumes contiguity.
+can never hand out a sequence a retained checkpoint already holds once its
+insert is visible. A writer that read the retained maximum just before
+another writer's insert, while the counter was missing, can still be handed
+that writer's sequence: ``save`` then retries the allocation, which reads the
+new maximum. Failed inserts leave gaps; nothing assumes contiguity.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
-from agent_framework_mongodb.errors import MongoDBConcurrencyError
+from agent_framework_mongodb.documents import stored_sequence
+from agent_framework_mongodb.errors import MongoDBSequenceContentionError
 from agent_framework_mongodb.indexes import COUNTER_KIND
 from agent_framework_mongodb.telemetry import driver_errors
 
@@ -30,13 +34,19 @@ async def allocate_sequence(
     checkpoint_filter: dict[str, Any],
     counter_filter: dict[str, Any],
     expires_at: datetime.datetime | None,
+    *,
+    at_least: int = 0,
 ) -> int:
-    """Allocate the next sequence of the run the two scoped filters select."""
+    """Allocate the next sequence of the run the two scoped filters select.
+
+    The sequence is above the retained maximum, the counter and ``at_least``
+    (a sequence the caller knows is taken, or may soon be).
+    """
     with driver_errors(write=True):
         top = await collection.find_one(
             checkpoint_filter, {"_id": 0, "sequence": 1}, sort=[("sequence", -1)]
         )
-    observed = 0 if top is None else int(top["sequence"])
+    observed = max(at_least, 0 if top is None else stored_sequence(top))
     for _ in range(_ALLOCATION_ATTEMPTS):
         with driver_errors(write=True):
             try:
@@ -51,8 +61,8 @@ async def allocate_sequence(
                 # Two first allocations raced to insert the counter; the
                 # loser retries against the document the winner created.
                 continue
-        return int(counter["sequence"])
-    raise MongoDBConcurrencyError("sequence counter contention in this run")
+        return stored_sequence(counter)
+    raise MongoDBSequenceContentionError("sequence counter contention in this run")
 
 
 def counter_pipeline(

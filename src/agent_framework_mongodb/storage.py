@@ -9,7 +9,6 @@ timestamp or the iteration count (several checkpoints share an iteration).
 
 from __future__ import annotations
 
-import datetime
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,19 +17,16 @@ from typing import Any
 
 from agent_framework import CheckpointID, CheckpointStorage, WorkflowCheckpoint
 from pymongo import AsyncMongoClient
-from pymongo.errors import DuplicateKeyError
 
+from agent_framework_mongodb.codec import CheckpointCodec
 from agent_framework_mongodb.documents import (
-    build_document,
-    check_hash_version,
     checkpoint_from_document,
     encode_checkpoint,
-    expiry,
+    stored_position,
 )
 from agent_framework_mongodb.errors import (
     MongoDBAuthorizationError,
     MongoDBCheckpointNotFoundError,
-    MongoDBConcurrencyError,
     MongoDBConfigurationError,
 )
 from agent_framework_mongodb.indexes import (
@@ -39,16 +35,15 @@ from agent_framework_mongodb.indexes import (
     INDEX_SPECS,
     index_problems,
 )
-from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions
+from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions, storable_text
 from agent_framework_mongodb.paging import (
     MongoDBCheckpointClearResult,
     MongoDBCheckpointPage,
     decode_cursor,
     encode_cursor,
 )
-from agent_framework_mongodb.sequences import allocate_sequence
 from agent_framework_mongodb.telemetry import Completion, driver_errors
-from agent_framework_mongodb.typepolicy import TypePolicy
+from agent_framework_mongodb.writes import CheckpointWriter
 
 __all__ = ["MongoDBCheckpointStorage"]
 
@@ -103,7 +98,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
                 "pass exactly one of connection_string, client or collection"
             )
         self._options = options
-        self._policy = TypePolicy(options.allowed_checkpoint_types)
+        self._codec = CheckpointCodec(options.allowed_checkpoint_types)
         self._scope = options.scope_filter()
         self._owned_client: AsyncMongoClient[dict[str, Any]] | None = None
         self._closed = False
@@ -121,6 +116,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         self._checkpoint_filter = {"_kind": CHECKPOINT_KIND, **self._scope}
         # Built once: save and clear_run use them on every call.
         self._counter = {"_id": options.counter_id(), "_kind": COUNTER_KIND, **self._scope}
+        self._writer = CheckpointWriter(collection, options, self._checkpoint_filter, self._counter)
 
     @property
     def options(self) -> MongoDBCheckpointStorageOptions:
@@ -156,33 +152,13 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         mutation by the caller cannot change what is stored) and before any
         sequence is allocated. Saving the same public state under the same ID
         again returns the ID; different state under a stored ID raises
-        ``MongoDBConcurrencyError``.
+        ``MongoDBConcurrencyError``. A retry of a save whose outcome this
+        storage did not learn (a transient error or a cancellation) first
+        looks the ID up, so an identical retry spends no new sequence.
         """
         with Completion("save") as done:
-            encoded = encode_checkpoint(checkpoint, self._options, self._policy)
-            created_at = _now()
-            expires_at = (
-                None if self._options.ttl is None else expiry(created_at, self._options.ttl)
-            )
-            sequence = await allocate_sequence(
-                self._collection, self._checkpoint_filter, self._counter, expires_at
-            )
-            document = build_document(
-                checkpoint,
-                encoded,
-                self._options,
-                sequence=sequence,
-                created_at=created_at,
-                expires_at=expires_at,
-            )
-            duplicate: DuplicateKeyError | None = None
-            with driver_errors(write=True):
-                try:
-                    await self._collection.insert_one(document)
-                except DuplicateKeyError as exc:
-                    duplicate = exc
-            if duplicate is not None:
-                await self._confirm_identical(document, duplicate)
+            encoded = encode_checkpoint(checkpoint, self._options, self._codec)
+            await self._writer.write(checkpoint, encoded)
             done.count = 1
             return checkpoint.checkpoint_id
 
@@ -196,7 +172,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
                 )
             if document is None:
                 raise MongoDBCheckpointNotFoundError("no checkpoint with that ID in this run")
-            checkpoint = checkpoint_from_document(document, self._options, self._policy)
+            checkpoint = checkpoint_from_document(document, self._options, self._codec)
             done.count = 1
             return checkpoint
 
@@ -221,11 +197,11 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             after: tuple[int, str] | None = None
             while True:
                 rows, more = await self._page_rows(after, self._options.page_size, _ORDER_FIELDS)
-                ids.extend(row["checkpoint_id"] for row in rows)
+                ids.extend(row["checkpoint_id"] for row in rows)  # checked by _page_rows
                 done.count = len(ids)
                 if not more:
                     return ids
-                after = (rows[-1]["sequence"], rows[-1]["checkpoint_id"])
+                after = stored_position(rows[-1])
 
     async def delete(self, checkpoint_id: CheckpointID) -> bool:
         """Delete one checkpoint of the bound run; False when it is not there."""
@@ -249,7 +225,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
                     .limit(2)
                     .to_list()
                 )
-                if len(top) == 2 and top[0]["sequence"] == top[1]["sequence"]:
+                if len(top) == 2 and stored_position(top[0])[0] == stored_position(top[1])[0]:
                     top = (
                         await self._collection.find(self._checkpoint_filter)
                         .sort([("sequence", -1), ("checkpoint_id", -1)])
@@ -259,7 +235,7 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             if not top:
                 return None
             done.count = 1
-            return checkpoint_from_document(top[0], self._options, self._policy)
+            return checkpoint_from_document(top[0], self._options, self._codec)
 
     # ------------------------------------------------------------- additions
 
@@ -280,15 +256,12 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             rows, more = await self._page_rows(after, size, _PAGE_FIELDS)
             with _collector_paused():
                 checkpoints = [
-                    checkpoint_from_document(r, self._options, self._policy) for r in rows
+                    checkpoint_from_document(r, self._options, self._codec) for r in rows
                 ]
             done.count = len(checkpoints)
             next_cursor = None
             if more:
-                last = rows[-1]
-                next_cursor = encode_cursor(
-                    self._scope_key, last["sequence"], last["checkpoint_id"]
-                )
+                next_cursor = encode_cursor(self._scope_key, *stored_position(rows[-1]))
             return MongoDBCheckpointPage(checkpoints, next_cursor)
 
     async def clear_run(self) -> MongoDBCheckpointClearResult:
@@ -366,11 +339,11 @@ class MongoDBCheckpointStorage(CheckpointStorage):
                 .batch_size(size + 2)
                 .to_list()
             )
-            sequences = [row["sequence"] for row in rows]
+            sequences = [stored_position(row)[0] for row in rows]
             if len(set(sequences)) != len(sequences):
                 rows = await self._exact_page(after, size, projection)
         if after is not None:
-            rows = [r for r in rows if (r["sequence"], r["checkpoint_id"]) > after]
+            rows = [r for r in rows if stored_position(r) > after]
         return rows[:size], len(rows) > size
 
     async def _exact_page(
@@ -392,30 +365,9 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         )
         return rows
 
-    async def _confirm_identical(self, document: dict[str, Any], exc: DuplicateKeyError) -> None:
-        """An ID collision is an idempotent retry only if the stored public state is identical."""
-        key_pattern = (exc.details or {}).get("keyPattern", {"_id": 1})
-        if "sequence" in key_pattern:
-            raise MongoDBConcurrencyError("sequence collision in this run") from exc
-        with driver_errors(write=False):
-            stored = await self._collection.find_one(
-                {"_id": document["_id"], **self._checkpoint_filter},
-                {"payload_hash": 1, "idempotency_hash_version": 1},
-            )
-        if stored is None:
-            raise MongoDBConcurrencyError("checkpoint ID is held by another document") from exc
-        check_hash_version(stored)
-        if stored.get("payload_hash") != document["payload_hash"]:
-            raise MongoDBConcurrencyError(
-                "checkpoint ID already stored with different public state"
-            ) from exc
-
 
 def _check_id(checkpoint_id: object) -> None:
-    if not isinstance(checkpoint_id, str) or not checkpoint_id:
-        raise MongoDBConfigurationError("checkpoint_id must be a non-empty string")
-
-
-def _now() -> datetime.datetime:
-    moment = datetime.datetime.now(datetime.UTC)
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    if not isinstance(checkpoint_id, str) or not checkpoint_id or not storable_text(checkpoint_id):
+        raise MongoDBConfigurationError(
+            "checkpoint_id must be a non-empty string without lone surrogates"
+        )

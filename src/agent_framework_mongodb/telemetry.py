@@ -36,6 +36,10 @@ __all__ = ["FEATURE", "Completion", "driver_errors", "logger"]
 
 FEATURE = "workflow_checkpoint_storage"
 logger = logging.getLogger("agent_framework_mongodb")
+# A library configures no output: without this, a failure line of an
+# application that never configured logging would reach stderr through
+# Python's last-resort handler.
+logger.addHandler(logging.NullHandler())
 _AUTH_CODES = frozenset({13, 18, 8000})  # Unauthorized, AuthenticationFailed, Atlas
 
 

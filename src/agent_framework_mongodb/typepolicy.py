@@ -13,6 +13,12 @@ written). Both therefore consult one :class:`TypePolicy`:
   resolution only: a listed class that defines any pickle hook is refused,
   because its hook is code an attacker who can write the collection would
   otherwise get to run.
+
+Every permitted class, framework classes included, must also pass
+:func:`~agent_framework_mongodb.classrules.class_refusal`: no hook that
+building, hashing or saving an instance would run. Resolving a name never
+imports anything and never calls a module's or class's attribute hooks: names
+are looked up in the dictionaries of modules that are already imported.
 """
 
 from __future__ import annotations
@@ -21,14 +27,20 @@ import copyreg
 import datetime
 import decimal
 import enum
-import importlib
 import inspect
 import sys
+import types
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from agent_framework_mongodb.classrules import (
+    class_refusal,
+    has_slot_state,
+    pickle_hooks,
+    plain_metaclass,
+)
 from agent_framework_mongodb.errors import (
     MongoDBConfigurationError,
     MongoDBMappingError,
@@ -55,20 +67,19 @@ REDUCIBLE_STANDARD_TYPES: frozenset[type] = frozenset(
 #: Standard values rebuilt by ``NEWOBJ`` plus the class's own stdlib ``__setstate__``.
 _NEWOBJ_STANDARD_TYPES: frozenset[type] = frozenset({uuid.UUID})
 _STANDARD_TYPES = REDUCIBLE_STANDARD_TYPES | _NEWOBJ_STANDARD_TYPES
-_PICKLE_HOOKS = (
-    "__reduce__",
-    "__reduce_ex__",
-    "__getstate__",
-    "__setstate__",
-    "__getnewargs__",
-    "__getnewargs_ex__",
-)
 _FRAMEWORK_PACKAGE = "agent_framework"
+# Static accessors: they read the real attribute and never reach a custom
+# metaclass's or module subclass's attribute hooks.
+_CLASS_MODULE = vars(type)["__module__"].__get__
+_CLASS_QUALNAME = vars(type)["__qualname__"].__get__
+_CLASS_NAME = vars(type)["__name__"].__get__
+_CLASS_NAMESPACE = vars(type)["__dict__"].__get__
+_MODULE_NAMESPACE = vars(types.ModuleType)["__dict__"].__get__
 
 
 def type_key(cls: type) -> str:
     """The ``module:qualname`` identity pickle itself uses for a class."""
-    return f"{cls.__module__}:{cls.__qualname__}"
+    return f"{_CLASS_MODULE(cls)}:{_CLASS_QUALNAME(cls)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,50 +88,27 @@ class Resolved:
 
     cls: type
     reducible: bool  # may be called by REDUCE (standard values, enum members by value)
-    constructible: bool  # may be created by NEWOBJ with no arguments, then BUILD
+    constructible: bool  # may be created by NEWOBJ with no arguments, then BUILD once
+    slot_state: bool = False  # BUILD may pass (state, slot state) or hand state to __setstate__
+    hashable: bool = False  # an instance may be a dict key or set member (UUID)
 
 
 def _is_framework_module(module: str) -> bool:
     return module == _FRAMEWORK_PACKAGE or module.startswith(_FRAMEWORK_PACKAGE + ".")
 
 
-def _hook_owner(cls: type, name: str) -> type | None:
-    for klass in cls.__mro__:
-        if name in vars(klass):
-            return klass
-    return None
-
-
-def custom_hooks(cls: type) -> list[str]:
-    """The pickle and construction hooks ``cls`` defines beyond ``object``'s and ``Enum``'s."""
-    found = []
-    for name in _PICKLE_HOOKS:
-        owner = _hook_owner(cls, name)
-        if owner is None or owner is object:
-            continue
-        if issubclass(cls, enum.Enum):
-            # Enum.__reduce_ex__ reduces a member to (cls, (value,)); it runs
-            # before any mixin hook such as int.__getnewargs__ could.
-            if name == "__reduce_ex__" and owner is enum.Enum:
-                continue
-            if name in ("__getnewargs__", "__getnewargs_ex__") and owner in NATIVE_TYPES:
-                continue
-        found.append(name)
-    if issubclass(cls, enum.Enum):
-        # Loading calls the enum class with the stored value, which reaches
-        # _missing_ for unknown values: an override is a load-time hook.
-        if _hook_owner(cls, "_missing_") not in (enum.Enum, enum.Flag):
-            found.append("_missing_")
-    elif _hook_owner(cls, "__new__") is not object:
-        found.append("__new__")
-    return found
-
-
 def registered_extension(cls: type) -> bool:
     """Whether copyreg's extension registry would replace ``cls`` by a process-local code."""
     registry: Mapping[tuple[str, str], int] = copyreg._extension_registry  # type: ignore[attr-defined]
-    module = cls.__module__
-    return (module, cls.__qualname__) in registry or (module, cls.__name__) in registry
+    module = _CLASS_MODULE(cls)
+    return (module, _CLASS_QUALNAME(cls)) in registry or (module, _CLASS_NAME(cls)) in registry
+
+
+def mapping_refusal(cls: type) -> MongoDBSerializationError:
+    return MongoDBSerializationError(
+        f"{type_key(cls)} is a mapping subclass; only exact dict is supported, "
+        "migrate it to plain dict/list structures"
+    )
 
 
 class TypePolicy:
@@ -139,16 +127,24 @@ class TypePolicy:
         self._checked: dict[type, None] = {}
         for cls in _STANDARD_TYPES | NATIVE_TYPES:
             self._cache[(cls.__module__, cls.__qualname__)] = Resolved(
-                cls, cls in REDUCIBLE_STANDARD_TYPES, cls in _NEWOBJ_STANDARD_TYPES
+                cls,
+                reducible=cls in REDUCIBLE_STANDARD_TYPES,
+                constructible=cls in _NEWOBJ_STANDARD_TYPES,
+                hashable=cls in _NEWOBJ_STANDARD_TYPES,
             )
 
     def check_value_type(self, cls: type) -> None:
-        """Refuse, on save, an object whose class the loader would not resolve.
+        """Refuse, on save, a value whose class the loader would not resolve.
 
+        Runs on the class alone, never on the value, so no hook of the value
+        runs before its class is vetted. The mapping guard comes first.
         Raises ``MongoDBSerializationError`` for classes that are permitted in
-        principle but would not round-trip safely (pickle hooks, copyreg
-        extension codes) and ``MongoDBMappingError`` for unsupported classes.
+        principle but would not round-trip safely (mapping subclasses, hooks,
+        copyreg extension codes) and ``MongoDBMappingError`` for unsupported
+        classes.
         """
+        if issubclass(cls, dict):
+            raise mapping_refusal(cls)  # before the registry: a mapping is refused as one
         # The registry is process-global and may change at any time, so this
         # check is never cached; the rest of the verdict depends on the class only.
         if registered_extension(cls):
@@ -159,7 +155,7 @@ class TypePolicy:
         if cls in self._checked:
             return
         if cls not in _STANDARD_TYPES and cls not in NATIVE_TYPES:
-            self._permit(cls.__module__, cls.__qualname__, cls)
+            self._permit(_CLASS_MODULE(cls), _CLASS_QUALNAME(cls), cls)
         self._checked[cls] = None
 
     def resolve(self, module: str, qualname: str) -> Resolved:
@@ -173,26 +169,34 @@ class TypePolicy:
     def _permit(self, module: str, qualname: str, cls: type | None) -> Resolved:
         key = f"{module}:{qualname}"
         framework = _is_framework_module(module)
-        if not framework and key not in self._allowed:
-            raise MongoDBMappingError(
-                f"type {key} is not permitted in checkpoints; list it in "
-                "allowed_checkpoint_types or migrate the value to plain data"
-            )
-        found = cls if cls is not None else _lookup(module, qualname, import_allowed=not framework)
-        if not isinstance(found, type) or type_key(found) != key:
-            raise MongoDBMappingError(f"{key} does not name a class defined there")
-        cls = found
-        if issubclass(cls, (dict, Mapping)):
+        permitted = framework or key in self._allowed
+        if cls is None:
+            if not permitted:  # refused by name: nothing is looked up
+                raise _not_permitted(key)
+            found = _lookup(module, qualname)
+            if not issubclass(type(found), type) or type_key(cast(type, found)) != key:
+                raise MongoDBMappingError(f"{key} does not name a class defined there")
+            cls = cast(type, found)
+        # The mapping guard runs before every other check; the ABC half of it
+        # needs a plain metaclass first, since it hashes the class.
+        if issubclass(cls, dict):
+            raise mapping_refusal(cls)
+        refusal = None if plain_metaclass(cls) else "a custom metaclass"
+        if refusal is None and issubclass(cls, Mapping):
+            raise mapping_refusal(cls)
+        if refusal is None and not permitted:
+            raise _not_permitted(key)
+        refusal = refusal or class_refusal(cls)
+        if refusal is not None:
             raise MongoDBSerializationError(
-                f"{key} is a mapping subclass; only exact dict is supported, "
-                "migrate it to plain dict/list structures"
+                f"{key} is refused because loading or saving could run its code ({refusal}); "
+                "checkpoint types must be plain data classes"
             )
-        if issubclass(cls, enum.Enum):
-            hooks = custom_hooks(cls)
-        elif framework:
-            hooks = [h for h in ("__reduce__", "__reduce_ex__") if h in custom_hooks(cls)]
-        else:
-            hooks = custom_hooks(cls)
+        hooks = pickle_hooks(cls)
+        is_enum = issubclass(cls, enum.Enum)
+        custom_setstate = "__setstate__" in hooks
+        if framework and not is_enum:
+            hooks = [h for h in ("__reduce__", "__reduce_ex__") if h in hooks]
         if hooks:
             raise MongoDBSerializationError(
                 f"{key} defines pickle hooks {hooks}; checkpoint types must use default "
@@ -200,28 +204,40 @@ class TypePolicy:
             )
         if inspect.isabstract(cls):
             raise MongoDBMappingError(f"{key} is abstract and cannot be checkpointed")
-        is_enum = issubclass(cls, enum.Enum)
-        return Resolved(cls, reducible=is_enum, constructible=not is_enum)
+        return Resolved(
+            cls,
+            reducible=is_enum,
+            constructible=not is_enum,
+            slot_state=has_slot_state(cls) or custom_setstate,
+        )
 
 
-def _lookup(module: str, qualname: str, *, import_allowed: bool) -> object:
-    """Find ``module:qualname``; framework modules only if already imported.
+def _not_permitted(key: str) -> MongoDBMappingError:
+    return MongoDBMappingError(
+        f"type {key} is not permitted in checkpoints; list it in "
+        "allowed_checkpoint_types or migrate the value to plain data"
+    )
 
-    Importing runs module code, so the loader imports only modules an
-    operator listed explicitly; framework classes in a checkpoint always come
-    from modules the running workflow has already imported.
+
+def _lookup(module: str, qualname: str) -> object:
+    """Find ``module:qualname`` in the namespaces of already imported modules only.
+
+    Importing runs module code (and every ``__init_subclass__`` and
+    ``__set_name__`` of the classes it defines), and ``getattr`` on a module
+    or class may run a lazy ``__getattr__`` that imports more, so neither is
+    ever used: names are read from the module's and classes' dictionaries.
     """
     mod = sys.modules.get(module)
-    if mod is None:
-        if not import_allowed:
-            raise MongoDBMappingError(f"module of {module}:{qualname} is not loaded")
-        try:
-            mod = importlib.import_module(module)
-        except ImportError as exc:
-            raise MongoDBMappingError(f"cannot import the module of {module}:{qualname}") from exc
-    obj: Any = mod
+    if mod is None or not issubclass(type(mod), types.ModuleType):
+        raise MongoDBMappingError(
+            f"module of {module}:{qualname} is not imported; the loader never imports, so "
+            "import the module that defines the type before loading"
+        )
+    namespace: Mapping[str, Any] = _MODULE_NAMESPACE(mod)
+    found: object = None
     for part in qualname.split("."):
-        if part.startswith("__") or not hasattr(obj, part):
+        found = namespace.get(part) if not part.startswith("__") else None
+        if found is None:
             raise MongoDBMappingError(f"{module}:{qualname} does not exist")
-        obj = getattr(obj, part)
-    return obj
+        namespace = _CLASS_NAMESPACE(found) if issubclass(type(found), type) else {}
+    return found

@@ -1,6 +1,7 @@
 """Resume a paused ``af_workflows`` run in a fresh process.
 
-    python -m tests.agent_framework_mongodb.af_resume URI DATABASE COLLECTION TENANT SESSION ANSWER [CHECKPOINT_ID]
+    python -m tests.agent_framework_mongodb.af_resume \
+        URI DATABASE COLLECTION TENANT SESSION ANSWER [CHECKPOINT_ID]
 
 prints ``{"outputs": [...], "resumed_from": ID}`` as JSON. Without
 CHECKPOINT_ID it resumes from ``get_latest``. The workflow lives in another

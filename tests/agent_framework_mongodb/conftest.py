@@ -1,9 +1,15 @@
-"""Fixtures: a real mongod, a throwaway collection per test, storages bound to scopes."""
+"""Fixtures: a real mongod, a throwaway collection per test, storages bound to scopes.
+
+Every fixture of this suite lives here: ``test_checkpoint_storage.py``
+collects the tests of the ``checks_*`` modules into one module namespace,
+where two same-named module fixtures would silently shadow each other.
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,8 +17,10 @@ from agent_framework import WorkflowCheckpoint
 from pymongo import AsyncMongoClient
 
 from agent_framework_mongodb import MongoDBCheckpointStorage, MongoDBCheckpointStorageOptions
-from tests.support.mongod import mongodb_uri
 from tests.agent_framework_mongodb.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME
+from tests.agent_framework_mongodb.faults import CollectionProxy
+from tests.agent_framework_mongodb.hostile_types import SENTINEL_ENV
+from tests.support.mongod import mongodb_uri
 
 DATABASE = "agentflow_tests"
 StorageFactory = Callable[..., MongoDBCheckpointStorage]
@@ -40,6 +48,20 @@ async def collection(mongo_client: AsyncMongoClient[dict[str, Any]]) -> AsyncIte
         yield coll
     finally:
         await coll.drop()
+
+
+@pytest.fixture
+def recording(collection: Any) -> CollectionProxy:
+    """The test collection behind a proxy that records every call (to prove "no I/O")."""
+    return CollectionProxy(collection)
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file every hostile hook touches; it must still be absent after each refusal."""
+    path = tmp_path / "pwned"
+    monkeypatch.setenv(SENTINEL_ENV, str(path))
+    return path
 
 
 def scope_options(**overrides: Any) -> MongoDBCheckpointStorageOptions:

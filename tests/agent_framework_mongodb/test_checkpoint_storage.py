@@ -1,9 +1,21 @@
-"""The protocol seam, scope binding, ordering, listing, paging, idempotency and sequences.
+"""Every test of the storage, run by this one module (with the contract test beside it).
 
-Each test's docstring quotes the seed sentence it proves. Lifecycle (TTL,
-counters, cleanup, indexes, compatibility gates) is in
-``test_checkpoint_lifecycle.py``; failures, cancellation, ownership and logs
-in ``test_checkpoint_failures.py``; serialization in ``test_checkpoint_codec.py``.
+The tests that prove the storage's documented behaviour, each docstring
+quoting the sentence it proves, are all collected here, so that
+
+    pytest tests/agent_framework_mongodb/test_checkpoint_storage.py \
+        tests/contracts/test_checkpoint_storage_contract.py
+
+runs all of them. This module holds the protocol seam, scope binding,
+ordering, listing, paging and idempotency; the ``checks_*`` modules hold the
+rest (their names do not start with ``test_``, so pytest collects each test
+once, here): serialization in ``checks_codec``, hostile pickles and classes in
+``checks_hostile_pickles`` and ``checks_hostile_classes``, lifecycle (TTL,
+counters, cleanup, indexes, compatibility gates) in ``checks_lifecycle``,
+sequences under contention in ``checks_sequences``, input validation in
+``checks_inputs``, failures, cancellation, ownership and logs in
+``checks_failures``, and real workflows in ``checks_workflows``. Fixtures all
+live in ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -32,13 +44,50 @@ from agent_framework_mongodb import (
 )
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.paging import encode_cursor
+from tests.agent_framework_mongodb import (
+    checks_codec,
+    checks_failures,
+    checks_hostile_classes,
+    checks_hostile_pickles,
+    checks_inputs,
+    checks_lifecycle,
+    checks_sequences,
+    checks_workflows,
+)
 from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
+from tests.agent_framework_mongodb.checks_codec import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_codec import LISTED, rich_state
+from tests.agent_framework_mongodb.checks_failures import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_hostile_classes import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_hostile_pickles import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_inputs import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_lifecycle import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_sequences import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_workflows import *  # noqa: F403
 from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
 from tests.agent_framework_mongodb.faults import CollectionProxy
-from tests.agent_framework_mongodb.test_checkpoint_codec import LISTED, rich_state
 
 PACKAGE = Path(agent_framework_mongodb.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
+CHECKS = (
+    checks_codec, checks_failures, checks_hostile_classes, checks_hostile_pickles, checks_inputs,
+    checks_lifecycle, checks_sequences, checks_workflows,
+)  # fmt: skip
+
+
+def test_this_module_collects_every_check() -> None:
+    """Every test of every ``checks_*`` module is collected here, under its own name (no two
+    share one), and no ``checks_*`` module defines a fixture that could shadow another."""
+    here = globals()
+    names = [name for module in CHECKS for name in vars(module) if name.startswith("test_")]
+    assert len(names) == len(set(names)) and len(names) > 50
+    for module in CHECKS:
+        for name, value in vars(module).items():
+            if name.startswith("test_"):
+                assert here[name] is value, f"{module.__name__}.{name}"
+            assert not hasattr(value, "_fixture_function"), f"{module.__name__}.{name}"
+    checks = {p.stem for p in Path(__file__).parent.glob("checks_*.py")}
+    assert checks == {module.__name__.rsplit(".", 1)[1] for module in CHECKS}
 
 
 def test_derives_from_public_protocol_without_private_imports() -> None:
@@ -210,7 +259,7 @@ async def test_identical_retry_returns_same_id_and_conflict_is_refused(
 
 
 HASH_SCRIPT = """
-from tests.agent_framework_mongodb.test_checkpoint_codec import POLICY, rich_state
+from tests.agent_framework_mongodb.checks_codec import POLICY, rich_state
 from tests.agent_framework_mongodb.conftest import make_checkpoint
 from agent_framework_mongodb.canonical import canonical_hash
 checkpoint = make_checkpoint(checkpoint_id="fixed", state=rich_state())

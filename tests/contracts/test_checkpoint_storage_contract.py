@@ -184,6 +184,11 @@ async def test_error_cases(make_storage: Factory) -> None:
         ("save", "mapping subclass"): lambda: storage.save(checkpoint("m", OrderedDict())),
         ("save", "same id, different state"): lambda: storage.save(checkpoint("taken", 2)),
         ("load", "hash version 1"): lambda: storage.load("legacy"),
+        ("save", "lone surrogate in checkpoint id"): lambda: storage.save(checkpoint("\ud800")),
+        ("save", "lone surrogate in parent id"): lambda: storage.save(
+            checkpoint("p", previous_checkpoint_id="\udc00")
+        ),
+        ("save", "object as dict key"): lambda: storage.save(checkpoint("k", {object(): 1})),
     }
     for case in CONTRACT["errors"]["cases"]:
         with pytest.raises(package.MongoDBCheckpointStorageError) as caught:

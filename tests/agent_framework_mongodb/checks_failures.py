@@ -77,11 +77,13 @@ async def test_driver_failures_map_to_stable_categories(
     assert caught.value.__cause__ is failure
 
 
-async def test_failed_insert_leaves_a_gap_and_the_retry_succeeds(
+async def test_identical_retry_after_a_lost_reply_spends_no_sequence(
     make_storage: StorageFactory, collection: Any
 ) -> None:
-    """Seed: "Retries and failed inserts may leave sequence gaps; ordering never assumes
-    contiguity" and an identical retry returns the same ID."""
+    """Seed: "An identical retry returns the same ID" and "Retries and failed inserts may
+    leave sequence gaps; ordering never assumes contiguity". When the reply of an insert
+    that landed is lost, the storage knows the outcome is open: the identical retry looks the
+    ID up first and spends no new sequence (a changed retry is still a conflict)."""
     proxy = CollectionProxy(collection)
     failures = [AutoReconnect("lost after write")]
 
@@ -97,28 +99,42 @@ async def test_failed_insert_leaves_a_gap_and_the_retry_succeeds(
     with pytest.raises(MongoDBTransientPersistenceError):
         await storage.save(checkpoint)
     assert await storage.save(checkpoint) == "retried"
+    assert proxy.methods().count("find_one_and_update") == 1  # the retry allocated nothing
+    changed = make_checkpoint(checkpoint_id="retried", state={"other": True})
+    with pytest.raises(MongoDBConcurrencyError):
+        await storage.save(changed)
     await storage.save(make_checkpoint(checkpoint_id="next"))
     documents = collection.find({"_kind": CHECKPOINT_KIND})
     sequences = {d["checkpoint_id"]: d["sequence"] async for d in documents}
-    assert sequences["next"] > sequences["retried"] + 1  # the retry's allocation is a gap
+    assert sequences["next"] > sequences["retried"] + 1  # the conflicting save left a gap
     ids = await storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME)
     assert ids == ["retried", "next"]
 
 
-async def test_sequence_collision_is_a_concurrency_error(
+async def test_failed_insert_leaves_a_gap_that_ordering_tolerates(
     make_storage: StorageFactory, collection: Any
 ) -> None:
-    storage = make_storage()
-    await storage.ensure_indexes()
-    await storage.save(make_checkpoint(checkpoint_id="first"))
+    """A counter advanced for a save whose insert then failed leaves a hole in the
+    sequences; listing and get_latest still order by sequence."""
     proxy = CollectionProxy(collection)
+    failures = [AutoReconnect("dropped before insert")]
 
-    async def stale(real: Any, *args: Any, **kwargs: Any) -> Any:
-        return {"sequence": 1}  # a broken counter hands out a used sequence
+    async def drop_first(real: Any, *args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kwargs)
 
-    proxy.intercept("find_one_and_update", stale)
-    with pytest.raises(MongoDBConcurrencyError):
-        await make_storage(target=proxy).save(make_checkpoint(checkpoint_id="second"))
+    storage = make_storage(target=proxy)
+    await storage.save(make_checkpoint(checkpoint_id="a"))
+    proxy.intercept("insert_one", drop_first)
+    with pytest.raises(MongoDBTransientPersistenceError):
+        await storage.save(make_checkpoint(checkpoint_id="b"))  # sequence 2 is lost...
+    await storage.save(make_checkpoint(checkpoint_id="b"))  # ...the retry takes 3
+    documents = collection.find({"_kind": CHECKPOINT_KIND})
+    assert {d["checkpoint_id"]: d["sequence"] async for d in documents} == {"a": 1, "b": 3}
+    assert await storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME) == ["a", "b"]
+    latest = await storage.get_latest(workflow_name=WORKFLOW_NAME)
+    assert latest is not None and latest.checkpoint_id == "b"
 
 
 @pytest.mark.parametrize("method", ["insert_one", "find_one_and_update", "find_one"])

@@ -34,30 +34,13 @@ from agent_framework_mongodb import (
 )
 from agent_framework_mongodb.codec import dumps, loads
 from agent_framework_mongodb.typepolicy import TypePolicy
-from tests.agent_framework_mongodb import hostile_types
+from tests.agent_framework_mongodb import hostile_classes, hostile_types
+from tests.agent_framework_mongodb.checks_hostile_classes import class_corpus
 from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
 from tests.agent_framework_mongodb.hostile_types import SENTINEL_ENV
+from tests.agent_framework_mongodb.pickle_ops import PROTO, call, glob, text, wrap
 
 HOSTILE = "tests.agent_framework_mongodb.hostile_types"
-PROTO = b"\x80\x05"
-
-
-def text(value: str) -> bytes:
-    data = value.encode()
-    return b"X" + struct.pack("<I", len(data)) + data  # BINUNICODE
-
-
-def glob(module: str, name: str) -> bytes:
-    return text(module) + text(name) + b"\x93"  # STACK_GLOBAL
-
-
-def call(func: bytes, *args: bytes) -> bytes:
-    return func + b"(" + b"".join(args) + b"tR"  # MARK args TUPLE REDUCE
-
-
-def wrap(value: bytes) -> bytes:
-    """Put ``value`` inside a checkpoint-shaped dict so only the hostile part can fail."""
-    return PROTO + b"}" + text("state") + value + b"s."
 
 
 def system(sentinel: str) -> bytes:
@@ -129,16 +112,14 @@ def corpus(sentinel: str) -> dict[str, bytes]:
     }
 
 
-@pytest.fixture
-def sentinel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "pwned"
-    monkeypatch.setenv(SENTINEL_ENV, str(path))
-    code = 0xF0
-    copyreg.add_extension("os", "system", code)
+@contextlib.contextmanager
+def os_system_extension() -> Iterator[None]:
+    """Register EXT code 0xF0 for os.system, so the EXT payload is really hostile."""
+    copyreg.add_extension("os", "system", 0xF0)
     try:
-        yield path
+        yield
     finally:
-        copyreg.remove_extension("os", "system", code)
+        copyreg.remove_extension("os", "system", 0xF0)
 
 
 POLICY = TypePolicy(hostile_types.ALL)
@@ -159,7 +140,7 @@ def test_corpus_is_large_and_really_hostile(sentinel: Path) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_restricted_loader_refuses_before_executing(sentinel: Path, name: str) -> None:
     """Each hostile payload fails with the serialization/mapping category; nothing ran."""
-    with pytest.raises(MongoDBMappingError) as caught:
+    with os_system_extension(), pytest.raises(MongoDBMappingError) as caught:
         loads(corpus(str(sentinel))[name], POLICY)
     assert caught.value.category in ("serialization", "mapping")
     assert not sentinel.exists()
@@ -240,7 +221,16 @@ def test_mutated_streams_never_execute_and_fail_in_one_category(sentinel: Path) 
         dumps({"state": [hostile_types.Plain("n", 2), {"k": ("t", 1.5)}, hostile_types.Level.LOW]},
               POLICY),
         *corpus(str(sentinel)).values(),
+        *class_corpus().values(),
     ]  # fmt: skip
+    policy = TypePolicy(hostile_types.ALL + hostile_classes.ALL)
+    with os_system_extension():
+        _mutate_and_load(rng, seeds, policy, sentinel)
+
+
+def _mutate_and_load(
+    rng: random.Random, seeds: list[bytes], policy: TypePolicy, sentinel: Path
+) -> None:
     for _ in range(3000):
         payload = bytearray(rng.choice(seeds))
         for _ in range(rng.randint(1, 3)):
@@ -253,7 +243,7 @@ def test_mutated_streams_never_execute_and_fail_in_one_category(sentinel: Path) 
             else:
                 payload.insert(at, rng.randrange(256))
         try:
-            assert type(loads(bytes(payload), POLICY)) is dict
+            assert type(loads(bytes(payload), policy)) is dict
         except MongoDBMappingError as exc:
             assert exc.category in ("serialization", "mapping")
         assert not sentinel.exists()

@@ -11,10 +11,12 @@ call at all).
 from __future__ import annotations
 
 import collections
+import contextlib
 import copyreg
 import datetime
 import decimal
 import enum
+import hashlib
 import math
 import os
 import types
@@ -30,11 +32,11 @@ from agent_framework_mongodb import (
     MongoDBCheckpointStorage,
     MongoDBMappingError,
     MongoDBSerializationError,
+    canonical,
 )
 from agent_framework_mongodb.canonical import canonical_bytes, canonical_hash
-from agent_framework_mongodb.codec import dumps, encode_validated, loads
+from agent_framework_mongodb.codec import CheckpointCodec, dumps, loads
 from agent_framework_mongodb.documents import encode_checkpoint
-from agent_framework_mongodb.typepolicy import TypePolicy
 from tests.agent_framework_mongodb.conftest import make_checkpoint, scope_options
 from tests.agent_framework_mongodb.faults import CollectionProxy
 
@@ -91,7 +93,8 @@ LISTED = tuple(
     f"{MODULE}:{cls.__qualname__}"
     for cls in (Slotted, Holder, Bag, Color, Level, CustomReducer, DictEnum, MappingSubclass)
 )
-POLICY = TypePolicy(LISTED)
+CODEC = CheckpointCodec(LISTED)
+POLICY = CODEC.policy
 
 
 def rich_state() -> dict[str, Any]:
@@ -116,12 +119,13 @@ def rich_state() -> dict[str, Any]:
         "objects": [Holder(Slotted(Color.BLUE), {"x"}), Slotted([1, {"k": "v"}])],
         "classes": [str, Holder],
         1: {2: "non-string keys"},
+        "primitive keys": {
+            uuid.UUID(int=7): "uuid",
+            ("t", 1, (2.5, None)): "tuple",
+            frozenset({b"b", datetime.date(2026, 1, 1)}): "frozenset",
+            decimal.Decimal("1.5"): "decimal",
+        },
     }
-
-
-@pytest.fixture
-def recording(collection: Any) -> CollectionProxy:
-    return CollectionProxy(collection)
 
 
 def storage_on(target: Any) -> MongoDBCheckpointStorage:
@@ -147,9 +151,21 @@ def test_restricted_round_trip_is_checked_on_the_exact_bytes() -> None:
     """Seed: "save creates the exact payload bytes, decodes them through the same restricted
     load path, recursively canonicalizes the decoded graph, and compares it"."""
     public = make_checkpoint(state=rich_state()).to_dict()
-    encoded = encode_validated(public, POLICY)
+    encoded = CODEC.encode(public)
     assert encoded.payload == dumps(public, POLICY)
     assert canonical_hash(loads(encoded.payload, POLICY), POLICY) == encoded.payload_hash
+
+
+def test_codec_round_trips_a_checkpoint_without_any_storage() -> None:
+    """CheckpointCodec alone, with no collection and no I/O: encode proves the exact bytes,
+    decode restores the public dictionary, and the identity survives the round trip."""
+    checkpoint = make_checkpoint(state=rich_state())
+    encoded = CODEC.encode(checkpoint.to_dict())
+    restored = WorkflowCheckpoint.from_dict(CODEC.decode(encoded.payload))
+    assert restored.to_dict() == checkpoint.to_dict()
+    assert CODEC.encode(restored.to_dict()).payload_hash == encoded.payload_hash
+    with pytest.raises(MongoDBSerializationError):
+        CODEC.decode(dumps([1], POLICY))  # bytes of something other than a dictionary
 
 
 def test_shared_references_survive_and_hash_like_copies() -> None:
@@ -158,6 +174,49 @@ def test_shared_references_survive_and_hash_like_copies() -> None:
     loaded = loads(dumps(value, POLICY), POLICY)
     assert loaded["a"] is loaded["b"]
     assert canonical_hash(value, POLICY) == canonical_hash({"a": [1, 2], "b": [1, 2]}, POLICY)
+
+
+def doubling(depth: int, leaf: Any, *, shared: bool) -> Any:
+    """Each level holds the level below twice: one object (shared) or two equal copies."""
+    if depth == 0:
+        return leaf() if callable(leaf) else leaf
+    if shared:
+        below = doubling(depth - 1, leaf, shared=True)
+        return [below, below]
+    return [doubling(depth - 1, leaf, shared=False), doubling(depth - 1, leaf, shared=False)]
+
+
+def test_shared_sub_structures_are_walked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the walk remembers finished objects, an object reached 2**16 times through
+    shared references is encoded from its state once (the bytes still spell it out)."""
+    monkeypatch.setattr(canonical, "_FAST_VISITS", 0)  # straight to the walk that remembers
+    states: list[Any] = []
+    real_state = canonical.object_state
+    monkeypatch.setattr(canonical, "object_state", lambda v: states.append(v) or real_state(v))
+    encoded = canonical_bytes({"tree": doubling(16, Holder("leaf"), shared=True)}, POLICY)
+    assert len(states) <= 2  # at most one before the memo-free walk's (zero) budget ran out
+    assert encoded.count(b"leaf") == 2**16
+
+
+@pytest.mark.parametrize("depth", [6, 12])  # the memo-free walk alone; both walks in turn
+def test_shared_references_hash_like_copies(depth: int) -> None:
+    value = {"tree": doubling(depth, Holder("leaf"), shared=True)}
+    copies = {"tree": doubling(depth, lambda: Holder("leaf"), shared=False)}
+    encoded = canonical_bytes(value, POLICY)
+    assert encoded == canonical_bytes(copies, POLICY)
+    assert CODEC.encode(value).payload_hash == hashlib.sha256(encoded).hexdigest()
+
+
+async def test_shared_references_expanding_past_the_limit_are_refused_before_io(
+    recording: CollectionProxy,
+) -> None:
+    """Identity spells every reference out, so 2**30 references to one leaf would be
+    gigabytes: refused with MongoDBMappingError after a bounded amount of work."""
+    checkpoint = make_checkpoint(state={"tree": doubling(30, {"leaf": [1, "x"]}, shared=True)})
+    with pytest.raises(MongoDBMappingError, match="shared references") as caught:
+        await storage_on(recording).save(checkpoint)
+    assert type(caught.value) is MongoDBMappingError
+    assert recording.calls == []
 
 
 async def test_copyreg_dispatch_table_cannot_change_stored_bytes_or_hash(
@@ -179,36 +238,54 @@ async def test_copyreg_dispatch_table_cannot_change_stored_bytes_or_hash(
     assert (bytes(stored["checkpoint"]), stored["payload_hash"]) == before
 
 
-@pytest.fixture(params=["object", "enum", "class-reference"])
-def registered_extension(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
-    cls, value = {
-        "object": (Slotted, Slotted(1)),
-        "enum": (Color, Color.RED),
-        "class-reference": (Holder, Holder),
-    }[request.param]
-    copyreg.add_extension(MODULE, cls.__qualname__, 0x7A01)
+REGISTERED: dict[str, tuple[type, Any]] = {
+    "object": (Slotted, Slotted(1)),
+    "enum": (Color, Color.RED),
+    "class-reference": (Holder, Holder),
+    "timedelta": (datetime.timedelta, datetime.timedelta(days=1)),
+    "timezone-of-a-datetime": (
+        datetime.timezone,
+        datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+    ),
+    "timedelta-of-a-timezone": (datetime.timedelta, datetime.timezone(datetime.timedelta(hours=2))),
+    "timedelta-of-a-time": (datetime.timedelta, datetime.time(1, tzinfo=datetime.UTC)),
+}
+
+
+@contextlib.contextmanager
+def extension_registered(cls: type) -> Iterator[None]:
+    copyreg.add_extension(cls.__module__, cls.__qualname__, 0x7A01)
     try:
-        yield request.param, value
+        yield
     finally:
-        copyreg.remove_extension(MODULE, cls.__qualname__, 0x7A01)
+        copyreg.remove_extension(cls.__module__, cls.__qualname__, 0x7A01)
 
 
+@pytest.mark.parametrize("kind", sorted(REGISTERED))
 @pytest.mark.parametrize(
     "place",
     ["top", "dataclass-field", "slots", "instance-dict", "enum-value", "framework-message"],
 )
 async def test_copyreg_extension_registry_is_refused_before_io(
-    recording: CollectionProxy, registered_extension: tuple[str, Any], place: str
+    recording: CollectionProxy, kind: str, place: str
 ) -> None:
     """Seed: "If any value's exact (module, qualname) ... is present in that registry, save
-    raises MongoDBSerializationError ... before pickle, sequence allocation, or MongoDB I/O",
-    walking "nested framework objects, dataclass fields, enum values, instance dictionaries,
-    and slots"."""
-    _, value = registered_extension
-    nested = _nest(value, place)
-    with pytest.raises(MongoDBSerializationError, match="extension registry"):
-        await storage_on(recording).save(make_checkpoint(state={"v": nested}))
+    raises MongoDBSerializationError with guidance to remove the registration or migrate the
+    value ... before pickle, sequence allocation, or MongoDB I/O", walking "nested framework
+    objects, dataclass fields, enum values, instance dictionaries, and slots" (and the
+    timezone and timedelta that pickle writes inside datetime, time and timezone values)."""
+    registered, value = REGISTERED[kind]
+    checkpoint = make_checkpoint(state={"v": _nest(value, place)})
+    with extension_registered(registered), pytest.raises(MongoDBSerializationError) as caught:
+        await storage_on(recording).save(checkpoint)
+    assert "remove the registration or migrate the value" in str(caught.value)
     assert recording.calls == []
+
+
+def test_naive_values_do_not_need_their_timezone_class() -> None:
+    """Only the classes pickle would actually write count: a naive datetime holds no timezone."""
+    with extension_registered(datetime.timezone):
+        CODEC.encode({"naive": datetime.datetime(2026, 1, 1), "t": datetime.time(1)})
 
 
 def _nest(value: Any, place: str) -> Any:
@@ -283,7 +360,7 @@ def test_mapping_guard_runs_before_enum_and_allowlist() -> None:
     """Seed: "The mapping guard runs before scalar, enum, dataclass, to_dict, and every other
     type handler": a listed enum that is also a dict is refused as a mapping."""
     with pytest.raises(MongoDBSerializationError, match="mapping"):
-        encode_validated({"v": DictEnum.ONLY}, POLICY)
+        CODEC.encode({"v": DictEnum.ONLY})
 
 
 def test_save_refuses_non_checkpoint_and_foreign_versions() -> None:
@@ -291,9 +368,9 @@ def test_save_refuses_non_checkpoint_and_foreign_versions() -> None:
     checkpoint.version = "2.0"
 
     with pytest.raises(MongoDBMappingError):
-        encode_checkpoint(checkpoint, scope_options(), POLICY)
+        encode_checkpoint(checkpoint, scope_options(), CODEC)
     with pytest.raises(MongoDBMappingError):
-        encode_checkpoint({"not": "a checkpoint"}, scope_options(), POLICY)  # type: ignore[arg-type]
+        encode_checkpoint({"not": "a checkpoint"}, scope_options(), CODEC)  # type: ignore[arg-type]
 
 
 def test_shared_string_memo_leaves_canonical_bytes_unchanged() -> None:
