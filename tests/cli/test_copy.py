@@ -19,6 +19,8 @@ from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.cli.copy import StoreCopy, source_threads
 from agentflow.cli.demo import build_demo_graph, demo_input
+from agentflow.durable import DurableStore
+from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.backends.mongodb import scratch_database
 from tests.backends.postgres import DSN, admin_connection
 from tests.cli.support import af, af_tty, command, env
@@ -31,9 +33,9 @@ async def contents(store: Checkpointer) -> Contents:
     return {t: [cp async for cp in store.history(t)] async for t in source_threads(store)}
 
 
-async def _fill(store: Checkpointer, prefix: str = "") -> None:
-    """Threads in every status, a resumed suspend (revision 2) and a fork."""
-    demo = build_demo_graph().compile(store)
+async def _fill(store: Checkpointer, prefix: str = "", durable: DurableStore | None = None) -> None:
+    """Threads in every status, a rewritten suspend (revision 2) and a fork."""
+    demo = build_demo_graph().compile(store, durable=durable)
     await demo.run(demo_input("A-1", 0), thread=f"{prefix}paused")
     await demo.run(demo_input("A-2", 0), thread=f"{prefix}done")
     await demo.resume(f"{prefix}done", "approve")
@@ -41,6 +43,9 @@ async def _fill(store: Checkpointer, prefix: str = "") -> None:
     await demo.run(demo_input("A-3", 3600), thread=f"{prefix}waiting")
     await demo.resume(f"{prefix}waiting", "approve")
     await demo.fork(f"{prefix}done", 2, new_thread=f"{prefix}what-if", update={"note": 1})
+    answered = await store.get(f"{prefix}done", 2)
+    assert answered is not None
+    await store.put(replace(answered, extra={**answered.extra, "note": 1}), if_revision=1)
 
 
 @pytest.fixture
@@ -48,8 +53,8 @@ def source(tmp_path: Path) -> Path:
     db = tmp_path / "source.db"
 
     async def fill() -> None:
-        async with SqliteCheckpointer(db) as store:
-            await _fill(store)
+        async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+            await _fill(store, durable=durable)
 
     asyncio.run(fill())
     return db
@@ -110,10 +115,12 @@ def test_copy_selects_threads_and_namespaces(tmp_path: Path) -> None:
     db = tmp_path / "ns.db"
 
     async def fill() -> None:
-        async with SqliteCheckpointer(db, namespace="acme") as store:
-            await _fill(store)
-        async with SqliteCheckpointer(db, namespace="other") as store:
-            await _fill(store, prefix="other-")
+        for namespace, prefix in (("acme", ""), ("other", "other-")):
+            async with (
+                SqliteCheckpointer(db, namespace=namespace) as store,
+                SqliteDurableStore(db, namespace=namespace) as durable,
+            ):
+                await _fill(store, prefix, durable)
 
     asyncio.run(fill())
     dst = tmp_path / "dst.db"
@@ -208,8 +215,8 @@ def test_a_killed_copy_finishes_when_run_again(tmp_path: Path) -> None:
     src, dst = tmp_path / "big.db", tmp_path / "copy.db"
 
     async def fill() -> None:
-        async with SqliteCheckpointer(src) as store:
-            demo = build_demo_graph().compile(store)
+        async with SqliteCheckpointer(src) as store, SqliteDurableStore(src) as durable:
+            demo = build_demo_graph().compile(store, durable=durable)
             await asyncio.gather(
                 *(demo.run(demo_input(f"A-{i}", 0), thread=f"t{i:04}") for i in range(300))
             )

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.cli.support import af, af_json, command, env
 from tests.runtime.graphs import timer_graph
 
@@ -22,8 +23,8 @@ WORKERS = 3
 
 
 async def _suspend_timers(db: Path, logfile: Path) -> None:
-    async with SqliteCheckpointer(db) as store:
-        compiled = timer_graph().compile(store)
+    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+        compiled = timer_graph().compile(store, durable=durable)
         for i in range(TIMERS):
             await compiled.run({"seconds": 0, "logfile": str(logfile)}, thread=f"timer-{i:03}")
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.runtime.claims import take_claim
+from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.cli.support import af_here
 from tests.runtime.graphs import approval_graph, timer_graph
+from tests.runtime.holders import hold
 
 Run = tuple[int, str]
 HOLDER = "other-host:4242:feedbeef"
@@ -110,12 +111,14 @@ def test_resume_without_an_answer_shows_the_question(here: Callable[..., Run]) -
 
 
 async def _held_by_another_process(db: Path, graph_name: str) -> None:
-    async with SqliteCheckpointer(db) as store:
-        graph = (timer_graph() if graph_name == "timer" else approval_graph()).compile(store)
+    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+        graph = (timer_graph() if graph_name == "timer" else approval_graph()).compile(
+            store, durable=durable
+        )
         await graph.run({"seconds": 0, "logfile": str(db.parent / "log")}, thread="held")
         cp = await store.get("held")
         assert cp is not None and cp.interrupted
-        await take_claim(store, cp, HOLDER, datetime.now(UTC) + timedelta(minutes=5))
+        await hold(durable, "held", HOLDER, lease_ms=5 * 60_000)
 
 
 def test_worker_once_says_when_nothing_is_due_and_who_holds_a_run(
@@ -154,8 +157,8 @@ def test_a_held_suspend_names_its_holder_and_show_tells_held_from_answered(
 async def _leaky_thread(db: Path) -> None:
     from tests.cli.bad_graphs import leaky
 
-    async with SqliteCheckpointer(db) as store:
-        graph = leaky().compile(store, step_limit=1)
+    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+        graph = leaky().compile(store, durable=durable, step_limit=1)
         with pytest.raises(Exception, match="KeyError"):
             await graph.run({}, thread="leak")
 

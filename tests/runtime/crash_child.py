@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import timedelta
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.runtime.graphs import counter_graph, counter_input
 
 ROUNDS = 8
 DELAY = 0.004
+#: Short, so a killed holder's run is taken over quickly.
+LEASE = timedelta(seconds=0.3)
 
 
 async def main(db: str, thread: str, mode: str) -> None:
-    async with SqliteCheckpointer(db) as store:
+    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
         await store.list_threads(limit=1)
+        await durable.load(thread)
         print("ready", flush=True)
-        compiled = counter_graph().compile(store)
+        compiled = counter_graph().compile(store, durable=durable, claim_ttl=LEASE)
         if mode == "run":
             await compiled.run(counter_input(ROUNDS, DELAY), thread=thread)
         else:

@@ -1,8 +1,8 @@
-"""The runtime on every backend (through the shared ``harness`` fixture).
+"""The runtime on every backend (through the ``runtime_backend`` fixture).
 
 Few and small on purpose: server backends are slower, and the behaviour in
 depth is covered in memory. These prove the runtime needs nothing beyond the
-protocol: steps, interrupts, racing claims, timers, workers and forks.
+protocols: steps, interrupts, racing claims, timers, workers and forks.
 """
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agentflow.checkpoint.testing import BackendHarness
-from agentflow.errors import CheckpointConflict
-from agentflow.runtime import Worker
+from agentflow.runtime import StepClaimed, Worker
+from tests.runtime.conftest import RuntimeBackend
 from tests.runtime.graphs import approval_graph, counter_graph, counter_input, timer_graph
 
 
-async def test_interrupt_racing_resumes_and_fork(harness: BackendHarness) -> None:
-    async with harness.open() as one, harness.open() as two:
-        first = approval_graph().compile(one)
-        second = approval_graph().compile(two)
+async def test_interrupt_racing_resumes_and_fork(runtime_backend: RuntimeBackend) -> None:
+    async with runtime_backend.open() as (one, d1), runtime_backend.open() as (two, d2):
+        first = approval_graph().compile(one, durable=d1)
+        second = approval_graph().compile(two, durable=d2)
         paused = await first.run({"log": []}, thread="run")
         assert paused.status == "interrupted"
         outcomes = await asyncio.gather(
@@ -28,9 +27,10 @@ async def test_interrupt_racing_resumes_and_fork(harness: BackendHarness) -> Non
             second.resume("run", "no", step=paused.step),
             return_exceptions=True,
         )
-        conflicts = [o for o in outcomes if isinstance(o, CheckpointConflict)]
-        assert len(conflicts) == 1, outcomes
-        assert (conflicts[0].expected, conflicts[0].actual) == (1, 2)
+        claimed = [o for o in outcomes if isinstance(o, StepClaimed)]
+        assert len(claimed) == 1, outcomes
+        winner = first if claimed[0] is outcomes[1] else second
+        assert claimed[0].holder in (winner.owner, "nobody")
         steps = [cp async for cp in one.history("run")]
         assert [cp.step for cp in steps] == [0, 1, 2, 3, 4] and steps[-1].done
         forked = await second.fork("run", paused.step, new_thread="what-if")
@@ -41,15 +41,19 @@ async def test_interrupt_racing_resumes_and_fork(harness: BackendHarness) -> Non
         assert forked.parent == f"run:{paused.step}"
 
 
-async def test_loop_and_due_timer_worker(harness: BackendHarness, tmp_path: Path) -> None:
+async def test_loop_and_due_timer_worker(runtime_backend: RuntimeBackend, tmp_path: Path) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
-    async with harness.open() as store:
-        done = await counter_graph().compile(store).run(counter_input(3), thread="loop")
+    async with runtime_backend.open() as (store, durable):
+        done = (
+            await counter_graph()
+            .compile(store, durable=durable)
+            .run(counter_input(3), thread="loop")
+        )
         assert done.state["i"] == 3 and done.step == 6
-        timers = timer_graph().compile(store)
+        timers = timer_graph().compile(store, durable=durable)
         for name in ("a", "b"):
             await timers.run({"seconds": 1, "logfile": str(tmp_path / "log")}, thread=name)
-        worker = Worker([timer_graph().compile(store, clock=lambda: later)])
+        worker = Worker([timer_graph().compile(store, durable=durable, clock=lambda: later)])
         outcome = await worker.run_once()
         assert sorted(r.thread for r in outcome.resumed) == ["a", "b"]
         assert all(r.status == "done" for r in outcome.resumed)

@@ -1,7 +1,12 @@
-"""SIGKILL a run at random points; resuming must end in the uninterrupted state."""
+"""SIGKILL a run at random points; resuming must end in the uninterrupted state.
+
+A run killed during a step holds a lease until it lapses (``LEASE``); a
+resume before then is told who holds it, and one after takes it over.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -13,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from tests.runtime.crash_child import DELAY, ROUNDS
+from agentflow.durable.stores.sqlite import SqliteDurableStore
+from agentflow.runtime import CompiledGraph, RunResult, StepClaimed
+from tests.runtime.crash_child import DELAY, LEASE, ROUNDS
 from tests.runtime.graphs import counter_graph, counter_input
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,9 +46,22 @@ def _kill_after(child: subprocess.Popen[str], seconds: float) -> None:
 
 
 async def _uninterrupted(tmp_path: Path) -> dict[str, object]:
-    async with SqliteCheckpointer(tmp_path / "reference.db") as store:
-        result = await counter_graph().compile(store).run(counter_input(ROUNDS, DELAY), thread="x")
+    db = tmp_path / "reference.db"
+    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+        compiled = counter_graph().compile(store, durable=durable)
+        result = await compiled.run(counter_input(ROUNDS, DELAY), thread="x")
         return dict(result.state)
+
+
+async def _resume_once_the_lease_lapses(compiled: CompiledGraph) -> RunResult:
+    deadline = time.monotonic() + 10 * LEASE.total_seconds()
+    while True:
+        try:
+            return await compiled.resume("run")
+        except StepClaimed:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(LEASE.total_seconds() / 5)
 
 
 @pytest.mark.slow
@@ -56,13 +76,13 @@ async def test_killed_runs_resume_to_the_uninterrupted_state(tmp_path: Path) -> 
                 started = await store.get("run") is not None
             if started:
                 _kill_after(_start(db, "run", "resume"), rng.uniform(0, 0.1))
-        async with SqliteCheckpointer(db) as store:
-            compiled = counter_graph().compile(store)
+        async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+            compiled = counter_graph().compile(store, durable=durable)
             latest = await store.get("run")
             if latest is None:
                 await compiled.run(counter_input(ROUNDS, DELAY), thread="run")
             elif not latest.done:
-                await compiled.resume("run")
+                await _resume_once_the_lease_lapses(compiled)
             steps = [cp async for cp in store.history("run")]
         assert dict(steps[-1].state) == expected, f"trial {trial}"
         assert steps[-1].done

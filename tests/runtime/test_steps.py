@@ -20,6 +20,7 @@ from agentflow.runtime import (
     InvalidUpdate,
     NodeContext,
     NodeFailed,
+    StepClaimed,
     StepLimitExceeded,
     ThreadExists,
     add,
@@ -234,8 +235,9 @@ async def test_two_runners_of_one_thread_keep_history_linear() -> None:
     outcomes = await asyncio.gather(
         runner.resume("lin"), runner.resume("lin"), return_exceptions=True
     )
-    conflicts = [o for o in outcomes if isinstance(o, CheckpointConflict)]
-    assert len(conflicts) == 1 and (conflicts[0].expected, conflicts[0].actual) == (0, 1)
+    claimed = [o for o in outcomes if isinstance(o, StepClaimed)]
+    assert len(claimed) == 1 and claimed[0].holder == runner.owner, outcomes
+    assert isinstance(claimed[0], CheckpointConflict)
     steps = [cp async for cp in store.history("lin")]
     assert [cp.step for cp in steps] == list(range(7))
     assert all(cp.revision == 1 for cp in steps) and steps[-1].state["i"] == 3

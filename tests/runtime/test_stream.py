@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
-from agentflow.checkpoint.testing import BackendHarness
 from agentflow.runtime import START, Graph, NodeContext, NodeFailed, RunEvent, SyncGraph
+from tests.runtime.conftest import RuntimeBackend
 from tests.runtime.graphs import approval_graph, counter_graph, counter_input, timer_graph
 
 
@@ -115,12 +115,13 @@ async def test_leaving_the_loop_early_stops_the_run_at_its_last_stored_step() ->
     assert latest is not None and latest.step == 0 and latest.next == ("forever",)
 
 
-def _sync_checkpointer(harness: BackendHarness) -> Any:
-    return harness.factory(**harness.kwargs)
-
-
-def test_sync_graph_runs_streams_and_resumes_on_every_backend(harness: BackendHarness) -> None:
-    with SyncGraph(approval_graph(), _sync_checkpointer(harness)) as runs:
+def test_sync_graph_runs_streams_and_resumes_on_every_backend(
+    runtime_backend: RuntimeBackend,
+) -> None:
+    checkpoints = runtime_backend.checkpoints
+    checkpointer = checkpoints.factory(**checkpoints.kwargs)
+    durable = runtime_backend.durable_stores()
+    with SyncGraph(approval_graph(), checkpointer, durable=durable) as runs:
         kinds = [e.kind for e in runs.stream({"log": []}, thread="sync")]
         assert kinds[-1] == "interrupted"
         result = runs.resume("sync", "yes")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
+from agentflow.durable import MemoryDurableStore
 from agentflow.errors import CheckpointConflict, InvalidArgument
 from agentflow.runtime import (
     START,
@@ -19,12 +20,13 @@ from agentflow.runtime import (
     NodeFailed,
     NotDue,
     NothingToResume,
+    StepClaimed,
     UnknownGraph,
     append,
 )
-from agentflow.runtime.claims import claim_of
 from tests.runtime.clock import Clock
 from tests.runtime.graphs import approval_graph, timer_graph
+from tests.runtime.holders import epoch_ms, hold
 
 
 async def test_interrupt_suspends_then_resume_returns_the_value() -> None:
@@ -126,20 +128,20 @@ async def test_racing_resumes_one_proceeds_other_gets_both_revisions() -> None:
     winners = [o for o in outcomes if not isinstance(o, BaseException)]
     losers = [o for o in outcomes if isinstance(o, CheckpointConflict)]
     assert len(winners) == 1 and len(losers) == 1
-    assert (losers[0].step, losers[0].expected, losers[0].actual) == (2, 1, 2)
+    assert isinstance(losers[0], StepClaimed) and losers[0].step == 2
     steps = [cp async for cp in store.history("r")]
     assert [cp.step for cp in steps] == [0, 1, 2, 3, 4]
     assert steps[-1].state["answer"] == winners[0].state["answer"]
 
 
-async def test_a_lapsed_claim_of_a_crashed_resumer_is_taken_over() -> None:
+async def test_a_lapsed_lease_of_a_crashed_resumer_is_taken_over() -> None:
     clock = Clock()
-    store = MemoryCheckpointer()
-    compiled = approval_graph().compile(store, clock=clock, claim_ttl=timedelta(seconds=60))
+    store, durable = MemoryCheckpointer(), MemoryDurableStore(clock=epoch_ms(clock))
+    compiled = approval_graph().compile(store, durable=durable, clock=clock)
     await compiled.run({"log": []}, thread="c")
     suspended = await store.get("c")
     assert suspended is not None
-    await compiled._claim(suspended, "yes", explicit_step=False)  # the resumer then dies
+    await hold(durable, "c", "dead-resumer", lease_ms=60_000)  # the resumer then dies
     with pytest.raises(CheckpointConflict):
         await compiled.resume("c", "yes")
     clock.now += timedelta(seconds=61)
@@ -162,7 +164,7 @@ async def test_failed_resume_gives_the_suspend_back() -> None:
     with pytest.raises(NodeFailed):
         await compiled.resume("p", "x")
     latest = await store.get("p")
-    assert latest is not None and latest.interrupted and claim_of(latest) is None
+    assert latest is not None and latest.interrupted
     assert (await compiled.resume("p", 5)).state == {"n": 5}
 
 
@@ -178,14 +180,15 @@ async def test_nothing_to_resume_on_a_finished_run() -> None:
 
 async def test_resume_refuses_a_thread_of_another_graph() -> None:
     store = MemoryCheckpointer()
-    await approval_graph().compile(store).run({"log": []}, thread="a")
+    compiled = approval_graph().compile(store)
+    await compiled.run({"log": []}, thread="a")
     with pytest.raises(UnknownGraph, match="written by graph 'approval', not 'timer'"):
         await timer_graph().compile(store).resume("a", "yes")
     renamed = Graph("approval").add_node("other", _noop).add_edge(START, "other")
     with pytest.raises(GraphInvalid, match=r"\['ask'\]"):
         await renamed.compile(store).resume("a", "yes")
-    latest = await store.get("a")
-    assert latest is not None and claim_of(latest) is None
+    record = await compiled.durable.load("a")
+    assert record is not None and record.claim_token is None and record.revision == 2
 
 
 async def _noop(state: Mapping[str, Any], ctx: NodeContext) -> None:

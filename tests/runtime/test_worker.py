@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
+from agentflow.durable import MemoryDurableStore
 from agentflow.errors import InvalidArgument
 from agentflow.runtime import START, Graph, NodeContext, NodeFailed, Worker
-from agentflow.runtime.claims import take_claim
 from tests.runtime.clock import Clock
 from tests.runtime.graphs import approval_graph, timer_graph
+from tests.runtime.holders import epoch_ms, hold
 
 
 async def test_workers_wake_each_due_run_exactly_once(tmp_path: Path) -> None:
@@ -104,14 +105,12 @@ async def test_a_failing_woken_node_is_reported_and_stays_due() -> None:
     assert [r.status for r in second.resumed] == ["done"]
 
 
-async def test_a_crashed_workers_claim_is_taken_over_once_it_lapses(tmp_path: Path) -> None:
+async def test_a_crashed_workers_lease_is_taken_over_once_it_lapses(tmp_path: Path) -> None:
     clock = Clock()
-    store = MemoryCheckpointer()
-    compiled = timer_graph().compile(store, clock=clock, claim_ttl=timedelta(seconds=30))
+    store, durable = MemoryCheckpointer(), MemoryDurableStore(clock=epoch_ms(clock))
+    compiled = timer_graph().compile(store, durable=durable, clock=clock)
     await compiled.run({"seconds": 0, "logfile": str(tmp_path / "log")}, thread="c")
-    suspended = await store.get("c")
-    assert suspended is not None
-    await take_claim(store, suspended, "dead-worker", clock.now + timedelta(seconds=30))
+    await hold(durable, "c", "dead-worker", lease_ms=30_000)
     worker = Worker([compiled])
     assert [thread for thread, _ in (await worker.run_once()).taken] == ["c"]
     clock.now += timedelta(seconds=31)

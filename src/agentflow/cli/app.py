@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from rich.console import Console
 
 from agentflow.checkpoint.stores import has_password
-from agentflow.cli import commands, run_commands
+from agentflow.cli import commands, records, run_commands
 from agentflow.cli.copy_command import copy
 from agentflow.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_status
 from agentflow.cli.parser import build_parser
@@ -39,6 +39,8 @@ COMMANDS: dict[str, tuple[Command, bool]] = {
     "diff": (commands.diff, False),
     "prune": (commands.prune, False),
     "delete": (commands.delete, False),
+    "journal": (records.journal, False),
+    "reconcile": (records.reconcile, False),
     "resume": (run_commands.resume, False),
     "fork": (run_commands.fork, False),
     "worker": (run_commands.worker, True),
@@ -56,10 +58,14 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
     handler, creates = COMMANDS[args.command]
     target = _target(args)
     store = open_cli_store(target, create=creates)
+    session = Session(args, store, console, target)
     try:
-        return await handler(Session(args, store, console, target))
+        return await handler(session)
     finally:
-        await store.close()
+        try:
+            await session.close()
+        finally:
+            await store.close()
 
 
 def _hint(args: argparse.Namespace, exc: BaseException) -> str:

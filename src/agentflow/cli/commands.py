@@ -13,9 +13,11 @@ from agentflow.checkpoint.base import Checkpoint, Checkpointer, ThreadInfo
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli import render
 from agentflow.cli.errors import UsageError
+from agentflow.cli.records import awaiting_reconciliation, durable_line, lease_of, record_of
 from agentflow.cli.session import Session
 from agentflow.runtime import ThreadNotFound, status_of
 from agentflow.runtime.engine import read_checkpoint
+from agentflow.runtime.section import runtime_of
 
 __all__ = ["delete", "diff", "history", "history_of", "prune", "show", "threads"]
 
@@ -29,6 +31,8 @@ async def history_of(store: Checkpointer, thread: str) -> list[Checkpoint]:
 
 async def threads(s: Session) -> int:
     wanted, limit = s.args.status, s.args.limit
+    if wanted == "reconciliation_required":
+        return await awaiting_reconciliation(s)
     found: list[ThreadInfo] = []
     cursor = s.args.cursor
     while len(found) < limit:
@@ -68,10 +72,21 @@ async def history(s: Session) -> int:
 async def show(s: Session) -> int:
     cp = await read_checkpoint(s.store, s.args.thread, s.args.step)
     latest = cp if s.args.step is None else await read_checkpoint(s.store, s.args.thread)
+    record = await record_of(s, s.args.thread) if cp.step == latest.step else None
+    lease = lease_of(record)
+    resumed_by = None
+    if cp.interrupted and cp.step != latest.step:
+        answered = await s.store.get(s.args.thread, cp.step + 1)
+        by = runtime_of(answered).get("by") if answered is not None else None
+        resumed_by = str(by) if by else None
     if s.json:
-        s.emit(render.checkpoint_json(cp, latest.step))
+        durable = {"durable_status": record.status.value if record is not None else None}
+        s.emit(render.checkpoint_json(cp, latest.step, lease, resumed_by) | durable)
     else:
-        render.print_checkpoint(s.console, cp, latest.step)
+        line = durable_line(s, record)
+        render.print_checkpoint(
+            s.console, cp, latest.step, lease=lease, resumed_by=resumed_by, durable=line
+        )
     return 0
 
 
@@ -151,6 +166,8 @@ async def prune(s: Session) -> int:
 
 async def delete(s: Session) -> int:
     await read_checkpoint(s.store, s.args.thread)
+    if await record_of(s, s.args.thread) is not None:  # first: no record outlives its thread
+        await s.durable.delete(s.args.thread)
     await s.store.delete_thread(s.args.thread)
     if s.json:
         s.emit({"thread": s.args.thread, "deleted": True})

@@ -17,7 +17,9 @@ from agentflow.checkpoint.validation import MAX_PAGE
 
 __all__ = ["STATUSES", "build_parser"]
 
-STATUSES = ["done", "interrupted", "waiting", "running"]
+STATUSES = ["done", "interrupted", "waiting", "running", "reconciliation_required"]
+#: What an operator may decide about an ambiguous call (``agentflow reconcile``).
+DECISIONS = ["defer", "retry", "replay_success", "record_failure", "abort"]
 #: The most runs one worker or copy drives at once.
 MAX_CONCURRENCY = 256
 N = TypeVar("N", int, float)
@@ -84,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentflow",
         parents=[common],
-        description="Durable agent runs: run the demo, inspect, resume, fork, prune and copy.",
+        description=(
+            "Durable agent runs: run the demo, inspect, resume, fork, prune, copy, "
+            "and settle calls that may have acted (journal, reconcile)."
+        ),
         epilog="Start with: agentflow demo",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -148,6 +153,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("delete", "delete a thread and all its checkpoints")
     p.add_argument("thread")
+
+    p = add("journal", "a thread's journaled external calls, their states, and what waits")
+    p.add_argument("thread")
+
+    p = add("reconcile", "record a decision on a call that may have acted (ambiguous)")
+    p.add_argument("thread")
+    p.add_argument("operation", help="the ambiguous operation id (see: agentflow journal THREAD)")
+    p.add_argument("--decision", required=True, choices=DECISIONS, help="what to do with it")
+    p.add_argument(
+        "--receipt", help="with replay_success: JSON the call returned (a result or response)"
+    )
+    p.add_argument("--error-code", help="with record_failure or abort: the error code to record")
+    p.add_argument("--message", help="with record_failure or abort: the error message")
 
     p = add("worker", "resume every run whose timer is due")
     p.add_argument("--once", action="store_true", help="scan once and exit")

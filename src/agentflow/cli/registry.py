@@ -17,8 +17,9 @@ from typing import Any
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.cli.demo import DEMO_GRAPH, build_demo_graph, summarize
 from agentflow.cli.errors import InvalidGraphSpec
+from agentflow.durable import DurableStore
 from agentflow.runtime import CompiledGraph, Graph, GraphInvalid, ThreadNotFound, UnknownGraph
-from agentflow.runtime.claims import runtime_of
+from agentflow.runtime.section import runtime_of
 
 __all__ = ["GraphRegistry", "graph_specs_from_env"]
 
@@ -106,10 +107,19 @@ def _load(spec: str) -> Graph:
 
 
 class GraphRegistry:
-    """Graphs by name, compiled on demand against one checkpointer."""
+    """Graphs by name, compiled on demand against one checkpointer and its durable store.
 
-    def __init__(self, checkpointer: Checkpointer, specs: Iterable[str]) -> None:
+    ``durable()`` opens the durable store the first time a graph is compiled.
+    """
+
+    def __init__(
+        self,
+        checkpointer: Checkpointer,
+        specs: Iterable[str],
+        durable: Callable[[], DurableStore],
+    ) -> None:
         self.checkpointer = checkpointer
+        self._durable = durable
         self.specs = list(dict.fromkeys(specs))  # the same spec twice is one graph
         self._graphs = {DEMO_GRAPH: build_demo_graph()}
         origin = {DEMO_GRAPH: "the built-in demo"}
@@ -139,7 +149,7 @@ class GraphRegistry:
                     f"this thread was written by graph {name!r}, which is not registered; "
                     "pass --graph MODULE:ATTR (or set AGENTFLOW_GRAPHS)"
                 )
-            self._compiled[name] = graph.compile(self.checkpointer)
+            self._compiled[name] = graph.compile(self.checkpointer, durable=self._durable())
         return self._compiled[name]
 
     async def for_thread(self, thread: str) -> CompiledGraph:

@@ -24,7 +24,6 @@ from agentflow.checkpoint.base import Checkpoint, ThreadInfo
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli.text import inert
 from agentflow.runtime import status_of
-from agentflow.runtime.claims import claim_of
 
 __all__ = [
     "Change",
@@ -78,20 +77,31 @@ def _now_us() -> int:
     return parse_instant(datetime.now(UTC).isoformat())
 
 
-def claim_view(cp: Checkpoint, latest_step: int) -> dict[str, Any]:
-    """What a suspend's claim means now. On the thread's latest checkpoint it
-    is ``claim`` (``held`` until it lapses); on an older step the run has moved
-    on, so the claimer is shown as who resumed it (``resumed_by``)."""
-    claim = claim_of(cp)
-    if claim is None:
-        return {"claim": None}
+def lease_view(by: str, until: str) -> dict[str, Any]:
+    """A run's lease as ``show`` reports it: who, until when, and whether it still holds."""
+    return {"by": by, "until": until, "held": bool(until) and parse_instant(until) > _now_us()}
+
+
+def claim_view(
+    cp: Checkpoint,
+    latest_step: int,
+    lease: dict[str, Any] | None = None,
+    resumed_by: str | None = None,
+) -> dict[str, Any]:
+    """Who holds the run, on its latest checkpoint (``claim``: the durable lease,
+    ``held`` until it lapses); on a suspend the run has moved past, who
+    answered it (``resumed_by``)."""
     if cp.step != latest_step:
-        return {"claim": None, "resumed_by": claim.get("by")}
-    held = parse_instant(str(claim.get("until"))) > _now_us()
-    return {"claim": {**claim, "held": held}}
+        return {"claim": None} | ({"resumed_by": resumed_by} if resumed_by else {})
+    return {"claim": lease}
 
 
-def checkpoint_json(cp: Checkpoint, latest_step: int) -> dict[str, Any]:
+def checkpoint_json(
+    cp: Checkpoint,
+    latest_step: int,
+    lease: dict[str, Any] | None = None,
+    resumed_by: str | None = None,
+) -> dict[str, Any]:
     return {
         "thread": cp.thread,
         "step": cp.step,
@@ -103,7 +113,7 @@ def checkpoint_json(cp: Checkpoint, latest_step: int) -> dict[str, Any]:
         "interrupt_node": cp.interrupt_node,
         "interrupt_payload": cp.interrupt_payload,
         "wake_at": cp.wake_at,
-        **claim_view(cp, latest_step),
+        **claim_view(cp, latest_step, lease, resumed_by),
         "revision": cp.revision,
         "latest": cp.step == latest_step,
     }
@@ -229,8 +239,7 @@ def print_timeline(console: Console, history: Sequence[Checkpoint], title: str) 
     console.print(table)
 
 
-def _claim_line(cp: Checkpoint, latest_step: int) -> str | None:
-    view = claim_view(cp, latest_step)
+def _claim_line(view: dict[str, Any]) -> str | None:
     claim = view["claim"]
     if "resumed_by" in view:
         return f"resumed  by {view['resumed_by']}"
@@ -241,7 +250,15 @@ def _claim_line(cp: Checkpoint, latest_step: int) -> str | None:
     return f"claim    by {claim.get('by')} lapsed at {claim.get('until')}; a resume takes it over"
 
 
-def print_checkpoint(console: Console, cp: Checkpoint, latest_step: int) -> None:
+def print_checkpoint(
+    console: Console,
+    cp: Checkpoint,
+    latest_step: int,
+    *,
+    lease: dict[str, Any] | None = None,
+    resumed_by: str | None = None,
+    durable: str | None = None,
+) -> None:
     lines = [
         Text.assemble("status   ", _status(cp)),
         Text(f"next     {inert(', '.join(cp.next)) or '-'}"),
@@ -253,9 +270,11 @@ def print_checkpoint(console: Console, cp: Checkpoint, latest_step: int) -> None
         lines.append(Text(f"pending  {inert(cp.interrupt_node or '-')}: {pending}"))
     if cp.wake_at:
         lines.append(Text(f"wakes at {inert(cp.wake_at)}"))
-    claim = _claim_line(cp, latest_step)
+    claim = _claim_line(claim_view(cp, latest_step, lease, resumed_by))
     if claim:
         lines.append(Text(inert(claim)))
+    if durable:
+        lines.append(Text(inert(durable)))
     title = Text(f"{inert(cp.thread)} @ step {cp.step}")
     console.print(Panel(Text("\n").join(lines), title=title, expand=False))
     console.print(JSONHighlighter()(Text(inert_json(dump_json(cp.state)))))

@@ -26,7 +26,7 @@ from agentflow.cli.errors import EXIT_INTERRUPTED, AnswerNeeded, UsageError
 from agentflow.cli.session import Session
 from agentflow.cli.text import inert
 from agentflow.runtime import RunResult, Worker, status_of
-from agentflow.runtime.claims import runtime_of
+from agentflow.runtime.section import runtime_of
 from agentflow.runtime.settle import settle
 from agentflow.runtime.worker import WorkerPass
 

@@ -1,7 +1,11 @@
 """What every subcommand works with: the store it names, the terminal, and the
 follow-up commands it prints.
 
-:func:`open_cli_store` is the one place the command line opens a store.
+:func:`open_cli_store` is the one place the command line opens a store, and
+:func:`open_cli_durable` the one place it opens the durable store beside it
+(same URL, same namespace): only the commands that need leases or journals
+(running nodes, ``journal``, ``reconcile``, ``threads --status
+reconciliation_required``, ``show``) open it.
 """
 
 from __future__ import annotations
@@ -28,8 +32,17 @@ from agentflow.cli import render
 from agentflow.cli.errors import StoreNotFound, UsageError
 from agentflow.cli.registry import GraphRegistry, graph_specs_from_env
 from agentflow.cli.text import inert, shell_word
+from agentflow.durable import DurableStore
+from agentflow.durable.stores import open_durable_store
 
-__all__ = ["STORE_ENV", "Session", "StoreTarget", "command_line", "open_cli_store"]
+__all__ = [
+    "STORE_ENV",
+    "Session",
+    "StoreTarget",
+    "command_line",
+    "open_cli_durable",
+    "open_cli_store",
+]
 
 STORE_ENV = "AGENTFLOW_STORE"
 NAMESPACE_ENV = "AGENTFLOW_NAMESPACE"
@@ -135,6 +148,11 @@ def open_cli_store(target: StoreTarget, *, create: bool) -> Checkpointer:
     return with_defaults(opened)
 
 
+def open_cli_durable(target: StoreTarget) -> DurableStore:
+    """The durable store (leases, journals) in ``target``'s database and namespace."""
+    return open_durable_store(_with_timeouts(target.url, target.scheme), namespace=target.namespace)
+
+
 def command_line(args: Any, target: StoreTarget, *words: str) -> str:
     """A pasteable ``agentflow ...`` command: ``words`` are quoted here, and the
     store, namespace and ``--graph`` flags given to this command are repeated."""
@@ -152,10 +170,24 @@ class Session:
     store: Checkpointer
     console: Console
     target: StoreTarget
+    _durable: DurableStore | None = None
 
     @property
     def json(self) -> bool:
         return bool(getattr(self.args, "json", False))
+
+    @property
+    def durable(self) -> DurableStore:
+        """The durable store beside :attr:`store`, opened on first use."""
+        if self._durable is None:
+            self._durable = open_cli_durable(self.target)
+        return self._durable
+
+    async def close(self) -> None:
+        """Close the durable store if a command opened it."""
+        durable, self._durable = self._durable, None
+        if durable is not None:
+            await durable.close()
 
     @cached_property
     def graph_specs(self) -> list[str]:
@@ -163,7 +195,7 @@ class Session:
 
     @cached_property
     def registry(self) -> GraphRegistry:
-        return GraphRegistry(self.store, self.graph_specs)
+        return GraphRegistry(self.store, self.graph_specs, lambda: self.durable)
 
     def command(self, *words: str) -> str:
         """A pasteable ``agentflow ...`` command on this session's store."""

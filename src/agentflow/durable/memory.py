@@ -51,7 +51,7 @@ from agentflow.durable.transitions import (
 from agentflow.durable.validators import CapabilityRef, require_non_empty, validate_checkpoint_key
 from agentflow.errors import InvalidCursor
 
-__all__ = ["DurableMemory", "InMemoryRunEventStore", "MemoryDurableStore"]
+__all__ = ["DurableMemory", "InMemoryRunEventStore", "MemoryDurableStore", "from_url"]
 
 _KIND = "memory"
 
@@ -385,3 +385,13 @@ def _dedupe(items: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
         if item[0] != last:
             last = item[0]
             yield item
+
+
+_NAMED: dict[str, DurableMemory] = {}
+
+
+def from_url(url: str, *, namespace: str | None = None) -> MemoryDurableStore:
+    """``memory://NAME``: every store opened on one name in this process shares
+    one :class:`DurableMemory`, as ``memory://NAME`` checkpointers share theirs."""
+    memory = _NAMED.setdefault(url.split("://", 1)[1], DurableMemory())
+    return MemoryDurableStore(namespace=namespace, memory=memory)

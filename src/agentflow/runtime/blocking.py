@@ -28,13 +28,15 @@ class SyncGraph:
     """``graph`` compiled on ``checkpointer``, with blocking methods.
 
     Use it as a context manager; leaving the block closes the checkpointer
-    (if it has ``close()``) and the loop. ``compile_options`` go to
+    (if it has ``close()``), the durable store if one was given
+    (``durable=``), and the loop. ``compile_options`` go to
     :meth:`Graph.compile`. Not for use inside a running event loop (call the
     async :class:`CompiledGraph` there), nor from several threads at once.
     """
 
     def __init__(self, graph: Graph, checkpointer: Checkpointer, **compile_options: Any) -> None:
         self.compiled: CompiledGraph = graph.compile(checkpointer, **compile_options)
+        self._owned = [checkpointer, compile_options.get("durable")]
         self._runner = asyncio.Runner()
         self._closed = False
 
@@ -49,10 +51,11 @@ class SyncGraph:
         if self._closed:
             return
         self._closed = True
-        close = getattr(self.compiled.checkpointer, "close", None)
         try:
-            if close is not None:
-                self._call(close)
+            for store in self._owned:
+                close = getattr(store, "close", None)
+                if close is not None:
+                    self._call(close)
         finally:
             self._runner.close()
 

@@ -2,8 +2,10 @@
 
 Each step is stored as one checkpoint (see :mod:`agentflow.runtime.steps`).
 A suspended step is itself stored as a checkpoint (same state, same frontier,
-``interrupted=True``). Resuming it first *claims* it by a conditional rewrite
-of that step, so of two racing resumes exactly one runs the node.
+``interrupted=True``). Every path that runs nodes first claims the thread's
+durable record with a lease (see :mod:`agentflow.runtime.records` and
+:mod:`agentflow.runtime.leases`), so of two racing resumes exactly one runs,
+and a run another process is running (or died running) is not run twice.
 """
 
 from __future__ import annotations
@@ -18,20 +20,23 @@ from typing import TYPE_CHECKING, Any
 from agentflow.checkpoint.base import Checkpoint, Checkpointer, with_defaults
 from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
 from agentflow.checkpoint.validation import validate_thread
-from agentflow.errors import InvalidArgument
-from agentflow.runtime.claims import (
-    RUNTIME_KEY,
-    instant_us,
-    refuse_if_claimed,
-    release_claim,
-    runtime_of,
-    take_claim,
+from agentflow.durable import (
+    Admission,
+    CheckpointStatus,
+    DurableStore,
+    ReconciliationDecision,
+    ResumePolicy,
+    new_checkpoint_key,
 )
+from agentflow.durable.enums import parse_enum
+from agentflow.durable.errors import DurableError
+from agentflow.errors import InvalidArgument
+from agentflow.runtime.cycles import Cycles
 from agentflow.runtime.errors import (
     GraphInvalid,
     NotDue,
     NothingToResume,
-    StepLimitExceeded,
+    StepClaimed,
     StepNotFound,
     ThreadExists,
     ThreadNotFound,
@@ -40,11 +45,22 @@ from agentflow.runtime.errors import (
 from agentflow.runtime.events import RunEvent, Sink, no_events, stream_of
 from agentflow.runtime.fork import fork_checkpoint
 from agentflow.runtime.graph import START
+from agentflow.runtime.leases import Lease, instant_us, lease_ms_of
+from agentflow.runtime.records import Records, durable_beside, finished
+from agentflow.runtime.recovery import (
+    Reconciliation,
+    observation_of,
+    record_decision,
+    recover,
+    would_defer_all,
+)
 from agentflow.runtime.result import RunResult
+from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY, runtime_of
 from agentflow.runtime.settle import Waiter, settle
 from agentflow.runtime.steps import StepRunner
 
 if TYPE_CHECKING:
+    from agentflow.durable import DurableCheckpoint
     from agentflow.runtime.graph import Graph
 
 __all__ = ["CompiledGraph", "read_checkpoint"]
@@ -66,11 +82,19 @@ async def read_checkpoint(
     raise StepNotFound(f"thread {thread!r} has no step {step}")
 
 
+def _deferred(record: DurableCheckpoint) -> tuple[Reconciliation, ...]:
+    return tuple(
+        Reconciliation(observation_of(entry), ReconciliationDecision.defer(), "policy")
+        for entry in (*record.model_call_journal, *record.tool_journal)
+        if entry.state.value == "ambiguous"
+    )
+
+
 class CompiledGraph:
-    """A :class:`~agentflow.runtime.graph.Graph` bound to a checkpointer.
+    """A :class:`~agentflow.runtime.graph.Graph` bound to a checkpointer and a durable store.
 
     Safe to share between tasks and to compile once per process; all run
-    state lives in the store, so any process may continue any thread.
+    state lives in the stores, so any process may continue any thread.
     """
 
     def __init__(
@@ -78,31 +102,70 @@ class CompiledGraph:
         graph: Graph,
         checkpointer: Checkpointer,
         *,
+        durable: DurableStore | None,
         step_limit: int,
         claim_ttl: timedelta,
         clock: Callable[[], datetime] | None,
     ) -> None:
         self.graph = graph
         self.name = graph.name
+        #: The thread's leases and journals live here (see docs/runtime.md).
+        self.durable = durable if durable is not None else durable_beside(checkpointer)
         #: A backend with only the core six methods gets the rest from defaults.
         self.checkpointer = with_defaults(checkpointer)
         self.step_limit = step_limit
         self.claim_ttl = claim_ttl
         self.clock = clock or _utc_now
-        #: Written into claims so an operator can see who holds a suspend.
+        #: Named in claims so an operator can see who holds a run.
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.durability = graph.durability
+        self.definition = graph.durability.definition(graph.name)
         self._steps = StepRunner(graph, self.checkpointer, self.clock)
+        self._records = Records(
+            self.durable,
+            self.definition,
+            owner=self.owner,
+            lease_ms=lease_ms_of(claim_ttl.total_seconds()),
+        )
+        self._cycles = Cycles(
+            self._steps, self._records, self.durability, self.definition, step_limit
+        )
 
     # -- public API ----------------------------------------------------------
 
-    async def run(self, input: Mapping[str, Any], *, thread: str) -> RunResult:
+    async def run(
+        self,
+        input: Mapping[str, Any],
+        *,
+        thread: str | None = None,
+        resume_policy: ResumePolicy | str = ResumePolicy.NEW,
+    ) -> RunResult:
         """Start ``thread`` from ``input`` and run until it ends or suspends.
 
         Stores ``input`` (folded by the reducers) as step 0, then one
-        checkpoint per step. Raises :class:`ThreadExists` for a thread that
-        already has checkpoints (use ``resume`` or ``fork``), and
-        :class:`NodeFailed` when a node raises, leaving the last good step.
+        checkpoint per step. ``resume_policy`` says what an existing thread
+        means: ``new`` (the default) raises :class:`ThreadExists` (use
+        ``resume`` or ``fork``), and makes up a thread id when none is given;
+        ``resume_if_present`` continues an existing thread as
+        :meth:`run_until_settled` does (without waiting), else starts it;
+        ``require_existing`` continues it, else raises :class:`ThreadNotFound`.
+        The last two need ``thread``. Raises :class:`NodeFailed` when a node
+        raises, leaving the last good step.
         """
+        policy = parse_enum(ResumePolicy, resume_policy, "checkpoint_policy_invalid", "policy")
+        if thread is None:
+            if policy is not ResumePolicy.NEW:
+                raise DurableError(
+                    "checkpoint_key_required",
+                    "resume_if_present and require_existing need an explicit thread",
+                )
+            thread = new_checkpoint_key()
+        if policy is not ResumePolicy.NEW:
+            latest = await self.checkpointer.get(thread)
+            if latest is not None:
+                return await self._continue(latest)
+            if policy is ResumePolicy.REQUIRE_EXISTING:
+                raise ThreadNotFound(f"thread {thread!r} not found")
         return await self._run(input, thread, no_events)
 
     async def resume(self, thread: str, value: Any = None, *, step: int | None = None) -> RunResult:
@@ -111,11 +174,14 @@ class CompiledGraph:
         On a human interrupt, the interrupting node runs again from its first
         line and its ``ctx.interrupt`` call returns ``value``. On a timer
         wait, ``value`` must be None and the wake time must have come
-        (:class:`NotDue` otherwise). On a run whose process died between
-        steps, the stored frontier runs again. ``step`` names the suspend
-        being answered (default: the latest checkpoint); if another resume
-        holds that suspend, or already answered it, :class:`StepClaimed` (a
-        :class:`~agentflow.errors.CheckpointConflict`) says who, and until when.
+        (:class:`NotDue` otherwise). On a run whose process died between or
+        during steps, the stored frontier runs again once the dead holder's
+        lease has lapsed, replaying the calls its journal recorded. ``step``
+        names the suspend being answered (default: the latest checkpoint); if
+        another process holds the run, or already answered that suspend,
+        :class:`StepClaimed` (a :class:`~agentflow.errors.CheckpointConflict`)
+        says who, and until when. A run awaiting reconciliation returns with
+        status ``reconciliation_required`` until its ambiguous calls are settled.
         """
         return await self._resume(thread, value, step, no_events)
 
@@ -144,17 +210,35 @@ class CompiledGraph:
 
         Returns once the run is done, waits for a human (answer with
         ``resume``), waits on a timer due later than ``max_wait`` from now
-        (None: wait for any), or is being run by another process (status
-        ``running``). ``wait(result)`` replaces the default wait (an
-        ``asyncio.sleep`` until ``result.wake_at``), e.g. to show a countdown.
+        (None: wait for any), is being run by another process (status
+        ``running``) or awaits reconciliation. ``wait(result)`` replaces the
+        default wait (an ``asyncio.sleep`` until ``result.wake_at``), e.g. to
+        show a countdown.
         """
         if input is not None:
             result = await self.run(input, thread=thread)
         else:
-            latest = await self.get_state(thread)
-            runnable = latest.next and not latest.interrupted
-            result = await self.resume(thread) if runnable else RunResult(latest)
+            result = await self._continue(await self.get_state(thread))
         return await settle(self, result, max_wait=max_wait, wait=wait)
+
+    async def reconcile(
+        self, thread: str, operation_id: str, decision: ReconciliationDecision
+    ) -> DurableCheckpoint:
+        """Record an operator's decision on an ambiguous call of ``thread``.
+
+        See :func:`agentflow.runtime.recovery.record_decision`; continue the
+        run with :meth:`resume` once nothing is ambiguous any more.
+        """
+        latest = await self.get_state(thread)
+        return await record_decision(
+            self.durable,
+            thread,
+            operation_id,
+            decision,
+            owner=self.owner,
+            step=latest.step,
+            lease_ms=self._records.lease_ms,
+        )
 
     async def get_state(self, thread: str, step: int | None = None) -> Checkpoint:
         """The checkpoint at ``step`` (latest when None).
@@ -184,14 +268,17 @@ class CompiledGraph:
         reducers. With an update the routers that chose the step's frontier
         run again on the updated state (``reroute=False`` keeps the stored
         frontier): if the route is unchanged, the fork keeps the source's
-        frontier and suspend (minus any claim); if it changed, the fork runs
-        the new frontier on resume. The source is never touched. Continue the
-        fork with :meth:`resume`; with the same inputs it replays the same
-        states as the source did.
+        frontier and suspend; if it changed, the fork runs the new frontier
+        on resume. The source is never touched. Continue the fork with
+        :meth:`resume`; with the same inputs it replays the same states as
+        the source did. A fork is a new run: its calls are made anew.
         """
         source = await self.get_state(thread, step)
         validate_thread(new_thread)
-        if await self.checkpointer.get(new_thread) is not None:
+        if (
+            await self.checkpointer.get(new_thread) is not None
+            or await self.durable.load(new_thread) is not None
+        ):
             raise ThreadExists(f"thread {new_thread!r} already exists; fork to a new thread")
         forked = await fork_checkpoint(
             self._steps, source, new_thread=new_thread, update=update, reroute=reroute
@@ -214,75 +301,145 @@ class CompiledGraph:
                 f"{self.name!r} does not define"
             )
 
-    # -- claims --------------------------------------------------------------
-
-    async def _claim(self, cp: Checkpoint, value: Any, *, explicit_step: bool) -> Checkpoint:
-        """Take the suspend ``cp`` for this resume, or raise why not."""
-        now = self.clock()
-        await refuse_if_claimed(self.checkpointer, cp, now, superseded_check=explicit_step)
-        if cp.wake_at is not None:
-            if value is not None:
-                raise InvalidArgument(f"thread {cp.thread!r} waits on a timer; it takes no value")
-            left_us = parse_instant(cp.wake_at) - instant_us(now)
-            if left_us > 0:
-                raise NotDue(cp.thread, cp.step, cp.wake_at, left_us / 1e6)
-        return await take_claim(self.checkpointer, cp, self.owner, now + self.claim_ttl)
-
     # -- runs ----------------------------------------------------------------
 
     async def _run(self, input: Mapping[str, Any], thread: str, sink: Sink) -> RunResult:
         validate_thread(thread)
-        if await self.checkpointer.get(thread) is not None:
+        if (
+            await self.checkpointer.get(thread) is not None
+            or await self.durable.load(thread) is not None
+        ):
             raise ThreadExists(f"thread {thread!r} already exists; resume or fork it instead")
         state = self._steps.merge({}, [("input", input)], thread, 0)
+        extra: dict[str, Any] = {RUNTIME_KEY: {"graph": self.name}}
+        extensions = self._cycles.env(None, Checkpoint(thread, 0, {}), restore=False)
+        if extensions.extension_state():
+            extra[EXTENSIONS_KEY] = extensions.extension_state()
         first = Checkpoint(
             thread=thread,
             step=0,
             state=state,
             next=await self._steps.successors([START], state, thread, 0),
             ts=utc_now_iso(),
-            extra={RUNTIME_KEY: {"graph": self.name}},
+            extra=extra,
             revision=1,
         )
         await self._steps.store(first, [("input", input)], sink)
-        return await self._drive(first, sink)
+        record = await self._records.ensure(thread)
+        lease = await self._records.claim(record, first.step)
+        return await self._cycles.run(lease, first, {}, {}, sink)
+
+    async def _continue(self, latest: Checkpoint) -> RunResult:
+        """Resume ``latest`` if that needs no answer and no waiting, else say where it is."""
+        due = latest.wake_at is not None and parse_instant(latest.wake_at) <= instant_us(
+            self.clock()
+        )
+        if latest.done or (latest.interrupted and not due):
+            return await self._where(latest)
+        return await self.resume(latest.thread)
+
+    async def _where(self, latest: Checkpoint) -> RunResult:
+        """A result for a run this call leaves as it is (with its pending decisions)."""
+        record = await self.durable.load(latest.thread)
+        if record is None:
+            return RunResult(latest)
+        if record.terminal_result is not None and not latest.done:
+            return RunResult(latest, _deferred(record), terminal=record.terminal_result)
+        return RunResult(latest, _deferred(record))
 
     async def _resume(self, thread: str, value: Any, step: int | None, sink: Sink) -> RunResult:
         cp = await self.get_state(thread, step)
         self._check_runnable(cp)
+        if step is not None and cp.interrupted:
+            await self._refuse_answered(cp)
         if not cp.interrupted:
             if step is not None or cp.done:
+                if cp.done:
+                    await self._settle_finished(cp)
                 raise NothingToResume(
                     f"thread {thread!r} step {cp.step} is not suspended"
                     + (" (the run finished)" if cp.done else "")
                 )
             if value is not None:
                 raise InvalidArgument(f"thread {thread!r} is not waiting for a value")
-            return await self._drive(cp, sink)
-        claimed = await self._claim(cp, value, explicit_step=step is not None)
-        section = runtime_of(cp)
-        answers: dict[str, list[Any]] = {
-            node: list(given) for node, given in section.get("answers", {}).items()
-        }
-        if cp.interrupt_node is not None:
-            answers.setdefault(cp.interrupt_node, []).append(value)
-        advanced = False
+        elif cp.wake_at is not None:
+            if value is not None:
+                raise InvalidArgument(f"thread {cp.thread!r} waits on a timer; it takes no value")
+            left_us = parse_instant(cp.wake_at) - instant_us(self.clock())
+            if left_us > 0:
+                raise NotDue(cp.thread, cp.step, cp.wake_at, left_us / 1e6)
+        record = await self._records.ensure(thread)
+        if self._records.admit(record) is Admission.REPLAY_TERMINAL:
+            raise NothingToResume(
+                f"thread {thread!r} was ended ({record.status.value}) and cannot be resumed"
+            )
+        if record.status is CheckpointStatus.RECONCILIATION_REQUIRED and would_defer_all(
+            record, self.durability
+        ):
+            return RunResult(cp, _deferred(record))
+        lease = await self._records.claim(record, cp.step)
         try:
-            first = await self._steps.step(claimed, answers, section.get("writes", {}), sink)
-            advanced = True
-        finally:
-            if not advanced:
-                await release_claim(self.checkpointer, claimed)
-        return await self._drive(first, sink)
+            decided = await recover(lease, self.durability) if lease.recovery else []
+            latest = await self.get_state(thread)
+        except BaseException:
+            await lease.release()
+            raise
+        if lease.record.terminal_result is not None:
+            return RunResult(latest, tuple(decided), terminal=lease.record.terminal_result)
+        if lease.record.status is CheckpointStatus.RECONCILIATION_REQUIRED:
+            return RunResult(latest, tuple(decided))
+        if latest.step != cp.step:  # it moved on before this claim: continue from there
+            await lease.release()
+            if cp.interrupted:
+                await self._refuse_answered(cp)
+            return await self._resume(thread, None, None, sink)
+        section = runtime_of(cp)
+        if not cp.interrupted:
+            result = await self._cycles.run(lease, cp, {}, {}, sink)
+        else:
+            answers: dict[str, list[Any]] = {
+                node: list(given) for node, given in section.get("answers", {}).items()
+            }
+            if cp.interrupt_node is not None:
+                answers.setdefault(cp.interrupt_node, []).append(value)
+            result = await self._cycles.run(
+                lease, cp, answers, section.get("writes", {}), sink, answered_by=self.owner
+            )
+        return RunResult(result.checkpoint, (*decided, *result.reconciliations), result.terminal)
 
-    async def _drive(self, cp: Checkpoint, sink: Sink) -> RunResult:
-        taken = 0
-        while cp.next and not cp.interrupted:
-            if taken >= self.step_limit:
-                raise StepLimitExceeded(
-                    f"thread {cp.thread!r} ran {taken} steps in one call (step_limit); "
-                    f"stopped at step {cp.step}, resume to continue"
-                )
-            cp = await self._steps.step(cp, {}, {}, sink)
-            taken += 1
-        return RunResult(cp)
+    async def _refuse_answered(self, cp: Checkpoint) -> None:
+        """Raise :class:`StepClaimed` when the run has moved past the suspend ``cp``."""
+        latest = await self.get_state(cp.thread)
+        if latest.step == cp.step:
+            return
+        answered = await self.checkpointer.get(cp.thread, cp.step + 1)
+        by = runtime_of(answered).get("by") if answered is not None else None
+        raise StepClaimed(
+            cp.thread,
+            cp.step,
+            cp.revision,
+            cp.revision,
+            holder=str(by or "another process"),
+            until="",
+            moved_on=latest.step,
+        )
+
+    async def _settle_finished(self, cp: Checkpoint) -> None:
+        """Finalize the record of a run whose last step was stored but not finalized."""
+        record = await self.durable.load(cp.thread)
+        if record is None or record.terminal_result is not None:
+            return
+        try:
+            lease = await Lease.take(
+                self.durable,
+                record,
+                owner=self.owner,
+                lease_ms=self._records.lease_ms,
+                step=cp.step,
+            )
+        except (StepClaimed, DurableError):
+            return  # another process holds it, or it moved on: it settles it
+        try:
+            await lease.finalize(finished(lease.record, cp))
+        finally:
+            await lease.release()

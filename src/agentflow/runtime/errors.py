@@ -14,18 +14,22 @@ from typing import Any
 from agentflow.errors import AgentflowError, CheckpointConflict, CheckpointNotSerializable
 
 __all__ = [
+    "CallAmbiguous",
+    "CallFailed",
     "CannotReroute",
     "ConflictingUpdate",
     "GraphInvalid",
     "InvalidRoute",
     "InvalidUpdate",
     "NodeFailed",
+    "NothingToReconcile",
     "NothingToResume",
     "NotDue",
     "RunError",
     "StepClaimed",
     "StepLimitExceeded",
     "StepNotFound",
+    "UnknownOperation",
     "ThreadExists",
     "ThreadNotFound",
     "UnknownGraph",
@@ -231,3 +235,63 @@ class UnknownGraph(RunError, LookupError):
     """A thread was written by a graph this process does not have registered."""
 
     code = "unknown_graph"
+
+
+class CallFailed(RunError):
+    """A journaled external call failed for certain: nothing happened outside.
+
+    Raise it from the function ``ctx.tool``/``ctx.model`` calls to say so
+    (a refused request, a validation error before sending): the call is
+    journaled ``failed`` with this typed error, and ``ctx.tool`` raises it to
+    the node, now and on every replay, instead of calling again. Any *other*
+    exception from that function leaves the call ambiguous (it may have
+    acted), see :class:`CallAmbiguous`. ``failure`` is the call's own error
+    code; ``code`` stays ``call_failed``.
+    """
+
+    code = "call_failed"
+
+    def __init__(self, failure: str, message: str, *, retryable: bool = False) -> None:
+        self.failure = failure
+        self.message = message
+        self.retryable = retryable
+        super().__init__(f"{failure}: {message}")
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (
+            functools.partial(type(self), retryable=self.retryable),
+            (self.failure, self.message),
+        )
+
+
+class CallAmbiguous(BaseException):
+    """A journaled call raised something other than :class:`CallFailed`: it may have acted.
+
+    The call is journaled ``ambiguous`` and the step is abandoned: nothing of
+    it is stored, and the run is suspended as ``reconciliation_required``
+    until a policy, a :class:`~agentflow.durable.ReconciliationProvider` or
+    an operator (``agentflow reconcile``) settles it. It derives from
+    ``BaseException`` so a node's ``except Exception`` cannot swallow it and
+    carry on as if the call had not happened. The exception the call raised
+    is the ``__cause__``.
+    """
+
+    def __init__(self, operation_id: str, name: str) -> None:
+        super().__init__(operation_id, name)
+        self.operation_id = operation_id
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"call {self.name!r} ({self.operation_id}) may have acted; it needs reconciliation"
+
+
+class NothingToReconcile(RunError):
+    """A decision was given for a run that is not waiting for one."""
+
+    code = "nothing_to_reconcile"
+
+
+class UnknownOperation(RunError, LookupError):
+    """A decision names an operation that is not ambiguous in the run's journal."""
+
+    code = "unknown_operation"

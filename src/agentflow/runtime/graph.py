@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from agentflow.runtime.durability import Durability
 from agentflow.runtime.errors import GraphInvalid
 from agentflow.runtime.reducers import Reducer
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from agentflow.checkpoint.base import Checkpointer
+    from agentflow.durable import DurableStore
     from agentflow.runtime.context import NodeContext
     from agentflow.runtime.engine import CompiledGraph
 
@@ -89,11 +91,14 @@ class Graph:
     ``name`` is stored with every checkpoint, so a worker or the command line
     can find which graph a thread needs; choose one that stays stable across
     deployments. ``reducers`` maps state keys to a
-    :data:`~agentflow.runtime.reducers.Reducer`.
+    :data:`~agentflow.runtime.reducers.Reducer`. ``durability`` holds what
+    its runs' durable records pin: the policies for ambiguous calls, a
+    reconciliation provider, extensions and credential slots.
     """
 
     name: str
     reducers: Mapping[str, Reducer] = field(default_factory=dict)
+    durability: Durability = field(default_factory=Durability)
     nodes: dict[str, AsyncNodeFn] = field(default_factory=dict, init=False)
     edges: dict[str, list[str]] = field(default_factory=dict, init=False)
     branches: dict[str, list[Branch]] = field(default_factory=dict, init=False)
@@ -163,17 +168,23 @@ class Graph:
         self,
         checkpointer: Checkpointer,
         *,
+        durable: DurableStore | None = None,
         step_limit: int = 10_000,
-        claim_ttl: timedelta = timedelta(seconds=60),
+        claim_ttl: timedelta = timedelta(seconds=30),
         clock: Callable[[], datetime] | None = None,
     ) -> CompiledGraph:
-        """Check the graph and bind it to ``checkpointer``.
+        """Check the graph and bind it to ``checkpointer`` and the durable store ``durable``.
 
-        ``step_limit`` bounds the steps of one ``run``/``resume`` call (a
-        runaway loop stops at a stored step). ``claim_ttl`` is how long a
-        resume's claim on a suspended step keeps others out; after it lapses a
-        crashed resumer's claim is taken over. ``clock`` (aware UTC datetimes)
-        decides timers and claims; tests pass a fake one.
+        ``durable`` keeps each thread's lease, call journal and outbox, on the
+        checkpointer's database (``open_durable_store(url)`` of
+        :mod:`agentflow.durable.stores` opens it from the same URL). It may be
+        left out only for a ``MemoryCheckpointer``, which then gets an
+        in-process one of its own lifetime. ``step_limit`` bounds the steps of
+        one ``run``/``resume`` call (a runaway loop stops at a stored step).
+        ``claim_ttl`` is the lease a running call holds on its thread,
+        renewed every third of it while steps run; a crashed holder's run is
+        taken over once it lapses. ``clock`` (aware UTC datetimes) decides
+        timers; tests pass a fake one (leases run on the durable store's clock).
         """
         from agentflow.runtime.engine import CompiledGraph
 
@@ -183,5 +194,10 @@ class Graph:
         if claim_ttl <= timedelta(0):
             raise GraphInvalid(f"claim_ttl must be positive, got {claim_ttl}")
         return CompiledGraph(
-            self, checkpointer, step_limit=step_limit, claim_ttl=claim_ttl, clock=clock
+            self,
+            checkpointer,
+            durable=durable,
+            step_limit=step_limit,
+            claim_ttl=claim_ttl,
+            clock=clock,
         )

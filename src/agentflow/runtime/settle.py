@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointConflict
-from agentflow.runtime.claims import instant_us
 from agentflow.runtime.errors import NotDue
+from agentflow.runtime.leases import instant_us
 from agentflow.runtime.result import RunResult
 
 if TYPE_CHECKING:

@@ -6,7 +6,12 @@ result as the next step with ``put(..., if_revision=0)``. That conditional
 write is what keeps a thread's history linear: of two processes advancing one
 thread, only the first write of a step lands and the other gets
 :class:`~agentflow.errors.CheckpointConflict`. One write per step is also the
-whole storage cost of the runtime.
+whole storage cost of a step (its journaled calls aside).
+
+Under a lease (:class:`StepEnv`) nodes get journaled ``ctx.tool``/``ctx.model``
+calls, each stored step records the calls it made (``operations``) and the
+run's extension state, and a step with an ambiguous call is abandoned
+(:class:`StepAbandoned`): nothing of it is stored.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -21,10 +27,17 @@ from typing import TYPE_CHECKING, Any
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.timestamps import utc_now_iso
+from agentflow.durable import (
+    CheckpointExtension,
+    ExtensionStateEntry,
+    LeaseLost,
+    snapshot_extensions,
+)
 from agentflow.errors import CheckpointNotSerializable
-from agentflow.runtime.claims import RUNTIME_KEY
+from agentflow.runtime.calls import CallJournal, NodeCalls
 from agentflow.runtime.context import NodeContext, Suspend
 from agentflow.runtime.errors import (
+    CallAmbiguous,
     ConflictingUpdate,
     InvalidRoute,
     InvalidUpdate,
@@ -33,11 +46,13 @@ from agentflow.runtime.errors import (
 )
 from agentflow.runtime.events import RunEvent, Sink
 from agentflow.runtime.graph import END
+from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY
 
 if TYPE_CHECKING:
+    from agentflow.runtime.durability import Durability
     from agentflow.runtime.graph import Graph
 
-__all__ = ["StepRunner", "Updates"]
+__all__ = ["StepAbandoned", "StepEnv", "StepRunner", "Updates"]
 
 #: Node updates of one step, in frontier order.
 Updates = list[tuple[str, Mapping[str, Any]]]
@@ -71,6 +86,61 @@ def _culprit(
     return refused
 
 
+class StepAbandoned(Exception):
+    """A step made an ambiguous call; nothing of it was stored."""
+
+    def __init__(self, ambiguous: list[CallAmbiguous]) -> None:
+        super().__init__(*(signal.operation_id for signal in ambiguous))
+        self.ambiguous = ambiguous
+
+
+@dataclass
+class StepEnv:
+    """What the steps of one lease share: the journal, the run's extensions, secrets."""
+
+    journal: CallJournal | None = None
+    durability: Durability | None = None
+    extensions: dict[str, CheckpointExtension] = field(default_factory=dict)
+    #: Extension entries restored from the run, kept for namespaces not live here.
+    stored: dict[str, ExtensionStateEntry] = field(default_factory=dict)
+    credentials: Mapping[str, Any] = field(default_factory=dict)
+    #: Who answers the suspend this lease resumes (written on its first step).
+    answered_by: str | None = None
+
+    def node_calls(self, step: int, node: str) -> NodeCalls | None:
+        return None if self.journal is None else NodeCalls(self.journal, step, node)
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` when the lease was lost: store no further step."""
+        if self.journal is not None:
+            self.journal.lease.check()
+
+    def extension_state(self) -> dict[str, Any]:
+        """The run's extension state now, as the checkpoint keeps it."""
+        if self.durability is None or not (self.extensions or self.stored):
+            return {}
+        config = self.durability.config
+        entries = snapshot_extensions(
+            self.extensions.values(),
+            self.stored,
+            required_namespaces=config.required_extension_namespaces,
+            max_total=config.max_extension_state_bytes,
+        )
+        return {namespace: entry.to_dict() for namespace, entry in entries.items()}
+
+    def runtime(self, step: int, section: dict[str, Any]) -> dict[str, Any]:
+        """``section`` with this step's journaled calls and who answered a suspend."""
+        calls = None if self.journal is None else self.journal.by_step.get(step)
+        if calls:
+            section["operations"] = calls
+        if self.answered_by is not None:
+            section["by"] = self.answered_by
+        return section
+
+
+_NO_ENV = StepEnv()
+
+
 class StepRunner:
     """Steps of one graph against one store."""
 
@@ -89,13 +159,33 @@ class StepRunner:
             raise _culprit(cp.thread, updates, cp.state, refused) from refused
         sink(RunEvent("step_stored", cp.thread, cp.step, checkpoint=cp))
 
+    def _extra(self, env: StepEnv, step: int, section: dict[str, Any]) -> dict[str, Any]:
+        extra: dict[str, Any] = {RUNTIME_KEY: env.runtime(step, section)}
+        extensions = env.extension_state()
+        if extensions:
+            extra[EXTENSIONS_KEY] = extensions
+        return extra
+
     async def step(
-        self, cp: Checkpoint, answers: dict[str, list[Any]], writes: Mapping[str, Any], sink: Sink
+        self,
+        cp: Checkpoint,
+        answers: dict[str, list[Any]],
+        writes: Mapping[str, Any],
+        sink: Sink,
+        env: StepEnv = _NO_ENV,
     ) -> Checkpoint:
-        """Run ``cp``'s frontier once and store the result as the next step."""
+        """Run ``cp``'s frontier once and store the result as the next step.
+
+        Raises :class:`StepAbandoned` (storing nothing) when a node's call was
+        ambiguous, and :class:`LeaseLost` when the lease was lost meanwhile.
+        """
         view = MappingProxyType(cp.state)
         pending = [node for node in cp.next if node not in writes]
-        outcomes = await self._call_all(cp, pending, view, answers, sink)
+        outcomes = await self._call_all(cp, pending, view, answers, sink, env=env)
+        ambiguous = [u for u in outcomes.values() if isinstance(u, CallAmbiguous)]
+        if ambiguous:
+            raise StepAbandoned(ambiguous)
+        env.check()
         done = {**writes, **{n: u for n, u in outcomes.items() if not isinstance(u, Suspend)}}
         suspended = [n for n in pending if isinstance(outcomes[n], Suspend)]
         parent = f"{cp.thread}:{cp.step}"
@@ -116,7 +206,9 @@ class StepRunner:
                 interrupt_node=node,
                 interrupt_payload=signal.payload,
                 wake_at=signal.wake_at,
-                extra={RUNTIME_KEY: {"graph": name, "writes": done, "answers": carried}},
+                extra=self._extra(
+                    env, cp.step + 1, {"graph": name, "writes": done, "answers": carried}
+                ),
                 revision=1,
             )
             await self.store(new, list(done.items()), sink)
@@ -130,7 +222,7 @@ class StepRunner:
             next=await self.successors(cp.next, state, cp.thread, cp.step),
             parent=parent,
             ts=utc_now_iso(),
-            extra={RUNTIME_KEY: {"graph": name}},
+            extra=self._extra(env, cp.step + 1, {"graph": name}),
             revision=1,
         )
         await self.store(new, updates, sink)
@@ -143,17 +235,23 @@ class StepRunner:
         view: Mapping[str, Any],
         answers: dict[str, list[Any]],
         sink: Sink,
-    ) -> dict[str, Mapping[str, Any] | Suspend]:
+        *,
+        env: StepEnv,
+    ) -> dict[str, Mapping[str, Any] | Suspend | CallAmbiguous]:
         for node in nodes:
             sink(RunEvent("node_started", cp.thread, cp.step + 1, node))
         if len(nodes) == 1:
-            return {nodes[0]: await self._call(cp, nodes[0], view, answers, sink)}
+            return {nodes[0]: await self._call(cp, nodes[0], view, answers, sink, env=env)}
         tasks = {}
         try:
             async with asyncio.TaskGroup() as group:
                 for node in nodes:
-                    tasks[node] = group.create_task(self._call(cp, node, view, answers, sink))
+                    call = self._call(cp, node, view, answers, sink, env=env)
+                    tasks[node] = group.create_task(call)
         except ExceptionGroup as failed:
+            lost = [e for e in failed.exceptions if isinstance(e, LeaseLost)]
+            if lost:
+                raise lost[0] from None
             errors = [e for e in failed.exceptions if isinstance(e, NodeFailed | InvalidUpdate)]
             if not errors:
                 raise
@@ -167,12 +265,26 @@ class StepRunner:
         view: Mapping[str, Any],
         answers: dict[str, list[Any]],
         sink: Sink,
-    ) -> Mapping[str, Any] | Suspend:
-        ctx = NodeContext(cp.thread, cp.step + 1, node, answers.get(node, []), self.clock)
+        *,
+        env: StepEnv,
+    ) -> Mapping[str, Any] | Suspend | CallAmbiguous:
+        step = cp.step + 1
+        ctx = NodeContext(
+            cp.thread,
+            step,
+            node,
+            answers.get(node, []),
+            self.clock,
+            calls=env.node_calls(step, node),
+            extensions=env.extensions,
+            credentials=env.credentials,
+        )
         try:
             update = await self.graph.nodes[node](view, ctx)
-        except Suspend as signal:
+        except (Suspend, CallAmbiguous) as signal:
             return signal
+        except LeaseLost:
+            raise
         except Exception as exc:
             raise NodeFailed(node, cp.thread, cp.step, exc) from exc
         if update is None:

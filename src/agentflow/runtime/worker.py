@@ -2,11 +2,12 @@
 
 Any number of workers, in any number of processes, may scan one store. They
 do not coordinate: each due run is resumed through
-:meth:`CompiledGraph.resume`, whose claim (a conditional rewrite of the
-suspended step) lets exactly one of them through; the others get
-:class:`~agentflow.errors.CheckpointConflict` and move on. A worker that dies
-holding a claim leaves a claim with an expiry, which the next scan after
-``claim_ttl`` takes over.
+:meth:`CompiledGraph.resume`, whose claim (a lease on the thread's durable
+record, decided by the store) lets exactly one of them through; the others
+get :class:`~agentflow.runtime.StepClaimed` and move on. The winner's lease
+is renewed while its steps run, however long they take; a worker that dies
+holding one leaves a lease that lapses after ``claim_ttl``, and the next scan
+takes the run over.
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentflow.checkpoint.base import ThreadInfo
+from agentflow.durable import DurableConflict
 from agentflow.errors import (
     AgentflowError,
     CheckpointConflict,
     InvalidArgument,
     StoreUnavailable,
 )
-from agentflow.runtime.claims import runtime_of
 from agentflow.runtime.engine import CompiledGraph
 from agentflow.runtime.errors import NotDue, NothingToResume
 from agentflow.runtime.result import RunResult
+from agentflow.runtime.section import runtime_of
 
 __all__ = ["Worker", "WorkerPass"]
 
@@ -130,7 +132,7 @@ class Worker:
                 return
             try:
                 outcome.resumed.append(await graph.resume(info.thread, step=info.latest_step))
-            except (CheckpointConflict, NothingToResume, NotDue) as exc:
+            except (CheckpointConflict, DurableConflict, NothingToResume, NotDue) as exc:
                 outcome.taken.append((info.thread, exc))
             except AgentflowError as exc:  # one bad run must not stop the others
                 outcome.failed.append((info.thread, exc))

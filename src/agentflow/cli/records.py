@@ -1,0 +1,303 @@
+"""The durable side of the command line: leases in ``show``, the runs awaiting a
+decision, ``journal`` and ``reconcile``.
+
+They read each thread's durable record from the store beside the checkpoints
+(:meth:`Session.durable`). A backend that has no durable store yet shows no
+lease and lists no journal, rather than failing a read-only command.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import orjson
+from rich.text import Text
+
+from agentflow.cli import render
+from agentflow.cli.errors import UsageError
+from agentflow.cli.session import Session
+from agentflow.cli.text import inert
+from agentflow.durable import (
+    OPERATOR_ABORT_CODE,
+    CheckpointStatus,
+    DurableCheckpoint,
+    OperationKind,
+    ReconciliationDecision,
+    ReconciliationDecisionKind,
+    ReconciliationError,
+)
+from agentflow.errors import InvalidStoreUrl
+from agentflow.runtime import ThreadNotFound, UnknownOperation, record_decision
+from agentflow.runtime.calls import operation_step
+from agentflow.runtime.engine import read_checkpoint
+from agentflow.runtime.leases import holder_of, iso_ms
+from agentflow.runtime.recovery import pending_observations
+from agentflow.runtime.section import runtime_of
+
+__all__ = [
+    "awaiting_reconciliation",
+    "durable_line",
+    "journal",
+    "lease_of",
+    "reconcile",
+    "record_of",
+]
+
+_D = ReconciliationDecisionKind
+
+
+async def record_of(s: Session, thread: str) -> DurableCheckpoint | None:
+    """``thread``'s durable record; None when it has none, or the backend has no durable store."""
+    try:
+        durable = s.durable
+    except InvalidStoreUrl:
+        return None
+    return await durable.load(thread)
+
+
+def lease_of(record: DurableCheckpoint | None) -> dict[str, Any] | None:
+    """The lease on a run, as ``show`` reports it (None when nobody holds it)."""
+    if record is None or record.claim_token is None:
+        return None
+    return render.lease_view(holder_of(record.claim_token), iso_ms(record.lease_expires_at_ms))
+
+
+def durable_line(s: Session, record: DurableCheckpoint | None) -> str | None:
+    """One line of ``show`` about a run's durable state, when it says something."""
+    if record is None:
+        return None
+    thread = record.checkpoint_key
+    if record.status is CheckpointStatus.RECONCILIATION_REQUIRED:
+        count = len(pending_observations(record))
+        return (
+            f"durable  reconciliation_required: {count} call(s) may have acted; "
+            f"see {s.command('journal', thread)}"
+        )
+    if record.terminal_result is not None and record.status is not CheckpointStatus.COMPLETED:
+        return f"durable  {record.status.value}: {record.terminal_result.get('message', '')}"
+    return None
+
+
+async def awaiting_reconciliation(s: Session) -> int:
+    """``threads --status reconciliation_required``: one page of the runs awaiting a decision."""
+    page = await s.durable.list_runs(
+        status=CheckpointStatus.RECONCILIATION_REQUIRED, limit=s.args.limit, cursor=s.args.cursor
+    )
+    rows = []
+    for run in page.runs:
+        latest = await s.store.get(run.key)
+        rows.append(
+            {
+                "thread": run.key,
+                "status": run.status.value,
+                "latest_step": latest.step if latest is not None else None,
+                "ts": latest.ts if latest is not None else None,
+                "wake_at": None,
+                "resume_attempt": run.resume_attempt,
+            }
+        )
+    if s.json:
+        s.emit({"threads": rows, "next_cursor": page.next_cursor})
+        return 0
+    if not rows:
+        s.say("no reconciliation_required threads")
+    else:
+        render.print_columns(
+            s.console,
+            ["thread", "status", "step", "updated"],
+            [
+                [
+                    Text(inert(str(row["thread"]))),
+                    Text("reconciliation_required", style="red"),
+                    Text(str(row["latest_step"])),
+                    Text(inert(str(row["ts"] or "-"))),
+                ]
+                for row in rows
+            ],
+        )
+        s.say("see what each waits for with: ", s.command("journal", "THREAD"))
+    if page.next_cursor is not None:
+        more = ["threads", "--status", "reconciliation_required", "--limit", str(s.args.limit)]
+        s.say("more: ", s.command(*more, "--cursor", page.next_cursor))
+    return 0
+
+
+def _operations(steps: list[Any], record: DurableCheckpoint | None) -> list[dict[str, Any]]:
+    """Every journaled call: those of stored steps, then the journal in flight."""
+    rows: list[dict[str, Any]] = []
+    for cp in steps:
+        for op in runtime_of(cp).get("operations", []):
+            rows.append({"step": cp.step, **op, "in_flight": False})
+    if record is not None:
+        stored = {(row["id"], row["state"], row["attempt"]) for row in rows}
+        for entry in (*record.model_call_journal, *record.tool_journal):
+            if (entry.operation_id, entry.state.value, entry.attempt) in stored:
+                continue
+            rows.append(
+                {
+                    "step": operation_step(entry.operation_id),
+                    "id": entry.operation_id,
+                    "kind": entry.kind.value,
+                    "name": entry.tool_name or entry.kind.value,
+                    "state": entry.state.value,
+                    "attempt": entry.attempt,
+                    "replayed": False,
+                    "in_flight": True,
+                    "idempotency_key": entry.idempotency_key,
+                }
+            )
+    return rows
+
+
+async def journal(s: Session) -> int:
+    thread = s.args.thread
+    steps = [cp async for cp in s.store.history(thread)]
+    if not steps:
+        raise ThreadNotFound(f"thread {thread!r} not found")
+    record = await record_of(s, thread)
+    operations = _operations(steps, record)
+    pending = [o.to_dict() for o in pending_observations(record)] if record is not None else []
+    lease = lease_of(record)
+    if s.json:
+        s.emit(
+            {
+                "thread": thread,
+                "status": record.status.value if record is not None else None,
+                "cycle_index": record.cycle_index if record is not None else None,
+                "resume_attempt": record.resume_attempt if record is not None else None,
+                "claim": lease,
+                "operations": operations,
+                "pending": pending,
+                "events": [e.to_dict() for e in record.event_outbox] if record else [],
+            }
+        )
+        return 0
+    if record is None:
+        s.say(thread, ": no durable record yet (it gets one when it is next run)")
+    else:
+        holder = (
+            f"held by {lease['by']} until {lease['until']}" if lease is not None else "unclaimed"
+        )
+        s.say(
+            thread,
+            f": {record.status.value}, cycle {record.cycle_index}, "
+            f"resume attempt {record.resume_attempt}, {holder}",
+        )
+    if operations:
+        render.print_columns(
+            s.console,
+            ["step", "operation", "kind", "name", "state", "attempt"],
+            [
+                [
+                    Text(str(op["step"])),
+                    Text(inert(op["id"])),
+                    Text(op["kind"]),
+                    Text(inert(str(op["name"]))),
+                    Text(
+                        op["state"]
+                        + (" (in flight)" if op["in_flight"] else "")
+                        + (" (replayed)" if op.get("replayed") else "")
+                    ),
+                    Text(str(op["attempt"])),
+                ]
+                for op in operations
+            ],
+        )
+    else:
+        s.say("no journaled calls")
+    for observation in pending:
+        op = observation["operation_id"]
+        s.say(
+            ("ambiguous", "red"),
+            f" {op}: {observation['risk']} (idempotency: "
+            f"{observation['idempotency_support'] or 'n/a'})",
+        )
+        s.print_commands(
+            [
+                s.command(
+                    "reconcile", thread, op, "--decision", "replay_success", "--receipt", "<JSON>"
+                ),
+                s.command("reconcile", thread, op, "--decision", "record_failure"),
+                s.command("reconcile", thread, op, "--decision", "retry"),
+                s.command("reconcile", thread, op, "--decision", "abort"),
+            ],
+            heading="decide with one of:",
+        )
+    return 0
+
+
+def _decision(s: Session, kind: OperationKind) -> ReconciliationDecision:
+    chosen = _D(s.args.decision)
+    receipt_text = s.args.receipt
+    if chosen is _D.REPLAY_SUCCESS:
+        if receipt_text is None:
+            raise UsageError(
+                "--decision replay_success needs --receipt JSON (what the call returned)"
+            )
+        try:
+            receipt = orjson.loads(receipt_text)
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"--receipt must be JSON: {exc}") from exc
+        if kind is OperationKind.MODEL:
+            return ReconciliationDecision.replay_response(receipt)
+        return ReconciliationDecision.replay_result(receipt)
+    if receipt_text is not None:
+        raise UsageError("--receipt goes with --decision replay_success only")
+    if chosen in (_D.RECORD_FAILURE, _D.ABORT):
+        default = (
+            "operator_recorded_failure" if chosen is _D.RECORD_FAILURE else OPERATOR_ABORT_CODE
+        )
+        error = ReconciliationError(
+            s.args.error_code or default, s.args.message or f"{chosen.value} by an operator"
+        )
+        if chosen is _D.ABORT:
+            return ReconciliationDecision.abort(error)
+        return ReconciliationDecision.record_failure(error)
+    if s.args.error_code is not None or s.args.message is not None:
+        raise UsageError("--error-code and --message go with record_failure or abort only")
+    return ReconciliationDecision.defer() if chosen is _D.DEFER else ReconciliationDecision.retry()
+
+
+async def reconcile(s: Session) -> int:
+    thread, operation = s.args.thread, s.args.operation
+    latest = await read_checkpoint(s.store, thread)
+    record = await record_of(s, thread)
+    entry = next(
+        (
+            e
+            for e in (*record.model_call_journal, *record.tool_journal)
+            if e.operation_id == operation
+        )
+        if record is not None
+        else iter(()),
+        None,
+    )
+    if entry is None:
+        raise UnknownOperation(f"thread {thread!r} has no journaled call {operation!r}")
+    decision = _decision(s, entry.kind)
+    owner = f"agentflow-reconcile:{socket.gethostname()}:{os.getpid()}"
+    stored = await record_decision(
+        s.durable, thread, operation, decision, owner=owner, step=latest.step
+    )
+    waiting = [o.to_dict() for o in pending_observations(stored)]
+    if s.json:
+        s.emit(
+            {
+                "thread": thread,
+                "operation": operation,
+                "decision": decision.kind.value,
+                "status": stored.status.value,
+                "pending": waiting,
+            }
+        )
+        return 0
+    s.say(f"recorded {decision.kind.value} for ", operation, " of ", thread)
+    if stored.terminal_result is not None:
+        s.say(thread, f" ended as {stored.status.value}; the ambiguity stays on record")
+    elif waiting:
+        s.say(f"{len(waiting)} call(s) still wait for a decision: ", s.command("journal", thread))
+    else:
+        s.print_commands([s.command("resume", thread)])
+    return 0

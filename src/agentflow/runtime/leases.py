@@ -1,0 +1,244 @@
+"""The lease a process holds on a run while it runs steps, kept alive by a heartbeat.
+
+Every path that runs nodes (``run``, every ``resume``, the worker) first
+claims the thread's durable record: a compare-and-set on its claim token
+and revision, decided by the store, so of racing claimers exactly one wins
+and the others get :class:`~agentflow.runtime.StepClaimed` naming the
+holder and until when. While the holder runs steps a heartbeat renews the
+lease every third of its length; a holder whose lease was lost (another
+process took the run over after it lapsed) is fenced: every later write of
+its claim is refused with :class:`~agentflow.durable.LeaseLost`, so it
+starts no further external call and stores no further step.
+
+The claim token is ``OWNER#RANDOM``: the owner part (``host:pid:token`` of
+the compiled graph) is what errors and ``agentflow show`` name as the holder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from agentflow.checkpoint.timestamps import parse_instant
+from agentflow.durable import (
+    ClaimActive,
+    ClaimMode,
+    DurableCheckpoint,
+    DurableStore,
+    LeaseLost,
+    OperationJournalEntry,
+)
+from agentflow.errors import AgentflowError, StoreUnavailable
+from agentflow.runtime.errors import StepClaimed
+
+__all__ = [
+    "RELEASE_MS",
+    "Lease",
+    "claim_token",
+    "holder_of",
+    "instant_us",
+    "iso_ms",
+    "lease_ms_of",
+    "step_claimed",
+]
+
+#: A released lease is renewed for this long: it lapses at once, journal kept.
+RELEASE_MS = 1
+#: Released tokens a process remembers (to wait their millisecond out).
+_REMEMBERED = 1024
+
+
+def claim_token(owner: str) -> str:
+    """A fresh claim token naming ``owner``."""
+    return f"{owner}#{secrets.token_hex(8)}"
+
+
+def holder_of(token: str | None) -> str:
+    """Who holds a claim token (its owner part), for messages."""
+    return "nobody" if token is None else token.rpartition("#")[0] or token
+
+
+def iso_ms(epoch_ms: int | None) -> str:
+    """An epoch-milliseconds instant as ISO-8601 UTC ("" for None)."""
+    if epoch_ms is None:
+        return ""
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat()
+
+
+def instant_us(moment: datetime) -> int:
+    """``moment`` as epoch microseconds, comparable with stored ISO times."""
+    return parse_instant(moment.isoformat())
+
+
+def lease_ms_of(seconds: float) -> int:
+    """A lease length in whole milliseconds (at least 1)."""
+    return max(1, round(seconds * 1000))
+
+
+async def step_claimed(
+    store: DurableStore, thread: str, step: int, expected: int, cause: AgentflowError
+) -> StepClaimed:
+    """The :class:`StepClaimed` for a claim or write refused because another holds the run."""
+    record = await store.load(thread)
+    actual = record.revision if record is not None else expected
+    token = record.claim_token if record is not None else None
+    until = iso_ms(record.lease_expires_at_ms) if record is not None else ""
+    claimed = StepClaimed(thread, step, expected, actual, holder=holder_of(token), until=until)
+    claimed.__cause__ = cause
+    return claimed
+
+
+class Lease:
+    """One claim on one run: the record as this holder last wrote it, and its heartbeat.
+
+    ``record`` is the caller's snapshot, the guard of every write; writes go
+    through :meth:`adopt`. ``lost`` is set once a renewal was refused; then
+    :meth:`check` raises :class:`LeaseLost`.
+    """
+
+    def __init__(
+        self,
+        store: DurableStore,
+        record: DurableCheckpoint,
+        lease_ms: int,
+        *,
+        recovery: bool,
+        released: set[str] | None = None,
+    ) -> None:
+        assert record.claim_token is not None
+        self.store = store
+        self.record = record
+        self.token = record.claim_token
+        self.lease_ms = lease_ms
+        #: True when this claim took the run over (a lapsed lease, an ambiguity).
+        self.recovery = recovery
+        self.lost: LeaseLost | None = None
+        self._released = released
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._ended = False
+
+    @classmethod
+    async def take(
+        cls,
+        store: DurableStore,
+        record: DurableCheckpoint,
+        *,
+        owner: str,
+        lease_ms: int,
+        step: int,
+        released: set[str] | None = None,
+    ) -> Lease:
+        """Claim the cycle after ``record``'s committed one, or raise :class:`StepClaimed`.
+
+        The mode is read off the snapshot: a record with a (lapsed) lease, an
+        ambiguous entry or awaiting reconciliation needs a recovery claim.
+        The store decides; a lease still live (a racing claimer won) is a
+        :class:`StepClaimed` naming the holder. A record that moved on since
+        the snapshot (:class:`~agentflow.durable.CycleConflict`,
+        :class:`~agentflow.durable.RecoveryRequired`) raises as the store
+        said: read it again and decide again.
+        """
+        recovery = (
+            record.lease_expires_at_ms is not None
+            or record.has_ambiguous_operation()
+            or record.status.value == "reconciliation_required"
+        )
+        try:
+            claimed = await store.claim(
+                record.checkpoint_key,
+                cycle_index=record.cycle_index + 1,
+                claim_token=claim_token(owner),
+                lease_ms=lease_ms,
+                mode=ClaimMode.RECOVERY if recovery else ClaimMode.CONTINUE,
+            )
+        except ClaimActive as active:
+            raise await step_claimed(
+                store, record.checkpoint_key, step, record.revision, active
+            ) from active
+        lease = cls(store, claimed, lease_ms, recovery=recovery, released=released)
+        lease._heartbeat = asyncio.create_task(lease._beat())
+        return lease
+
+    def adopt(self, record: DurableCheckpoint) -> DurableCheckpoint:
+        """Keep ``record`` (what a write returned) as the snapshot of the next write."""
+        self.record = record
+        return record
+
+    async def record_operation(self, entry: OperationJournalEntry) -> DurableCheckpoint:
+        """Journal one entry under this claim."""
+        self.check()
+        written = await self.store.record_operation(self.record, entry, claim_token=self.token)
+        return self.adopt(written)
+
+    async def progress(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
+        """Replace the record's content under this claim; the claim stays."""
+        return self.adopt(await self.store.progress(snapshot, claim_token=self.token))
+
+    async def commit(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
+        """Commit the claimed cycle and release the claim."""
+        cycle = snapshot.claimed_cycle
+        assert cycle is not None
+        committed = replace(snapshot, cycle_index=cycle)
+        await self.end()
+        return self.adopt(await self.store.commit(committed, claim_token=self.token))
+
+    async def suspend(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
+        """Release the claim of a run left ambiguous: it awaits reconciliation."""
+        await self.end()
+        return self.adopt(await self.store.suspend(snapshot, claim_token=self.token))
+
+    async def finalize(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
+        """Write the terminal result under this claim and release it."""
+        await self.end()
+        return self.adopt(await self.store.finalize_claimed(snapshot, claim_token=self.token))
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLost` if a renewal was refused: start nothing more."""
+        if self.lost is not None:
+            raise LeaseLost(f"the lease on {self.record.checkpoint_key!r} was lost: {self.lost}")
+
+    async def _beat(self) -> None:
+        interval = self.lease_ms / 3000
+        key = self.record.checkpoint_key
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.store.renew_claim(key, claim_token=self.token, lease_ms=self.lease_ms)
+            except LeaseLost as lost:
+                self.lost = lost
+                return
+            except StoreUnavailable:
+                continue  # try again next beat; the lease may still be live
+
+    async def _stop_heartbeat(self) -> None:
+        beat, self._heartbeat = self._heartbeat, None
+        if beat is not None and not beat.done():
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+
+    async def end(self) -> None:
+        """Stop the heartbeat after the claim was committed, suspended or finalized."""
+        self._ended = True
+        await self._stop_heartbeat()
+
+    async def release(self) -> None:
+        """Give the run up without committing (a node failed, the call was cancelled).
+
+        The journal stays as it is, so the next resume (a recovery claim)
+        replays the receipts already recorded instead of calling again; the
+        lease is renewed for 1 ms, so that resume may come at once.
+        """
+        if self._ended:
+            return
+        self._ended = True
+        await self._stop_heartbeat()
+        if self.lost is not None:
+            return
+        with contextlib.suppress(LeaseLost, StoreUnavailable):
+            await self.store.renew_claim(
+                self.record.checkpoint_key, claim_token=self.token, lease_ms=RELEASE_MS
+            )

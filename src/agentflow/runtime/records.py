@@ -1,0 +1,181 @@
+"""Each thread's durable record: created with the thread, checked and claimed on every resume.
+
+The record (a :class:`~agentflow.durable.DurableCheckpoint` under the thread
+id as its key) holds what the checkpoints do not: who holds the run (the
+claim and its lease), the journal of the calls of the cycle in flight, and
+the outbox. A *cycle* is one claim: every ``run``/``resume`` call claims the
+next cycle, runs steps under it and commits it when the run stops (done,
+suspended, out of steps), so a call costs one claim and one commit however
+many steps it runs. Threads written before the record existed (or forked)
+get theirs on their first resume.
+
+A compiled graph needs a durable store (``compile(checkpointer, durable=...)``).
+Without one, a :class:`~agentflow.checkpoint.memory.MemoryCheckpointer` is
+paired with an in-process :class:`~agentflow.durable.MemoryDurableStore` that
+lives exactly as long as it (one per checkpointer object, shared by every
+graph compiled on it); any other checkpointer is refused, because a
+process-local lease beside a shared store would let two processes run one
+step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+import weakref
+from dataclasses import replace
+
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.memory import MemoryCheckpointer
+from agentflow.durable import (
+    MAX_WIRE_INTEGER,
+    Admission,
+    CheckpointAlreadyExists,
+    CheckpointStatus,
+    CycleConflict,
+    DurableCheckpoint,
+    DurableMemory,
+    DurableStore,
+    MemoryDurableStore,
+    OperationJournalEntry,
+    RecoveryRequired,
+    ResumePolicy,
+    admission,
+)
+from agentflow.errors import InvalidArgument
+from agentflow.runtime.durability import RunDefinition
+from agentflow.runtime.errors import StepClaimed
+from agentflow.runtime.leases import RELEASE_MS, Lease
+
+__all__ = ["CARRIED", "Records", "carried_of", "carrying", "durable_beside", "finished"]
+
+#: ``shared_state`` member holding the settled calls of a suspended step.
+CARRIED = "carried"
+#: Claims tried against a record that keeps moving on before giving up.
+_CLAIM_TRIES = 3
+_PAIRED: weakref.WeakKeyDictionary[MemoryCheckpointer, DurableMemory] = weakref.WeakKeyDictionary()
+
+
+def durable_beside(checkpointer: Checkpointer) -> DurableStore:
+    """The durable store a graph compiled without ``durable=`` uses, or a refusal."""
+    if isinstance(checkpointer, MemoryCheckpointer):
+        memory = _PAIRED.setdefault(checkpointer, DurableMemory())
+        return MemoryDurableStore(namespace=checkpointer.namespace or None, memory=memory)
+    raise InvalidArgument(
+        f"a graph compiled on a {type(checkpointer).__name__} needs a durable store on the "
+        "same database for its leases and journal: graph.compile(checkpointer, "
+        "durable=open_durable_store(URL)) (agentflow.durable.stores), or for SQLite "
+        "durable=SqliteDurableStore(PATH) (agentflow.durable.stores.sqlite)"
+    )
+
+
+def carried_of(record: DurableCheckpoint, suspend: Checkpoint) -> dict[str, OperationJournalEntry]:
+    """The settled calls the suspend ``suspend`` carries (empty unless it is that step's)."""
+    carried = record.shared_state.get(CARRIED)
+    if not isinstance(carried, dict) or carried.get("step") != suspend.step:
+        return {}
+    entries = carried.get("entries")
+    if not isinstance(entries, dict):
+        return {}
+    return {key: OperationJournalEntry.from_dict(value) for key, value in entries.items()}
+
+
+def carrying(
+    record: DurableCheckpoint, step: int | None, carried: dict[str, OperationJournalEntry]
+) -> DurableCheckpoint:
+    """``record`` whose ``shared_state`` carries ``carried`` past the suspend at ``step``."""
+    shared = {k: v for k, v in record.shared_state.items() if k != CARRIED}
+    if step is not None and carried:
+        entries = {key: entry.to_dict() for key, entry in sorted(carried.items())}
+        shared[CARRIED] = {"step": step, "entries": entries}
+    return replace(record, shared_state=shared)
+
+
+class Records:
+    """The durable records of one graph's threads in one durable store."""
+
+    def __init__(
+        self, store: DurableStore, definition: RunDefinition, *, owner: str, lease_ms: int
+    ) -> None:
+        self.store = store
+        self.definition = definition
+        self.owner = owner
+        self.lease_ms = lease_ms
+        #: Claim tokens this process released (renewed for 1 ms): waited out, not refused.
+        self.released: set[str] = set()
+
+    def _new(self, thread: str) -> DurableCheckpoint:
+        return DurableCheckpoint.new(
+            self.definition.stored,
+            thread,
+            task_id=thread,
+            root_run_id=thread,
+            trace_id=uuid.uuid4().hex,
+        )
+
+    async def ensure(self, thread: str) -> DurableCheckpoint:
+        """``thread``'s record, created (unclaimed, at cycle 0) if it has none yet."""
+        record = await self.store.load(thread)
+        if record is not None:
+            return record
+        with contextlib.suppress(CheckpointAlreadyExists):  # a racer created it: use theirs
+            await self.store.create(self._new(thread))
+        record = await self.store.load(thread)
+        assert record is not None
+        return record
+
+    def admit(self, record: DurableCheckpoint) -> Admission:
+        """Refuse a record another definition wrote (before any claim or call).
+
+        ``create`` never comes back (the record exists); ``replay_terminal``
+        means the run ended (finished, or aborted by an operator). Whether a
+        lease is live is left to the claim, decided on the store's clock
+        (``now_ms`` past every lease turns the advisory check off).
+        """
+        return admission(
+            ResumePolicy.RESUME_IF_PRESENT,
+            record,
+            run_definition=self.definition.stored,
+            run_definition_digest=self.definition.digest,
+            now_ms=MAX_WIRE_INTEGER,
+        )
+
+    async def claim(self, record: DurableCheckpoint, step: int) -> Lease:
+        """Claim the next cycle of ``record`` (:class:`StepClaimed` while another holds it).
+
+        A record that moved on since it was read (another process claimed and
+        committed or released it meanwhile) is read again and claimed anew;
+        the caller then re-reads the thread under the claim.
+        """
+        for _ in range(_CLAIM_TRIES - 1):
+            try:
+                return await self._take(record, step)
+            except (CycleConflict, RecoveryRequired):
+                record = await self.ensure(record.checkpoint_key)
+            except StepClaimed:
+                record = await self.ensure(record.checkpoint_key)
+                if record.claim_token not in self.released:
+                    raise
+                await asyncio.sleep(2 * RELEASE_MS / 1000)  # past the store's next tick
+        return await self._take(record, step)
+
+    async def _take(self, record: DurableCheckpoint, step: int) -> Lease:
+        return await Lease.take(
+            self.store,
+            record,
+            owner=self.owner,
+            lease_ms=self.lease_ms,
+            step=step,
+            released=self.released,
+        )
+
+
+def finished(record: DurableCheckpoint, cp: Checkpoint) -> DurableCheckpoint:
+    """The terminal record of a run whose checkpoint ``cp`` is done."""
+    done = carrying(record, None, {})
+    return replace(
+        done,
+        status=CheckpointStatus.COMPLETED,
+        terminal_result={"status": "completed", "step": cp.step},
+    )
