@@ -28,6 +28,7 @@ from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.timestamps import utc_now_iso
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import END, START, Graph, NodeContext
 from benchmarks.common import Table, ratio
 
@@ -65,9 +66,12 @@ def _again(state: Mapping[str, Any]) -> str:
 async def _runtime_loop(path: Path, steps: int) -> float:
     graph = Graph("loop").add_node("tick", _tick).add_edge(START, "tick")
     graph.add_conditional_edges("tick", _again, ["tick", END])
-    async with SqliteCheckpointer(path, synchronous="FULL") as store:
+    async with (
+        SqliteCheckpointer(path, synchronous="FULL") as store,
+        SqliteDurableStore(path, synchronous="FULL") as durable,
+    ):
         await store.list_threads(limit=1)
-        compiled = graph.compile(store, step_limit=steps + 1)
+        compiled = graph.compile(store, durable=durable, step_limit=steps + 1)
         start = time.perf_counter()
         result = await compiled.run({"i": 0, "n": steps}, thread="loop")
         elapsed = time.perf_counter() - start
