@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentflow.checkpoint import Checkpoint, Checkpointer, MemoryCheckpointer, open_store
+from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.stores import register_scheme, safe_url
 from agentflow.errors import InvalidStoreUrl

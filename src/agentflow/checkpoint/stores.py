@@ -15,6 +15,7 @@ from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 from agentflow.checkpoint.base import Checkpointer
+from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.errors import InvalidStoreUrl
 
 __all__ = [
@@ -51,7 +52,8 @@ _REGISTERED: dict[str, StoreOpener] = {}
 
 
 def register_scheme(scheme: str, opener: StoreOpener) -> None:
-    """Let :func:`open_store` open ``scheme://...`` URLs with ``opener(url, namespace=)``."""
+    """Let :func:`open_store` open ``scheme://...`` URLs with ``opener(url, namespace=)``
+    (and ``codec=`` when one is given)."""
     if not scheme.isascii() or not scheme.replace("+", "").isalnum() or scheme.lower() != scheme:
         raise InvalidStoreUrl(f"a scheme is lower-case letters, digits and '+', not {scheme!r}")
     _REGISTERED[scheme] = opener
@@ -126,11 +128,17 @@ def _opener(scheme: str, url: str) -> StoreOpener:
     return opener
 
 
-def open_store(url: str, *, namespace: str | None = None) -> Checkpointer:
-    """A checkpointer for ``url``, bound to ``namespace``; the caller closes it.
+def open_store(
+    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+) -> Checkpointer:
+    """A checkpointer for ``url``, bound to ``namespace``, encoding with ``codec``
+    (default JSON; a sealing codec seals every record); the caller closes it.
 
     ``memory://NAME`` (one in-process store per name), ``sqlite:///PATH``
     (``sqlite:////abs/path`` for an absolute one), ``file://DIR``,
     ``postgresql://...``, ``redis://...`` and ``mongodb://...``.
     """
-    return _opener(scheme_of(url), url)(url, namespace=namespace)
+    opener = _opener(scheme_of(url), url)
+    if codec is None:
+        return opener(url, namespace=namespace)
+    return opener(url, namespace=namespace, codec=codec)

@@ -190,9 +190,11 @@ class MemoryCheckpointer(CheckpointerBase):
 _NAMED_STORES: dict[str, MemoryStore] = {}
 
 
-def from_url(url: str, *, namespace: str | None = None) -> MemoryCheckpointer:
+def from_url(
+    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+) -> MemoryCheckpointer:
     """``memory://NAME``: every checkpointer opened on one name in this process
     shares one store (``memory://`` is the name "")."""
     name = url.split("://", 1)[1]
     store = _NAMED_STORES.setdefault(name, MemoryStore())
-    return MemoryCheckpointer(namespace=namespace, store=store)
+    return MemoryCheckpointer(namespace=namespace, store=store, codec=codec)

@@ -203,6 +203,8 @@ class PostgresCheckpointer(CheckpointerBase):
         await self._connections.close()
 
 
-def from_url(url: str, *, namespace: str | None = None) -> PostgresCheckpointer:
+def from_url(
+    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+) -> PostgresCheckpointer:
     """``postgresql://user@host:port/db`` (or ``postgres://``): the URL is asyncpg's DSN."""
-    return PostgresCheckpointer(url, namespace=namespace)
+    return PostgresCheckpointer(url, namespace=namespace, codec=codec)

@@ -308,6 +308,8 @@ class RedisCheckpointer(CheckpointerBase):
         return driver_error(exc, operation, self._where)
 
 
-def from_url(url: str, *, namespace: str | None = None) -> RedisCheckpointer:
+def from_url(
+    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+) -> RedisCheckpointer:
     """``redis://`` or ``rediss://`` URL (redis-py's query options apply)."""
-    return RedisCheckpointer(url, namespace=namespace)
+    return RedisCheckpointer(url, namespace=namespace, codec=codec)
