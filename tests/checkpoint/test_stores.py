@@ -75,3 +75,20 @@ async def test_a_registered_scheme_opens_through_open_store() -> None:
     assert opened == ["mine+test://x"]
     with pytest.raises(InvalidStoreUrl):
         register_scheme("Bad Scheme", opener)
+
+
+async def test_a_codec_given_to_open_store_encodes_every_record() -> None:
+    class CountingCodec(JsonCodec):
+        __slots__ = ("encoded",)
+
+        def __init__(self) -> None:
+            self.encoded = 0
+
+        def encode(self, cp: Checkpoint, key: RecordKey) -> bytes:
+            self.encoded += 1
+            return super().encode(cp, key)
+
+    codec = CountingCodec()
+    async with open_store("memory://codec", codec=codec) as cp:
+        await cp.put(Checkpoint(thread="t", step=0, state={}))
+    assert codec.encoded == 1

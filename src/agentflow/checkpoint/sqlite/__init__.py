@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.sqlite.checkpointer import (
     SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
     SqliteCheckpointer,
 )
-from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.stores import local_path
 from agentflow.errors import InvalidStoreUrl
 
