@@ -2,5 +2,7 @@
 
 Each adapter lives in its own subpackage and imports its framework only there,
 so ``import agentflow`` needs none of them: :mod:`agentflow.integrations.langgraph`
-needs ``pip install 'agentflow[langgraph]'``.
+(``AgentflowSaver``) needs ``pip install 'agentflow[langgraph]'``, and
+:mod:`agentflow.integrations.agent_framework` (``AgentflowCheckpointStorage``)
+needs ``pip install 'agentflow[agent-framework]'``.
 """

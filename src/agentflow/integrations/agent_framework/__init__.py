@@ -1,0 +1,21 @@
+"""Agent Framework's ``CheckpointStorage`` over any agentflow ``Checkpointer``.
+
+``AgentflowCheckpointStorage(checkpointer)`` stores workflow checkpoints in any
+backend (memory, file, SQLite, PostgreSQL, Redis, MongoDB), in the
+checkpointer's namespace, encoded by ``agent_framework_mongodb``'s restricted
+codec; ``copy_checkpoints`` moves checkpoints from another storage into it.
+See docs/agent_framework.md.
+"""
+
+from __future__ import annotations
+
+from agentflow.integrations.agent_framework.errors import CheckpointIdConflict, CheckpointNotFound
+from agentflow.integrations.agent_framework.migrate import copy_checkpoints
+from agentflow.integrations.agent_framework.storage import AgentflowCheckpointStorage
+
+__all__ = [
+    "AgentflowCheckpointStorage",
+    "CheckpointIdConflict",
+    "CheckpointNotFound",
+    "copy_checkpoints",
+]
