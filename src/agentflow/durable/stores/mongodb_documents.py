@@ -1,0 +1,368 @@
+"""The stored shape of the MongoDB durable stores: runs with each write's filter and update, and
+the event indexes.
+
+A run is one document of ``<collection>_durable_runs``:
+
+- ``_id: {n, k}`` (namespace, key), the only copy of either;
+- the :class:`~agentflow.durable.rows.RunHead` fields by name (the status as
+  its wire name, None as null, the lease in epoch milliseconds);
+- ``body``, the body bytes, and ``journal: {model: [...], tool: [...]}``, one
+  bytes value per entry, so a journal transition is ``$set`` of
+  ``journal.tool.<i>``.
+
+Two indexes hold every field of a :class:`~agentflow.durable.rows.RunSummary`,
+``(_id.n, _id.k, status, ...)`` for a namespace in key order and
+``(_id.n, status, _id.k, ...)`` for one status: a listing page is a covered
+query that reads index entries only, never a document and so never a body.
+``_id: {m: "durable"}`` holds the layout version; it sorts before every run,
+outside every run range.
+
+Events are documents of ``<collection>_durable_events`` (see
+:mod:`~agentflow.durable.stores.mongodb_events`), unique by ``_id: {n, e}``
+(namespace, event id), numbered per run by the unique index
+``(_id.n, r, rs)`` and per parent run by ``(_id.n, p, ps)``.
+
+Every write's filter is its guard plus the document's shape (bytes for the
+body, arrays for the journals), so a write never lands on a damaged
+document. Claims and renewals compare the lease with ``$$NOW``, the server's
+clock, inside the same command that writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any, Final
+
+from bson.int64 import Int64
+from pymongo import IndexModel
+
+from agentflow.checkpoint.mongodb.documents import Document, plain
+from agentflow.durable.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
+from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.rows import RunHead, RunRow, RunSummary
+from agentflow.durable.transitions import Guard, JournalPut, JournalReplace, Write
+
+__all__ = [
+    "CHILD_EVENTS_INDEX",
+    "EVENT_INDEXES",
+    "HEAD_READ",
+    "LAYOUT_ID",
+    "LEASE",
+    "LISTING_INDEX",
+    "RUN_EVENTS_INDEX",
+    "RUN_INDEXES",
+    "STATUS_INDEX",
+    "SUMMARY_READ",
+    "claim_filter",
+    "claim_update",
+    "guard_filter",
+    "head_from",
+    "intact",
+    "lease_from",
+    "listing_filter",
+    "new_run",
+    "renew_filter",
+    "renew_update",
+    "row_from",
+    "run_id",
+    "summary_from",
+    "write_update",
+]
+
+LAYOUT_ID: Final = {"m": "durable"}
+LISTING_INDEX: Final = "agentflow_durable_listing"
+STATUS_INDEX: Final = "agentflow_durable_status"
+_ROW_INVALID: Final = "checkpoint_row_invalid"
+_HEAD_FIELDS: Final = tuple(field.name for field in fields(RunHead))
+#: What a summary holds besides key and status; both listing indexes end with these.
+_SUMMARY_FIELDS: Final = (
+    "revision",
+    "cycle_index",
+    "resume_attempt",
+    "claimed_cycle",
+    "lease_expires_at_ms",
+    "terminal",
+    "terminal_acknowledged",
+    "ambiguous",
+)
+RUN_INDEXES: Final = [
+    IndexModel(
+        [("_id.n", 1), ("_id.k", 1), ("status", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
+        name=LISTING_INDEX,
+    ),
+    IndexModel(
+        [("_id.n", 1), ("status", 1), ("_id.k", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
+        name=STATUS_INDEX,
+    ),
+]
+RUN_EVENTS_INDEX: Final = "agentflow_durable_run_events"
+CHILD_EVENTS_INDEX: Final = "agentflow_durable_child_events"
+EVENT_INDEXES: Final = [
+    IndexModel([("_id.n", 1), ("r", 1), ("rs", 1)], name=RUN_EVENTS_INDEX, unique=True),
+    IndexModel(
+        [("_id.n", 1), ("p", 1), ("ps", 1)],
+        name=CHILD_EVENTS_INDEX,
+        unique=True,
+        partialFilterExpression={"p": {"$exists": True}},
+    ),
+]
+#: A listing's projection: index fields only, no ``_id``, so the query is covered.
+SUMMARY_READ: Final = {"_id.k": 1, "status": 1, **dict.fromkeys(_SUMMARY_FIELDS, 1)}
+#: The server's clock in epoch milliseconds, as an aggregation expression.
+_NOW: Final = {"$toLong": "$$NOW"}
+#: The fields of a document that every write requires to be of their type.
+_SHAPE: Final = {
+    "body": {"$type": "binData"},
+    "journal.model": {"$type": "array"},
+    "journal.tool": {"$type": "array"},
+}
+#: A refused write's second read: the head, the server's now, and whether the shape holds.
+HEAD_READ: Final = {
+    "_id": 0,
+    **dict.fromkeys(_HEAD_FIELDS, 1),
+    "now": _NOW,
+    "intact": {
+        "$and": [
+            {"$eq": [{"$type": "$body"}, "binData"]},
+            {"$isArray": ["$journal.model"]},
+            {"$isArray": ["$journal.tool"]},
+        ]
+    },
+}
+LEASE: Final = {"_id": 0, "lease_expires_at_ms": 1}
+_CLAIMABLE: Final = [CheckpointStatus.RUNNING.value, CheckpointStatus.RECONCILIATION_REQUIRED.value]
+
+
+def run_id(namespace: str, key: str) -> Document:
+    """A run's ``_id``. BSON compares embedded documents field by field, so a
+    namespace's runs are one key-ordered range of the ``_id`` index."""
+    return {"n": namespace, "k": key}
+
+
+def listing_filter(namespace: str, status: CheckpointStatus | None, after: str | None) -> Document:
+    """The runs of a listing page: top-level fields only, so one index covers it."""
+    found: Document = {"_id.n": namespace}
+    if status is not None:
+        found["status"] = status.value
+    if after is not None:
+        found["_id.k"] = {"$gt": after}
+    return found
+
+
+def _head_fields(head: RunHead) -> Document:
+    values = {name: getattr(head, name) for name in _HEAD_FIELDS}
+    values["status"] = head.status.value
+    return values
+
+
+def new_run(namespace: str, row: RunRow) -> Document:
+    """The document ``create`` inserts."""
+    return {
+        "_id": run_id(namespace, row.key),
+        **_head_fields(row.head),
+        "body": row.body,
+        "journal": {"model": list(row.model_journal), "tool": list(row.tool_journal)},
+    }
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and 0 <= value <= MAX_WIRE_INTEGER
+
+
+def _optional_count(value: object) -> bool:
+    return value is None or _count(value)
+
+
+def _flag(value: object) -> bool:
+    return type(value) is bool
+
+
+_STATUSES: Final = frozenset(status.value for status in CheckpointStatus)
+_MISSING: Final = object()
+_VALID: Final[dict[str, Callable[[object], bool]]] = {
+    "revision": _count,
+    "status": lambda value: value in _STATUSES,
+    "cycle_index": _count,
+    "resume_attempt": _count,
+    "claim_token": lambda value: value is None or isinstance(value, str),
+    "claimed_cycle": _optional_count,
+    "lease_expires_at_ms": _optional_count,
+    "terminal": _flag,
+    "terminal_acknowledged": _flag,
+    "ambiguous": _flag,
+    "identity": lambda value: isinstance(value, str),
+}
+
+
+def _checked(key: str, doc: Document, names: tuple[str, ...]) -> dict[str, Any]:
+    """The named fields of ``doc``, each of its stored type and range, else DurableCorrupted."""
+    values: dict[str, Any] = {name: plain(doc.get(name, _MISSING)) for name in names}
+    damaged = sorted(name for name, value in values.items() if not _VALID[name](value))
+    if damaged:
+        raise DurableCorrupted(
+            _ROW_INVALID, f"stored head of {key!r} has damaged fields: {', '.join(damaged)}"
+        )
+    values["status"] = CheckpointStatus(values["status"])
+    return values
+
+
+def head_from(key: str, doc: Document) -> RunHead:
+    """The head a run document holds."""
+    return RunHead(**_checked(key, doc, _HEAD_FIELDS))
+
+
+def summary_from(doc: Document) -> RunSummary:
+    """A listing entry from a covered read (``SUMMARY_READ``)."""
+    names = doc.get("_id")
+    key = names.get("k") if isinstance(names, dict) else None
+    if not isinstance(key, str):
+        raise DurableCorrupted(_ROW_INVALID, "a listing index holds a key that is not a string")
+    values = _checked(key, doc, ("status", *_SUMMARY_FIELDS))
+    claimed = values.pop("claimed_cycle") is not None
+    return RunSummary(key=key, claimed=claimed, **values)
+
+
+def _entries(key: str, journal: object, kind: OperationKind) -> tuple[bytes, ...]:
+    entries = journal.get(kind.value) if isinstance(journal, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(entry, bytes) for entry in entries):
+        raise DurableCorrupted(_ROW_INVALID, f"stored {kind.value} journal of {key!r} is damaged")
+    return tuple(entries)
+
+
+def row_from(key: str, doc: Document) -> RunRow:
+    """The row a whole run document holds; every part checked."""
+    body, journal = doc.get("body"), doc.get("journal")
+    if not isinstance(body, bytes):
+        raise DurableCorrupted(_ROW_INVALID, f"stored body of {key!r} is missing or not bytes")
+    if not isinstance(journal, dict) or set(journal) != {"model", "tool"}:
+        raise DurableCorrupted(_ROW_INVALID, f"stored journals of {key!r} are damaged")
+    return RunRow(
+        key,
+        head_from(key, doc),
+        body,
+        _entries(key, journal, OperationKind.MODEL),
+        _entries(key, journal, OperationKind.TOOL),
+    )
+
+
+def intact(doc: Document) -> bool:
+    """Whether a ``HEAD_READ`` found the shape every write requires."""
+    return doc.get("intact") is True
+
+
+def lease_from(key: str, doc: Document | None) -> int | None:
+    """The stored lease a write returned (``LEASE``)."""
+    lease = plain((doc or {}).get("lease_expires_at_ms", _MISSING))
+    if not _optional_count(lease):
+        raise DurableCorrupted(_ROW_INVALID, f"stored lease of {key!r} is damaged")
+    assert lease is None or isinstance(lease, int)
+    return lease
+
+
+def guard_filter(namespace: str, key: str, guard: Guard) -> Document:
+    """What the stored document must hold for a planned write to apply."""
+    found: Document = {
+        "_id": run_id(namespace, key),
+        "revision": guard.revision,
+        "claim_token": {"$type": "null"} if guard.claim_token is None else guard.claim_token,
+        "terminal": guard.terminal,
+        "identity": guard.identity,
+        **_SHAPE,
+    }
+    if guard.claim_token is not None:
+        found["claimed_cycle"] = guard.claimed_cycle
+    if guard.resume_attempt is not None:
+        found["resume_attempt"] = guard.resume_attempt
+    if guard.terminal_acknowledged is not None:
+        found["terminal_acknowledged"] = guard.terminal_acknowledged
+    return found
+
+
+def write_update(write: Write) -> tuple[Document, Document]:
+    """The shape conditions a write's journal change adds to its filter, and its update.
+
+    A journal put at ``i`` needs the stored journal to reach ``i`` already,
+    so MongoDB never pads it with nulls.
+    """
+    values = _head_fields(write.head)
+    del values["identity"]  # guarded equal; never changes
+    if write.keep_lease:
+        del values["lease_expires_at_ms"]
+    if write.body is not None:
+        values["body"] = write.body
+    reaches: Document = {}
+    if isinstance(write.journal, JournalReplace):
+        values["journal"] = {"model": list(write.journal.model), "tool": list(write.journal.tool)}
+    elif isinstance(write.journal, JournalPut):
+        kind, index = write.journal.kind.value, write.journal.index
+        values[f"journal.{kind}.{index}"] = write.journal.entry
+        if index:
+            reaches[f"journal.{kind}.{index - 1}"] = {"$exists": True}
+    return reaches, {"$set": values}
+
+
+def claim_filter(
+    namespace: str, key: str, cycle_index: int, lease_ms: int, mode: ClaimMode
+) -> Document:
+    """Every rule of :func:`~agentflow.durable.leases.claim_refusal` (and the
+    overflow checks of :func:`~agentflow.durable.leases.claimed_head`), on ``$$NOW``."""
+    found: Document = {
+        "_id": run_id(namespace, key),
+        "terminal": False,
+        "cycle_index": cycle_index - 1,
+        "revision": {"$lt": MAX_WIRE_INTEGER},
+        **_SHAPE,
+        "$expr": {
+            "$and": [
+                # null sorts before every number: an unclaimed run passes
+                {"$lte": ["$lease_expires_at_ms", _NOW]},
+                {"$lte": [{"$add": [_NOW, lease_ms]}, MAX_WIRE_INTEGER]},
+            ]
+        },
+    }
+    if mode is ClaimMode.RECOVERY:
+        found["status"] = {"$in": _CLAIMABLE}
+        found["resume_attempt"] = {"$lt": MAX_WIRE_INTEGER}
+    else:
+        found["status"] = CheckpointStatus.RUNNING.value
+        found["lease_expires_at_ms"] = {"$type": "null"}
+        found["ambiguous"] = False
+    return found
+
+
+def claim_update(
+    claim_token: str, cycle_index: int, lease_ms: int, mode: ClaimMode
+) -> list[Document]:
+    """The head after a claim (:func:`~agentflow.durable.leases.claimed_head`), as a pipeline."""
+    values: Document = {
+        "revision": {"$add": ["$revision", 1]},
+        "status": {"$literal": CheckpointStatus.RUNNING.value},
+        "claim_token": {"$literal": claim_token},
+        "claimed_cycle": {"$literal": cycle_index},
+        "lease_expires_at_ms": {"$add": [_NOW, Int64(lease_ms)]},
+    }
+    if mode is ClaimMode.RECOVERY:
+        values["resume_attempt"] = {"$add": ["$resume_attempt", 1]}
+    return [{"$set": values}]
+
+
+def renew_filter(namespace: str, key: str, claim_token: str, lease_ms: int) -> Document:
+    """The caller's claim with a live lease (expiry > ``$$NOW``) and room to extend it."""
+    return {
+        "_id": run_id(namespace, key),
+        "claim_token": claim_token,
+        "lease_expires_at_ms": {"$type": "number"},
+        "$expr": {
+            "$and": [
+                {"$gt": ["$lease_expires_at_ms", _NOW]},
+                {"$lte": [{"$add": [_NOW, lease_ms]}, MAX_WIRE_INTEGER]},
+            ]
+        },
+    }
+
+
+def renew_update(lease_ms: int) -> list[Document]:
+    """The lease, and nothing else, set to now + ``lease_ms``."""
+    return [{"$set": {"lease_expires_at_ms": {"$add": [_NOW, Int64(lease_ms)]}}}]
