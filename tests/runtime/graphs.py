@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import signal
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from agentflow.runtime import END, START, Graph, NodeContext, append
+from agentflow.runtime import END, START, Graph, NodeContext, ToolCall, append
 
 
 def _chain(previous: str, item: object) -> str:
@@ -93,4 +94,66 @@ def timer_graph() -> Graph:
     graph = Graph("timer")
     graph.add_node("sleep", _sleep).add_node("record", _record)
     graph.add_edge(START, "sleep").add_edge("sleep", "record").add_edge("record", END)
+    return graph
+
+
+def ledger_entry(call: ToolCall) -> dict[str, Any]:
+    """The non-idempotent effect: one line per call in the ledger file it names."""
+    fd = os.open(call.arguments["ledger"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{call.arguments['thread']} {call.idempotency_key} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    return {"charged": call.arguments["cents"]}
+
+
+def ledger_lines(ledger: str | os.PathLike[str]) -> list[str]:
+    """The ledger's lines (none when nothing was ever charged)."""
+    try:
+        with open(ledger) as lines:
+            return lines.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+async def _due(state: Mapping[str, Any], ctx: NodeContext) -> None:
+    ctx.wait(timedelta(0))
+
+
+async def _slow_charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+    """Slower than the lease (``slow`` seconds), then one charge."""
+    await asyncio.sleep(state["slow"])
+    arguments = {"ledger": state["ledger"], "thread": ctx.thread, "cents": 500}
+    return {"receipt": await ctx.tool("charge", arguments, ledger_entry)}
+
+
+def slow_charge_graph() -> Graph:
+    """due (timer, at once) -> slow_charge (sleeps, then charges once) -> END."""
+    graph = Graph("slow-charge").add_node("due", _due).add_node("slow_charge", _slow_charge)
+    graph.add_edge(START, "due").add_edge("due", "slow_charge").add_edge("slow_charge", END)
+    return graph
+
+
+async def _prepare_charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+    return {"prepared": True}
+
+
+async def _charge_unless_dying(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+    """The first run of this step kills its own process before it calls anything."""
+    try:  # the marker is made once, atomically: O_EXCL
+        os.close(os.open(f"{state['ledger']}.died", os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        pass
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
+    await asyncio.sleep(state.get("slow", 0))
+    arguments = {"ledger": state["ledger"], "thread": ctx.thread, "cents": 700}
+    return {"receipt": await ctx.tool("charge", arguments, ledger_entry)}
+
+
+def dies_between_steps_graph() -> Graph:
+    """prepare -> charge (its first run dies before it calls anything) -> END."""
+    graph = Graph("dies-between-steps")
+    graph.add_node("prepare", _prepare_charge).add_node("charge", _charge_unless_dying)
+    graph.add_edge(START, "prepare").add_edge("prepare", "charge").add_edge("charge", END)
     return graph

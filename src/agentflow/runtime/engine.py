@@ -26,6 +26,7 @@ from agentflow.durable import (
     DurableStore,
     ReconciliationDecision,
     ResumePolicy,
+    TerminalImmutable,
     new_checkpoint_key,
 )
 from agentflow.durable.enums import parse_enum
@@ -238,6 +239,7 @@ class CompiledGraph:
             owner=self.owner,
             step=latest.step,
             lease_ms=self._records.lease_ms,
+            released=self._records.released,
         )
 
     async def get_state(self, thread: str, step: int | None = None) -> Checkpoint:
@@ -336,6 +338,9 @@ class CompiledGraph:
         )
         if latest.done or (latest.interrupted and not due):
             return await self._where(latest)
+        record = await self.durable.load(latest.thread)
+        if record is not None and record.terminal_result is not None:
+            return await self._where(latest)  # ended by an operator: say so, run nothing
         return await self.resume(latest.thread)
 
     async def _where(self, latest: Checkpoint) -> RunResult:
@@ -370,14 +375,15 @@ class CompiledGraph:
                 raise NotDue(cp.thread, cp.step, cp.wake_at, left_us / 1e6)
         record = await self._records.ensure(thread)
         if self._records.admit(record) is Admission.REPLAY_TERMINAL:
-            raise NothingToResume(
-                f"thread {thread!r} was ended ({record.status.value}) and cannot be resumed"
-            )
+            raise await self._ended(cp, record.status.value)
         if record.status is CheckpointStatus.RECONCILIATION_REQUIRED and would_defer_all(
             record, self.durability
         ):
             return RunResult(cp, _deferred(record))
-        lease = await self._records.claim(record, cp.step)
+        try:
+            lease = await self._records.claim(record, cp.step)
+        except TerminalImmutable as ended:  # it finished between the read and the claim
+            raise await self._ended(cp, "finished") from ended
         try:
             decided = await recover(lease, self.durability) if lease.recovery else []
             latest = await self.get_state(thread)
@@ -406,6 +412,13 @@ class CompiledGraph:
                 lease, cp, answers, section.get("writes", {}), sink, answered_by=self.owner
             )
         return RunResult(result.checkpoint, (*decided, *result.reconciliations), result.terminal)
+
+    async def _ended(self, cp: Checkpoint, how: str) -> NothingToResume:
+        """Why a run that ended cannot be resumed (a :class:`StepClaimed` if someone
+        else answered the suspend ``cp`` meanwhile)."""
+        if cp.interrupted:
+            await self._refuse_answered(cp)
+        return NothingToResume(f"thread {cp.thread!r} was ended ({how}) and cannot be resumed")
 
     async def _refuse_answered(self, cp: Checkpoint) -> None:
         """Raise :class:`StepClaimed` when the run has moved past the suspend ``cp``."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -182,18 +183,22 @@ class Lease:
         cycle = snapshot.claimed_cycle
         assert cycle is not None
         committed = replace(snapshot, cycle_index=cycle)
-        await self.end()
-        return self.adopt(await self.store.commit(committed, claim_token=self.token))
+        return await self._last(self.store.commit(committed, claim_token=self.token))
 
     async def suspend(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
         """Release the claim of a run left ambiguous: it awaits reconciliation."""
-        await self.end()
-        return self.adopt(await self.store.suspend(snapshot, claim_token=self.token))
+        return await self._last(self.store.suspend(snapshot, claim_token=self.token))
 
     async def finalize(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
         """Write the terminal result under this claim and release it."""
-        await self.end()
-        return self.adopt(await self.store.finalize_claimed(snapshot, claim_token=self.token))
+        return await self._last(self.store.finalize_claimed(snapshot, claim_token=self.token))
+
+    async def _last(self, write: Awaitable[DurableCheckpoint]) -> DurableCheckpoint:
+        """The write that ends the claim; if it fails, :meth:`release` still may."""
+        await self._stop_heartbeat()
+        written = await write
+        self._ended = True
+        return self.adopt(written)
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` if a renewal was refused: start nothing more."""
@@ -220,17 +225,13 @@ class Lease:
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
 
-    async def end(self) -> None:
-        """Stop the heartbeat after the claim was committed, suspended or finalized."""
-        self._ended = True
-        await self._stop_heartbeat()
-
     async def release(self) -> None:
         """Give the run up without committing (a node failed, the call was cancelled).
 
         The journal stays as it is, so the next resume (a recovery claim)
         replays the receipts already recorded instead of calling again; the
-        lease is renewed for 1 ms, so that resume may come at once.
+        lease is renewed for 1 ms, so that resume may come at once (a
+        process waits out a lease it released itself: ``released``).
         """
         if self._ended:
             return
@@ -238,6 +239,10 @@ class Lease:
         await self._stop_heartbeat()
         if self.lost is not None:
             return
+        if self._released is not None:
+            if len(self._released) >= _REMEMBERED:
+                self._released.clear()  # only the last millisecond's matter
+            self._released.add(self.token)
         with contextlib.suppress(LeaseLost, StoreUnavailable):
             await self.store.renew_claim(
                 self.record.checkpoint_key, claim_token=self.token, lease_ms=RELEASE_MS

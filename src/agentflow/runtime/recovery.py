@@ -246,6 +246,7 @@ async def record_decision(
     owner: str,
     step: int,
     lease_ms: int = 30_000,
+    released: set[str] | None = None,
 ) -> DurableCheckpoint:
     """Record an operator's ``decision`` on one ambiguous call of a suspended run.
 
@@ -258,7 +259,8 @@ async def record_decision(
     the run stays suspended while other calls are still ambiguous, or is
     released for the next ``resume`` (which makes a retried call again and
     replays a recorded receipt or failure to the node). Returns the record as
-    stored; ``step`` (the thread's latest) is only for the messages.
+    stored; ``step`` (the thread's latest) is only for the messages;
+    ``released`` collects the token of a claim given back (see :class:`Lease`).
     """
     decision.validate()
     record = await store.load(thread)
@@ -277,8 +279,11 @@ async def record_decision(
     if decision.kind is _D.DEFER:
         return record
     entry = next(e for e in _ambiguous(record) if e.operation_id == operation_id)
-    _settled(entry, decision) if decision.kind is not _D.ABORT else decision.validate()
-    lease = await Lease.take(store, record, owner=owner, lease_ms=lease_ms, step=step)
+    if decision.kind is not _D.ABORT:
+        _settled(entry, decision)  # refuse a decision that does not fit the call
+    lease = await Lease.take(
+        store, record, owner=owner, lease_ms=lease_ms, step=step, released=released
+    )
     try:
         chosen = Reconciliation(observation_of(entry), decision, "operator")
         written = await _write(lease, lease.record, [chosen])

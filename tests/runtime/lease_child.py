@@ -1,0 +1,59 @@
+"""Child process for the lease tests: ``python -m tests.runtime.lease_child MODE DB ...``.
+
+* ``run DB THREAD LEDGER``: start a run of ``dies_between_steps_graph`` (it kills
+  itself at the charge step, before it calls anything);
+* ``resume DB THREAD``: print ``ready``, wait for a line on stdin, resume the
+  thread; exit 0 if it ran, 3 if another process held it, 4 if it had ended;
+* ``worker DB SECONDS``: scan for due ``slow_charge_graph`` runs for SECONDS and
+  print how many runs this worker resumed and was refused.
+
+Leases are :data:`LEASE` long, so a dead holder's run is taken over quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from datetime import timedelta
+
+from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.durable.stores.sqlite import SqliteDurableStore
+from agentflow.runtime import NothingToResume, StepClaimed, Worker
+from tests.runtime.graphs import dies_between_steps_graph, slow_charge_graph
+
+LEASE = timedelta(seconds=0.3)
+CLAIMED, ENDED = 3, 4
+
+
+async def main(mode: str, db: str, *rest: str) -> int:
+    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+        if mode == "worker":
+            graph = slow_charge_graph().compile(store, durable=durable, claim_ttl=LEASE)
+            worker, resumed, refused = Worker([graph]), 0, 0
+            deadline = time.monotonic() + float(rest[0])
+            while time.monotonic() < deadline:
+                outcome = await worker.run_once()
+                resumed, refused = resumed + len(outcome.resumed), refused + len(outcome.taken)
+                await asyncio.sleep(0.02)
+            print(json.dumps({"resumed": resumed, "refused": refused}), flush=True)
+            return 0
+        compiled = dies_between_steps_graph().compile(store, durable=durable, claim_ttl=LEASE)
+        if mode == "run":
+            await compiled.run({"ledger": rest[1]}, thread=rest[0])
+            return 0
+        await durable.load(rest[0])
+        print("ready", flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+        try:
+            await compiled.resume(rest[0])
+        except StepClaimed:
+            return CLAIMED
+        except NothingToResume:
+            return ENDED
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(*sys.argv[1:])))

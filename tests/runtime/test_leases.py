@@ -1,0 +1,127 @@
+"""Leases: renewed while a step runs, lost by a stalled holder, never two effects.
+
+Each backend that has a durable store runs these with several independent
+stores (as several processes would have); ``test_processes`` does the same
+with real processes on SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflow.runtime import START, Graph, NodeContext, StepClaimed, ThreadNotFound, Worker
+from tests.runtime.conftest import RuntimeBackend
+from tests.runtime.graphs import ledger_entry, ledger_lines, slow_charge_graph
+
+LEASE = timedelta(seconds=0.3)
+
+
+async def test_a_step_slower_than_its_lease_with_three_workers_has_one_effect(
+    durable_backend: RuntimeBackend, tmp_path: Path
+) -> None:
+    ledger, runs = tmp_path / "ledger", 3
+    async with (
+        durable_backend.open() as (s1, d1),
+        durable_backend.open() as (s2, d2),
+        durable_backend.open() as (s3, d3),
+    ):
+        graphs = [
+            slow_charge_graph().compile(store, durable=durable, claim_ttl=LEASE)
+            for store, durable in ((s1, d1), (s2, d2), (s3, d3))
+        ]
+        for i in range(runs):
+            state = {"slow": 4 * LEASE.total_seconds(), "ledger": str(ledger)}
+            await graphs[0].run(state, thread=f"run-{i}")
+        workers = [Worker([graph]) for graph in graphs]
+        taken: list[str] = []
+
+        async def scan(worker: Worker) -> None:
+            deadline = time.monotonic() + 8 * LEASE.total_seconds()
+            while time.monotonic() < deadline:
+                outcome = await worker.run_once()
+                taken.extend(thread for thread, _ in outcome.taken)
+                await asyncio.sleep(0.02)
+
+        await asyncio.gather(*(scan(worker) for worker in workers))
+        done = [await s1.get(f"run-{i}") for i in range(runs)]
+    lines = ledger_lines(ledger)
+    assert sorted(line.split()[0] for line in lines) == [f"run-{i}" for i in range(runs)]
+    assert all(cp is not None and cp.done for cp in done)
+    assert taken, "the other workers were refused while the slow step held its lease"
+
+
+async def test_the_heartbeat_renews_the_lease_while_a_step_runs(
+    durable_backend: RuntimeBackend,
+) -> None:
+    seen: list[int] = []
+
+    async def slow(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        for _ in range(4):
+            await asyncio.sleep(LEASE.total_seconds() / 2)
+            record = await durable.load(ctx.thread)
+            assert record is not None and record.lease_expires_at_ms is not None
+            seen.append(record.lease_expires_at_ms)
+        return {"slow": True}
+
+    async with durable_backend.open() as (store, durable):
+        graph = Graph("slow").add_node("slow", slow).add_edge(START, "slow")
+        result = await graph.compile(store, durable=durable, claim_ttl=LEASE).run({}, thread="t")
+    assert result.status == "done"
+    assert seen == sorted(seen) and seen[-1] > seen[0], seen
+
+
+def _in_another_process(backend: RuntimeBackend, work: Any) -> threading.Thread:
+    """Run ``work(checkpointer, durable)`` on stores of its own, on an event loop of its own."""
+
+    async def main() -> None:
+        async with backend.open() as (store, durable):
+            await work(store, durable)
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),))
+    thread.start()
+    return thread
+
+
+async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
+    durable_backend: RuntimeBackend, tmp_path: Path
+) -> None:
+    ledger, stalls = tmp_path / "ledger", [True]
+
+    async def charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        if stalls.pop() if stalls else False:
+            time.sleep(4 * LEASE.total_seconds())  # noqa: ASYNC251 - a GC pause: no heartbeat
+        arguments = {"ledger": str(ledger), "thread": ctx.thread, "cents": 1}
+        return {"receipt": await ctx.tool("charge", arguments, ledger_entry)}
+
+    graph = Graph("fenced").add_node("charge", charge).add_edge(START, "charge")
+    outcomes: list[object] = []
+
+    async def take_over(store: Any, durable: Any) -> None:
+        compiled = graph.compile(store, durable=durable, claim_ttl=LEASE)
+        deadline = time.monotonic() + 20 * LEASE.total_seconds()
+        while time.monotonic() < deadline:
+            try:
+                outcomes.append(await compiled.resume("t"))
+                return
+            except (StepClaimed, ThreadNotFound):  # not started yet, or still held
+                await asyncio.sleep(LEASE.total_seconds() / 3)
+        raise AssertionError("the stalled holder's lease never lapsed")
+
+    async with durable_backend.open() as (store, durable):
+        compiled = graph.compile(store, durable=durable, claim_ttl=LEASE)
+        taker = _in_another_process(durable_backend, take_over)
+        with pytest.raises(StepClaimed) as fenced:
+            await compiled.run({}, thread="t")
+        await asyncio.to_thread(taker.join)
+        latest = await store.get("t")
+    assert len(ledger_lines(ledger)) == 1
+    assert fenced.value.holder != compiled.owner
+    assert latest is not None and latest.done and len(outcomes) == 1
