@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException, WorkflowEvent
 from agent_framework import WorkflowMessage as Message
-from agent_framework_mongodb import MongoDBSerializationError
 
+from agent_framework_mongodb import MongoDBSerializationError
 from agentflow.checkpoint.testing import BackendHarness
 from agentflow.errors import CheckpointNotSerializable
 from agentflow.integrations.agent_framework import AgentflowCheckpointStorage
