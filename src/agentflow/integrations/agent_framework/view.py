@@ -8,8 +8,9 @@ say something true about a workflow without decoding it:
 - ``state``: the ids and lineage (``previous_checkpoint_id``), the
   iteration, how many messages each executor has in flight, the pending
   request ids;
-- ``next``: the executors the pending messages go to (or that wait for an
-  answer); empty when nothing is left to run;
+- ``next``: the executors the pending messages go to, ``(from X)`` for a
+  message that follows X's edges, and those that wait for an answer; empty
+  when nothing is left to run;
 - ``interrupted`` while a ``request_info`` waits for a response, with the
   requesting executor as ``interrupt_node`` and the requests (id, executor,
   request type) as ``interrupt_payload``;
@@ -54,7 +55,9 @@ def _targets(checkpoint: WorkflowCheckpoint) -> list[str]:
     for source, messages in checkpoint.messages.items():
         for message in messages if isinstance(messages, list) else ():
             target = message.target_id if isinstance(message, WorkflowMessage) else None
-            targets.add(target if isinstance(target, str) else str(source))
+            # A message without a target goes along the source's edges, which
+            # only the workflow's graph knows.
+            targets.add(target if isinstance(target, str) else f"(from {source})")
     return sorted(targets)
 
 
