@@ -18,8 +18,10 @@ run's children sequence, and ``po``, the parent's own sequence. A child
 numbered at most ``rc`` was stored before the run's event, so it is replayed
 before it; the merged order is acceptance order wherever acceptance had one.
 A cursor is ``{"run": R, "sequence": s, "children": c}``: after event ``s``
-of run R and child ``c`` of R. An append returns the event's own; a replay of
-another run refuses it. Every event read back is checked against its digest.
+of run R and child ``c`` of R. An append returns the event's place in its own
+run; a replayed event carries its place in the replay (so a child's names the
+parent), and a replay of another run refuses it. Every event read back is
+checked against its digest.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import asyncio
 import hashlib
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Final
 
@@ -285,14 +287,13 @@ class MongoRunEventStore(MongoStoreBase):
         _gapless(mine, own_after, "rs", run_id)
         _gapless(theirs, children_after, "ps", run_id)
         picked = _merge(mine, theirs, limit + 1)
-        page = picked[:limit]
-        events = [item.accepted for item in page]
-        if len(picked) <= limit:
-            return EventPage(events, None)
+        events: list[AcceptedEvent] = []
         sequence, seen = own_after, children_after
-        for item in page:
+        for item in picked[:limit]:  # each event's cursor: this replay, resumed after it
             if item.child:
                 seen = max(seen, item.ps)
             else:
                 sequence, seen = item.rs, max(seen, item.rc)
-        return EventPage(events, _cursor(run_id, sequence, seen))
+            events.append(replace(item.accepted, cursor=_cursor(run_id, sequence, seen)))
+        more = len(picked) > limit
+        return EventPage(events, dict(events[-1].cursor) if more else None)
