@@ -24,11 +24,10 @@ HOSTILE_THREAD_IDS = [
     "%",
     "_",
     "a:b:cp:1",
-    "\\",
     "\U0010ffff",
 ]
 #: Ids that a file-system backend refuses by design.
-PATH_LIKE_THREAD_IDS = ["..", ".", "a/b", "a\\b", "x" * 300]
+PATH_LIKE_THREAD_IDS = ["..", ".", "a/b", "a\\b", "\\", "x" * 300]
 
 
 async def history_of(cp: Checkpointer, thread: str) -> list[Checkpoint]:
