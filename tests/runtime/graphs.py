@@ -157,3 +157,24 @@ def dies_between_steps_graph() -> Graph:
     graph.add_node("prepare", _prepare_charge).add_node("charge", _charge_unless_dying)
     graph.add_edge(START, "prepare").add_edge("prepare", "charge").add_edge("charge", END)
     return graph
+
+
+def _charges_then_loses_the_reply(call: ToolCall) -> dict[str, Any]:
+    """Charges, then (the first time only) the connection drops before the reply."""
+    receipt = ledger_entry(call)
+    try:
+        os.close(os.open(f"{call.arguments['ledger']}.lost", os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return receipt
+    raise ConnectionResetError("the connection dropped after the request was sent")
+
+
+async def _charge_once(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+    arguments = {"ledger": state["ledger"], "thread": ctx.thread, "cents": 700}
+    return {"receipt": await ctx.tool("charge", arguments, _charges_then_loses_the_reply)}
+
+
+def lost_reply_graph() -> Graph:
+    """charge (its first reply is lost after it charged: ambiguous) -> END."""
+    graph = Graph("lost-reply").add_node("charge", _charge_once)
+    return graph.add_edge(START, "charge").add_edge("charge", END)

@@ -25,3 +25,12 @@ async def test_fork_sample_rejects_on_the_fork_only(tmp_path: Path) -> None:
     approved, rejected = await sample.main(str(tmp_path / "s.db"))
     assert approved["refund"]["status"] == "succeeded" and "refund" not in rejected
     assert approved["order"] == rejected["order"] and rejected["decision"] == "reject"
+
+
+async def test_lost_reply_sample_stops_for_reconciliation_after_one_charge(tmp_path: Path) -> None:
+    sample = importlib.import_module("samples.lost_reply")
+    ledger = tmp_path / "ledger.txt"
+    result = await sample.main("pay-1", str(tmp_path / "s.db"), str(ledger))
+    assert result.status == "reconciliation_required"
+    assert [o.risk for o in result.observations] == ["unknown_tool_side_effect"]
+    assert len(ledger.read_text().splitlines()) == 1

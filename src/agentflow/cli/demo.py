@@ -3,7 +3,10 @@
 Every tool is simulated and deterministic (derived from the order id), so the
 run is the same on every machine and replaying a fork gives the same states.
 Its shape is the one durable agents need: two tool calls in parallel, a
-human approval, a timer, a side effect, and a notification.
+human approval, a timer, a side effect, and a notification. The two effects
+(the refund and the e-mail) are journaled calls (``ctx.tool``): a crash or a
+resume never makes them twice, and the refund is keyed by its ``idem_`` key,
+as a payment provider's idempotency key would be.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from agentflow.runtime import END, START, Graph, NodeContext, append
+from agentflow.runtime import END, START, Graph, NodeContext, ToolCall, append
 
 __all__ = ["DEMO_GRAPH", "build_demo_graph", "demo_input", "summarize"]
 
@@ -65,24 +68,34 @@ async def hold(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
     return {"log": [f"hold of {state['hold_seconds']}s elapsed"]}
 
 
+def _payments(call: ToolCall) -> dict[str, Any]:
+    """Simulated payment provider: the refund id derives from the idempotency key,
+    so a repeated request is recognised as the same refund."""
+    refund_id = "rf_" + _digest("refund", call.idempotency_key)[:12]
+    return {"id": refund_id, "cents": call.arguments["cents"], "status": "succeeded"}
+
+
+def _mailer(call: ToolCall) -> dict[str, Any]:
+    """Simulated e-mail service (not idempotent: a repeat would be a second e-mail)."""
+    return {"sent_to": call.arguments["to"], "message_id": "msg_" + call.operation_id[-12:]}
+
+
 async def refund(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
-    """Simulated payment call. Its id derives from the thread, as an idempotency
-    key would, so a retried step asks the provider for the same refund."""
-    refund_id = "rf_" + _digest("refund", ctx.thread)[:12]
+    """The payment: a journaled call, made once however often the step runs."""
     cents = state["order"]["cents"]
-    return {
-        "refund": {"id": refund_id, "cents": cents, "status": "succeeded"},
-        "log": [f"refunded ${cents / 100:.2f} as {refund_id}"],
-    }
+    arguments = {"order_id": state["order_id"], "cents": cents}
+    receipt = await ctx.tool("refund", arguments, _payments, idempotent=True)
+    return {"refund": receipt, "log": [f"refunded ${cents / 100:.2f} as {receipt['id']}"]}
 
 
 async def notify(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
-    """Simulated e-mail to the customer."""
+    """The e-mail to the customer, journaled like the refund."""
     name = state["customer"]["name"]
     if state.get("refund"):
         text = f"Dear {name}, your refund {state['refund']['id']} is on its way."
     else:
         text = f"Dear {name}, we could not approve a refund for order {state['order_id']}."
+    await ctx.tool("email", {"to": name, "text": text}, _mailer)
     return {"notification": text, "log": ["customer notified"]}
 
 

@@ -76,8 +76,22 @@ def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | Non
                 "interrupt_node": result.interrupt_node,
                 "pending": result.pending,
                 "wake_at": result.wake_at,
+                "observations": [o.to_dict() for o in result.observations],
+                "terminal": result.terminal,
             }
         )
+        return
+    if result.status == "reconciliation_required":
+        s.say(
+            ("reconciliation required", "red"),
+            f" in {result.thread}: {len(result.observations)} call(s) may have acted "
+            "and nobody knows; nothing runs until each is decided",
+        )
+        s.print_commands([s.command("journal", result.thread)], heading="see them with:")
+        return
+    if result.status == "failed":
+        message = (result.terminal or {}).get("message", "")
+        s.say(("failed", "red"), " ", result.thread, f": ended by a decision ({message})")
         return
     if history_steps is not None:
         render.print_timeline(s.console, history_steps, f"timeline of {result.thread}")

@@ -176,6 +176,7 @@ def finished(record: DurableCheckpoint, cp: Checkpoint) -> DurableCheckpoint:
     done = carrying(record, None, {})
     return replace(
         done,
+        cycle_index=record.claimed_cycle or record.cycle_index,
         status=CheckpointStatus.COMPLETED,
         terminal_result={"status": "completed", "step": cp.step},
     )
