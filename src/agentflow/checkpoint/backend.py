@@ -99,6 +99,11 @@ class EncodedCheckpoint:
         )
 
 
+def _is_int(value: object) -> bool:
+    """An int column, as drivers return it (BSON's Int64 is a subclass), never a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _status(cp: Checkpoint) -> ThreadStatus:
     if not cp.next and not cp.interrupted:
         return "done"
@@ -262,9 +267,9 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         :class:`~agentflow.errors.CheckpointCorrupted`, never other data.
         """
         step, revision, payload = row
-        if type(step) is not int or step < 0:
+        if not _is_int(step) or step < 0:
             raise CheckpointCorrupted(f"thread {thread!r}: a stored step number is damaged")
-        if type(revision) is not int or revision < 1:
+        if not _is_int(revision) or revision < 1:
             raise CheckpointCorrupted(f"thread {thread!r} step {step}: the revision is damaged")
         key = RecordKey(self._namespace, thread, step, self._store_id)
         cp = self._codec.decode(integrity.unwrap(key, payload), key, revision)

@@ -299,6 +299,8 @@ def _revision_of(doc: Document | None, thread: str, step: int) -> int:
     return revision
 
 
-def from_url(url: str, *, namespace: str | None = None) -> MongoCheckpointer:
+def from_url(
+    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+) -> MongoCheckpointer:
     """``mongodb://...`` or ``mongodb+srv://...``: a checkpointer that owns its client."""
-    return MongoCheckpointer(url, namespace=namespace)
+    return MongoCheckpointer(url, namespace=namespace, codec=codec)
