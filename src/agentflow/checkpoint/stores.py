@@ -139,6 +139,6 @@ def open_store(
     ``postgresql://...``, ``redis://...`` and ``mongodb://...``.
     """
     opener = _opener(scheme_of(url), url)
-    if codec is None:
+    if codec is None:  # a registered third-party opener need not take one
         return opener(url, namespace=namespace)
     return opener(url, namespace=namespace, codec=codec)

@@ -40,6 +40,7 @@ from agentflow.checkpoint.file.fs import (
 )
 from agentflow.checkpoint.file.index import LAYOUT_VERSION, Modes, ThreadState
 from agentflow.checkpoint.file.thread import MARKER, NAME_MAX, StepFile, check_thread, usable
+from agentflow.checkpoint.stores import local_path
 from agentflow.errors import (
     AgentflowError,
     CheckpointCorrupted,
@@ -407,9 +408,11 @@ class FileCheckpointer(CheckpointerBase):
                     os.close(tfd)
 
 
-def from_url(url: str, *, namespace: str | None = None) -> FileCheckpointer:
+def from_url(
+    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+) -> FileCheckpointer:
     """``file://DIR``: the directory follows the scheme directly (``file:///abs/dir``)."""
-    path = url.split("://", 1)[1]
-    if not path:
-        raise InvalidStoreUrl(f"store URL {url!r} names no directory")
-    return FileCheckpointer(path, namespace=namespace)
+    path = local_path(url)
+    if path is None:
+        raise InvalidStoreUrl(f"store URL {url!r} is not a file:// URL")
+    return FileCheckpointer(path, namespace=namespace, codec=codec)
