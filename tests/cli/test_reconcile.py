@@ -9,26 +9,13 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.cli.hostile import COMBINED
-from tests.cli.support import af_here
 from tests.runtime.graphs import ledger_lines, lost_reply_graph
 
 Run = tuple[int, str]
 SPEC = ["--graph", "tests.runtime.graphs:lost_reply_graph"]
-
-
-@pytest.fixture
-def here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., Run]:
-    monkeypatch.chdir(tmp_path)
-    for name in ("AGENTFLOW_STORE", "AGENTFLOW_NAMESPACE", "AGENTFLOW_GRAPHS"):
-        monkeypatch.delenv(name, raising=False)
-    return lambda *args: af_here(capsys, *args)
 
 
 async def _lost_replies(db: Path, ledger: Path, *threads: str) -> None:

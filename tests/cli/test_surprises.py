@@ -12,23 +12,11 @@ import pytest
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.durable.stores.sqlite import SqliteDurableStore
-from tests.cli.support import af_here
 from tests.runtime.graphs import approval_graph, timer_graph
 from tests.runtime.holders import hold
 
 Run = tuple[int, str]
 HOLDER = "other-host:4242:feedbeef"
-
-
-@pytest.fixture
-def here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Callable[..., Run]:
-    """``here(*args)`` runs the command in ``tmp_path``; returns (status, output)."""
-    monkeypatch.chdir(tmp_path)
-    for name in ("AGENTFLOW_STORE", "AGENTFLOW_NAMESPACE", "AGENTFLOW_GRAPHS"):
-        monkeypatch.delenv(name, raising=False)
-    return lambda *args: af_here(capsys, *args)
 
 
 READ_ONLY = [

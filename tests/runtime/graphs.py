@@ -74,6 +74,15 @@ def approval_graph() -> Graph:
     return graph
 
 
+def append_line(path: str, line: str) -> None:
+    """One line appended with one write (O_APPEND), safe between processes."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
 async def _sleep(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
     ctx.wait(timedelta(seconds=state.get("seconds", 0)), {"why": "test"})
     return {"woke": True}
@@ -81,11 +90,7 @@ async def _sleep(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
 
 async def _record(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
     """A side effect that must happen once per thread: one line in a shared file."""
-    fd = os.open(state["logfile"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{ctx.thread} {os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
+    append_line(state["logfile"], f"{ctx.thread} {os.getpid()}")
     return {"recorded": True}
 
 
@@ -99,11 +104,8 @@ def timer_graph() -> Graph:
 
 def ledger_entry(call: ToolCall) -> dict[str, Any]:
     """The non-idempotent effect: one line per call in the ledger file it names."""
-    fd = os.open(call.arguments["ledger"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{call.arguments['thread']} {call.idempotency_key} {os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
+    line = f"{call.arguments['thread']} {call.idempotency_key} {os.getpid()}"
+    append_line(call.arguments["ledger"], line)
     return {"charged": call.arguments["cents"]}
 
 

@@ -289,3 +289,37 @@ async def test_journaled_calls_on_every_backend(runtime_backend: RuntimeBackend)
         "status": "completed",
         "step": 2,
     }
+
+
+async def test_a_long_run_commits_its_journal_as_it_goes_and_replays_across_the_roll() -> None:
+    from agentflow.runtime import END
+    from agentflow.runtime.cycles import ROLL_AFTER
+
+    calls: list[str] = []
+
+    async def tick(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        def count(call: ToolCall) -> dict[str, Any]:
+            calls.append(call.operation_id)
+            return {"counted": call.arguments["i"]}
+
+        await ctx.tool("count", {"i": state["i"]}, count)
+        return {"i": state["i"] + 1}
+
+    graph = Graph("long").add_node("tick", tick).add_edge(START, "tick")
+    graph.add_conditional_edges("tick", lambda s: "tick" if s["i"] < s["n"] else END, ["tick", END])
+    durable = MemoryDurableStore()
+    result = await graph.compile(MemoryCheckpointer(), durable=durable).run(
+        {"i": 0, "n": ROLL_AFTER + 10}, thread="t"
+    )
+    record = await durable.load("t")
+    assert result.state["i"] == ROLL_AFTER + 10 and len(set(calls)) == ROLL_AFTER + 10
+    assert record is not None and record.cycle_index == 2  # one roll, then the finalize
+    assert record.tool_journal == []
+
+
+async def test_a_call_that_returns_none_is_ambiguous_not_recorded_as_a_success() -> None:
+    async def notify(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        return {"sent": await ctx.tool("notify", {}, lambda call: None)}
+
+    result = await _one_node("none", notify).compile(MemoryCheckpointer()).run({}, thread="t")
+    assert result.status == "reconciliation_required"

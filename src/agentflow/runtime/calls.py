@@ -287,6 +287,8 @@ class NodeCalls:
             outcome = invoke(started)
             if inspect.isawaitable(outcome):
                 outcome = await outcome
+            if outcome is None:  # it ran, but a receipt cannot be null: record nothing false
+                raise TypeError(f"{name} returned None; a journaled call returns JSON, not null")
             canonical_json(outcome, what=f"the receipt of {name}")
         except CallFailed as failed:
             error = OperationError(failed.failure, failed.message, failed.retryable)
