@@ -125,16 +125,16 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
     def _load(self, key: str) -> DurableCheckpoint | None:
         for _ in range(_UNLOCKED_READS):
             with contextlib.suppress(PartMissing):  # a writer committed meanwhile
-                return self._read(key)
+                return self._read(key, locked=False)
         with self._locked(key):
-            return self._read(key)
+            return self._read(key, locked=True)
 
-    def _read(self, key: str) -> DurableCheckpoint | None:
+    def _read(self, key: str, *, locked: bool) -> DurableCheckpoint | None:
         with self._run_dir(key, create=False) as run:
-            if run is None:
+            stored = None if run is None else read_head(run, key)
+            if run is None or stored is None:
                 return None
-            stored = read_head(run, key)
-            return None if stored is None else decode_row(read_row(run, stored))
+            return decode_row(read_row(run, stored, locked=locked))
 
     async def delete(self, key: str) -> bool:
         return await self._io("delete", self._delete, validate_checkpoint_key(key))
@@ -193,7 +193,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
                 raise error
             assert run is not None and stored is not None
             head = claimed_head(stored.head, cycle, token, now_ms=now, lease_ms=lease_ms, mode=mode)
-            claimed = replace(read_row(run, stored), head=head)
+            claimed = replace(read_row(run, stored, locked=True), head=head)
             record = decode_row(claimed)  # damaged parts raise before anything is written
             if mode is ClaimMode.RECOVERY:  # its last holder may have died writing
                 sweep(run, stored)

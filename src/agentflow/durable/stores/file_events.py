@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import orjson
 
-from agentflow.checkpoint.file.fs import create_file, make_dir, opened, read_file, unlink, write_all
+from agentflow.checkpoint.file.fs import create_file, opened, read_file, unlink, write_all
 from agentflow.durable.canonical import canonical_json, parse_json
 from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
 from agentflow.durable.events import (
@@ -176,48 +176,47 @@ class FileRunEventStore(FileStoreBase):
     def _append(
         self, event_id: str, digest: str, data: bytes, runs: dict[str, str]
     ) -> tuple[bool, tuple[str, int] | None]:
-        modes = self._modes
         with self._locked(_EVENTS), self._within((_EVENTS,), create=True) as events:
             assert events is not None
-            fds = {name: make_dir(events, name, _WHAT, modes.directory) for name in ("seq", "ids")}
-            try:
-                stored = self._lookup(fds["ids"], event_id)
+            with opened(events, ("ids",), _WHAT, self._modes.directory) as ids:
+                assert ids is not None
+                stored = self._lookup(ids[0], event_id)
                 if stored is not None:
                     return False, stored
-                sequence = self._draw(fds["seq"]) + 1
-                header = {
-                    "format": _FORMAT,
-                    "event_id": event_id,
-                    "payload_digest": digest,
-                    "sequence": sequence,
-                    **{_MEMBERS[index]: run for index, run in runs.items()},
-                }
-                unlink(events, _TEMP)  # what a killed append left
-                fd = create_file(events, _TEMP, os.O_WRONLY | os.O_EXCL, _WHAT, modes.file)
-                try:
-                    write_all(fd, (orjson.dumps(header), b"\n", data))
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                name = _seq_name(sequence)
-                self._link(events, fds["seq"], name)
-                self._drawn = sequence
-                for index, run in runs.items():
-                    indexes = make_dir(events, index, _WHAT, modes.directory)
-                    try:
-                        members = make_dir(indexes, _name(run), _WHAT, modes.directory)
-                    finally:
-                        os.close(indexes)
-                    try:
-                        self._link(events, members, name)
-                    finally:
-                        os.close(members)
-                self._link(events, fds["ids"], _name(event_id))  # the commit
-                unlink(events, _TEMP)
-                return True, (digest, sequence)
+                sequence = self._write_event(events, event_id, digest, data, runs)
+                self._link(events, ids[0], _name(event_id))  # the commit
+            unlink(events, _TEMP)
+            return True, (digest, sequence)
+
+    def _write_event(
+        self, events: int, event_id: str, digest: str, data: bytes, runs: dict[str, str]
+    ) -> int:
+        """Draw the next sequence and give the event every name but its id, durably."""
+        modes = self._modes
+        with opened(events, ("seq",), _WHAT, modes.directory) as seq:
+            assert seq is not None
+            sequence = self._draw(seq[0]) + 1
+            header = {
+                "format": _FORMAT,
+                "event_id": event_id,
+                "payload_digest": digest,
+                "sequence": sequence,
+                **{_MEMBERS[index]: run for index, run in runs.items()},
+            }
+            unlink(events, _TEMP)  # what a killed append left
+            fd = create_file(events, _TEMP, os.O_WRONLY | os.O_EXCL, _WHAT, modes.file)
+            try:
+                write_all(fd, (orjson.dumps(header), b"\n", data))
+                os.fsync(fd)
             finally:
-                for fd in fds.values():
-                    os.close(fd)
+                os.close(fd)
+            self._link(events, seq[0], _seq_name(sequence))
+        self._drawn = sequence
+        for index, run in runs.items():
+            with opened(events, (index, _name(run)), _WHAT, modes.directory) as members:
+                assert members is not None
+                self._link(events, members[-1], _seq_name(sequence))
+        return sequence
 
     @staticmethod
     def _link(events: int, directory: int, name: str) -> None:

@@ -16,7 +16,6 @@ for its step and head.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from typing import Final
@@ -46,28 +45,33 @@ def read_head(run: int, key: str) -> StoredHead | None:
     return None if found is None else decode_head(key, found[0])
 
 
-def _part(run: int, key: str, name: str, expected: str) -> bytes:
+def _damaged(key: str, what: str) -> DurableCorrupted:
+    return DurableCorrupted("checkpoint_row_invalid", f"stored record {key!r} {what}")
+
+
+def _part(run: int, key: str, name: str, expected: str, locked: bool) -> bytes:
     found = read_file(run, name, f"a stored part of run {key!r}")
     if found is None:
+        if locked:  # no writer can have replaced it
+            raise _damaged(key, f"has lost {name}")
         raise PartMissing(name)
     if digest(found[0]) != expected:
-        raise DurableCorrupted(
-            "checkpoint_row_invalid", f"stored record {key!r} is damaged: {name} fails its digest"
-        )
+        raise _damaged(key, f"is damaged: {name} fails its digest")
     return found[0]
 
 
-def read_row(run: int, stored: StoredHead) -> RunRow:
-    """The row ``stored`` names, each part checked against its digest."""
+def read_row(run: int, stored: StoredHead, *, locked: bool) -> RunRow:
+    """The row ``stored`` names, each part checked against its digest. A part
+    gone is :class:`PartMissing`, or corruption when read under the run's lock."""
     key = stored.key
     journals = {
         kind: tuple(
-            _part(run, key, name, part.digest)
+            _part(run, key, name, part.digest, locked)
             for name, part in zip(stored.entry_names(kind), stored.journal(kind), strict=True)
         )
         for kind in OperationKind
     }
-    body = _part(run, key, stored.body_name(), stored.body.digest)
+    body = _part(run, key, stored.body_name(), stored.body.digest, locked)
     return RunRow(
         key, stored.head, body, journals[OperationKind.MODEL], journals[OperationKind.TOOL]
     )
@@ -78,9 +82,7 @@ def check_body(run: int, stored: StoredHead) -> None:
     try:
         os.stat(stored.body_name(), dir_fd=run, follow_symlinks=False)
     except FileNotFoundError:
-        raise DurableCorrupted(
-            "checkpoint_row_invalid", f"stored record {stored.key!r} has lost its body"
-        ) from None
+        raise _damaged(stored.key, "has lost its body") from None
 
 
 def _create(run: int, name: str, data: bytes, what: str, mode: int) -> None:
@@ -120,5 +122,4 @@ def sweep(run: int, stored: StoredHead) -> None:
     named = stored.files()
     for name in os.listdir(run):
         if name not in named and _OURS.fullmatch(name):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name, dir_fd=run)
+            unlink(run, name)
