@@ -191,45 +191,34 @@ async def _server_ms(client: AsyncMongoClient[Doc]) -> int:
     return int(found[0]["now"])
 
 
-class _Skewed:
-    """Moves this process's wall clock by ``offset_s`` (the store must not read it)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self._monkeypatch = monkeypatch
-        self._time, self._time_ns = time.time, time.time_ns
-
-    def by(self, offset_s: float) -> None:
-        real, real_ns = self._time, self._time_ns
-        self._monkeypatch.setattr(time, "time", lambda: real() + offset_s)
-        self._monkeypatch.setattr(time, "time_ns", lambda: real_ns() + int(offset_s * 1e9))
-
-
-async def test_leases_are_judged_on_the_servers_clock(
-    scratch: Scratch, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("skew_s", [-86_400.0, 86_400.0])
+async def test_leases_run_on_the_servers_clock_whatever_this_machine_reads(
+    scratch: Scratch, monkeypatch: pytest.MonkeyPatch, skew_s: float
 ) -> None:
-    skew = _Skewed(monkeypatch)
-    day = 86_400.0
+    """With this process's clock a day off either way, leases still start, stay live and
+    lapse on the server's: an early clock would keep a lapsed lease, a late one steal a
+    live one."""
+    real_ns = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real_ns() + int(skew_s * 1e9))
+    monkeypatch.setattr(time, "time", lambda: real_ns() / 1e9 + skew_s)
     async with scratch.store() as store:
         await store.create(make_record())
-        skew.by(-day)
-        before = await _server_ms(scratch.client)
+        window = await _server_ms(scratch.client)
         held = await take(store, "owner-a", lease_ms=60_000)
-        after = await _server_ms(scratch.client)
-        assert held.lease_expires_at_ms is not None
-        assert before + 60_000 <= held.lease_expires_at_ms <= after + 60_000
-        skew.by(+day)  # a local clock a day ahead would see the lease lapsed
+        renewed = await store.renew_claim("run-1", claim_token="owner-a", lease_ms=90_000)
+        window_end = await _server_ms(scratch.client)
         with pytest.raises(ClaimActive):
             await take(store, "owner-b", mode=ClaimMode.RECOVERY)
-        expiry = await store.renew_claim("run-1", claim_token="owner-a", lease_ms=30_000)
-        assert expiry - 30_000 <= await _server_ms(scratch.client)
-        lapsed = await _server_ms(scratch.client) - 1
-        await scratch.runs.update_one({"_id.k": "run-1"}, {"$set": {"lease_expires_at_ms": lapsed}})
-        skew.by(-day)  # a local clock a day behind would see the lease live
+        lapsed = {"$set": {"lease_expires_at_ms": await _server_ms(scratch.client) - 1}}
+        await scratch.runs.update_one({"_id.k": "run-1"}, lapsed)
         with pytest.raises(LeaseLost):
             await store.renew_claim("run-1", claim_token="owner-a", lease_ms=30_000)
         with pytest.raises(RecoveryRequired):
             await take(store, "owner-b")
         taken = await take(store, "owner-b", mode=ClaimMode.RECOVERY)
+    assert held.lease_expires_at_ms is not None
+    assert window + 60_000 <= held.lease_expires_at_ms <= window_end + 60_000
+    assert window + 90_000 <= renewed <= window_end + 90_000
     assert taken.claim_token == "owner-b" and taken.resume_attempt == 2
 
 

@@ -262,22 +262,14 @@ def lease_from(key: str, doc: Document | None) -> int | None:
 
 
 def guard_filter(namespace: str, key: str, guard: Guard) -> Document:
-    """What the stored document must hold for a planned write to apply."""
-    found: Document = {
-        "_id": run_id(namespace, key),
-        "revision": guard.revision,
-        "claim_token": {"$type": "null"} if guard.claim_token is None else guard.claim_token,
-        "terminal": guard.terminal,
-        "identity": guard.identity,
-        **_SHAPE,
-    }
-    if guard.claim_token is not None:
-        found["claimed_cycle"] = guard.claimed_cycle
-    if guard.resume_attempt is not None:
-        found["resume_attempt"] = guard.resume_attempt
-    if guard.terminal_acknowledged is not None:
-        found["terminal_acknowledged"] = guard.terminal_acknowledged
-    return found
+    """What the stored document must hold for a planned write to apply: every field
+    the guard sets (the claimed cycle only under a claim), and the shape."""
+    compared = {field.name: getattr(guard, field.name) for field in fields(Guard)}
+    if guard.claim_token is None:
+        del compared["claimed_cycle"]
+        compared["claim_token"] = {"$type": "null"}  # unclaimed: null, not a missing field
+    held = {name: value for name, value in compared.items() if value is not None}
+    return {"_id": run_id(namespace, key), **held, **_SHAPE}
 
 
 def write_update(write: Write) -> tuple[Document, Document]:
