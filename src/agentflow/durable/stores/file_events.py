@@ -29,12 +29,20 @@ import contextlib
 import hashlib
 import heapq
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import orjson
 
-from agentflow.checkpoint.file.fs import create_file, opened, read_file, unlink, write_all
+from agentflow.checkpoint.file.fs import (
+    create_file,
+    link_refused,
+    opened,
+    read_file,
+    unlink,
+    write_all,
+)
 from agentflow.durable.canonical import canonical_json, parse_json
 from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
 from agentflow.durable.events import (
@@ -311,6 +319,8 @@ def _read(directory: int, ids: int, index: str, run_id: str, sequence: int) -> A
         named = os.stat(_name(header["event_id"]), dir_fd=ids, follow_symlinks=False)
     except FileNotFoundError:
         return None
+    if stat.S_ISLNK(named.st_mode):
+        raise link_refused(f"the accepted event {header['event_id']!r}")
     if (named.st_ino, named.st_dev) != (status.st_ino, status.st_dev):
         return None
     return _accepted(header, body)
