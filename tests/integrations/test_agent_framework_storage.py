@@ -266,8 +266,9 @@ async def test_agentflow_sees_a_waiting_workflow_as_interrupted(recording: Recor
         request_id="r-1", source_executor_id="approver", request_data="ok?", response_type=str
     )
     message = WorkflowMessage(data="draft", source_id="drafter", target_id="approver")
+    broadcast = WorkflowMessage(data="fyi", source_id="intake")  # follows intake's edges
     waiting = _checkpoint(
-        messages={"drafter": [message]},
+        messages={"drafter": [message], "intake": [broadcast]},
         pending_request_info_events={"r-1": request},
         iteration_count=2,
     )
@@ -278,13 +279,13 @@ async def test_agentflow_sees_a_waiting_workflow_as_interrupted(recording: Recor
         "question": "1 pending request: str",
         "requests": [{"request_id": "r-1", "executor": "approver", "type": "str"}],
     }
-    assert stored.next == ("approver",) and stored.ts == waiting.timestamp
+    assert stored.next == ("(from intake)", "approver") and stored.ts == waiting.timestamp
     assert stored.state == {
         "workflow_name": "wf",
         "checkpoint_id": waiting.checkpoint_id,
         "previous_checkpoint_id": None,
         "iteration_count": 2,
-        "messages": {"drafter": 1},
+        "messages": {"drafter": 1, "intake": 1},
         "pending_requests": ["r-1"],
     }
     await storage.save(_checkpoint(previous_checkpoint_id=waiting.checkpoint_id))

@@ -45,8 +45,11 @@ def _request(request_id: str, event: Any) -> dict[str, Any]:
     executor = None
     kind = None
     if isinstance(event, WorkflowEvent) and event.type == "request_info":
-        executor = event.source_executor_id
         kind = type(event.data).__qualname__
+        try:
+            executor = event.source_executor_id
+        except RuntimeError:  # a request_info event without its executor
+            executor = None
     return {"request_id": request_id, "executor": executor, "type": kind}
 
 
