@@ -135,7 +135,7 @@ async def test_longest_names_and_dots_inside_are_plain_names(root: Path) -> None
     assert [name for name in _names(root) if not name.startswith(".")] == sorted(ids)
 
 
-async def test_seed_layout_with_a_codec_payload_in_the_envelope(root: Path) -> None:
+async def test_the_layout_with_a_codec_payload_in_the_envelope(root: Path) -> None:
     original = make_checkpoint("run-1", 3, state={"messages": ["hi"]}, next=("a",))
     async with FileCheckpointer(root) as cp:
         await cp.put(original)
@@ -151,7 +151,8 @@ async def test_seed_layout_with_a_codec_payload_in_the_envelope(root: Path) -> N
     assert (thread_dir / ".head").samefile(thread_dir / "1234567.json")
     data = (thread_dir / "000003.json").read_bytes()
     document = orjson.loads(data)  # one JSON document, the payload inside
-    assert (document["format"], document["revision"], document["step"]) == (2, 2, 3)
+    assert (document["format"], document["revision"], document["step"]) == (3, 2, 3)
+    assert len(document["sum"]) == 16  # the header's own checksum
     assert b'"state":{"messages":["hi"]}' in data
     assert stored is not None and stored.state == {"messages": ["hi"]} and stored.next == ("a",)
 
@@ -237,8 +238,8 @@ async def test_deletes_and_prunes_racing_puts_never_fail_or_tear(root: Path) -> 
         lambda data: data[:-1],
         lambda data: data[: len(data) // 2],
         lambda data: data.replace(b'"revision":1', b'"revision":0'),
-        lambda data: data.replace(b'"format":2', b'"format":3'),
-        lambda data: data.replace(b'"format":2', b'"format":1'),
+        lambda data: data.replace(b'"format":3', b'"format":4'),
+        lambda data: data.replace(b'"format":3', b'"format":1'),
         lambda data: data.replace(b'"step":0', b'"step":"0"'),
         lambda data: data.replace(b'"step":0', b'"step":4'),
         lambda data: data.replace(b'"state":{', b'"state":[{'),
@@ -391,3 +392,27 @@ async def test_file_urls_open_a_directory(root: Path) -> None:
     assert (root / ".ns" / b"acme".hex() / "t" / "000000.json").is_file()
     with pytest.raises(InvalidStoreUrl):
         open_store("file://")
+
+
+@pytest.mark.parametrize(
+    ("field", "damaged"),
+    [
+        (b'"revision":2', b'"revision":6'),
+        (b'"done":false', b'"done":true '),
+        (b'"format":3', b'"format":2'),
+        (b'"interrupted":false', b'"interrupted":true '),
+    ],
+    ids=["revision", "done", "format", "interrupted"],
+)
+async def test_a_damaged_header_field_is_corruption(
+    root: Path, field: bytes, damaged: bytes
+) -> None:
+    async with FileCheckpointer(root) as cp:
+        await cp.put(make_checkpoint("t", 0, next=("n",)))
+        await cp.put(make_checkpoint("t", 0, next=("n",)))
+        step_file = root / "t" / "000000.json"
+        data = step_file.read_bytes()
+        assert field in data
+        step_file.write_bytes(data.replace(field, damaged, 1))
+        with pytest.raises(CheckpointCorrupted):
+            await cp.get("t", 0)

@@ -3,7 +3,10 @@
 A step lives in ``<thread dir>/<step:06d>.json``: a small JSON header (format,
 revision, step and a summary of the checkpoint) and then the codec payload,
 closed into one document; docs/file.md, "The file format", gives the reasons.
-Files of format 1 (no ``step`` in the header) are still read.
+The payload carries the base's integrity envelope; the header carries its own
+checksum (``sum``, XXH3-64 over the header before it), so a flipped revision or
+flag is caught too. Files of format 2 (no ``sum``) and 1 (no ``step`` either)
+are still read.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from typing import Final, NamedTuple
 
 import orjson
+from xxhash import xxh3_64_hexdigest
 
 from agentflow.checkpoint.backend import EncodedCheckpoint
 from agentflow.checkpoint.base import ThreadInfo
@@ -18,11 +22,14 @@ from agentflow.errors import CheckpointCorrupted
 
 __all__ = ["HEADER_MAX", "Header", "header_bytes", "parse", "payload_of", "step_name", "step_of"]
 
-FORMAT: Final = 2
+FORMAT: Final = 3
 _PAYLOAD_KEY: Final = b',"payload":'
 #: The header is a few hundred bytes; anything longer is not a file we wrote.
 HEADER_MAX: Final = 4096
 _SUFFIX: Final = ".json"
+_SUM_KEY: Final = b',"sum":"'
+#: ``,"sum":"`` + 16 hex digits + ``"``.
+_SUM_LENGTH: Final = len(_SUM_KEY) + 17
 
 
 class Header(NamedTuple):
@@ -71,7 +78,18 @@ def header_bytes(enc: EncodedCheckpoint, revision: int) -> bytes:
         "done": enc.done,
         "wake_at": enc.wake_at,
     }
-    return orjson.dumps(header)[:-1] + _PAYLOAD_KEY
+    fields = orjson.dumps(header)[:-1]
+    return b'%s%s%s"%s' % (fields, _SUM_KEY, xxh3_64_hexdigest(fields).encode(), _PAYLOAD_KEY)
+
+
+def _checked(segment: bytes) -> bytes:
+    """The header's fields once its ``sum`` matches them (format 3); as is before."""
+    if not segment.startswith(b'{"format":3,'):
+        return segment
+    fields, mark, tail = segment[:-_SUM_LENGTH], segment[-_SUM_LENGTH:-17], segment[-17:]
+    if mark != _SUM_KEY or tail[-1:] != b'"' or xxh3_64_hexdigest(fields).encode() != tail[:-1]:
+        raise ValueError("the header does not match its checksum")
+    return fields
 
 
 def _header(data: bytes) -> tuple[Header, int]:
@@ -80,11 +98,13 @@ def _header(data: bytes) -> tuple[Header, int]:
     end = data.find(_PAYLOAD_KEY, 0, HEADER_MAX)
     if end < 0:
         raise ValueError("no header")
-    fields = orjson.loads(data[:end] + b"}")
+    fields = orjson.loads(_checked(data[:end]) + b"}")
     if type(fields) is not dict:
         raise ValueError("the header is not an object")
     header = Header._make(map(fields.get, Header._fields))
     form = fields.get("format")
+    if "sum" in fields:  # a format 3 header whose format number was damaged
+        raise ValueError("the header's format is damaged")
     if not (
         type(header.revision) is int
         and type(header.ts) is str
@@ -92,7 +112,7 @@ def _header(data: bytes) -> tuple[Header, int]:
         and type(header.interrupted) is bool
         and type(header.done) is bool
         and (header.wake_at is None or type(header.wake_at) is str)
-        and (type(header.step) is int if form == FORMAT else form == 1 and header.step is None)
+        and (type(header.step) is int if form in (2, FORMAT) else form == 1 and header.step is None)
     ):
         raise ValueError(f"the fields of a format {form!r} header have the wrong types")
     if header.revision < 1:
