@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.events import AcceptedEvent, AppendOnceResult, EventCursor, EventPage
@@ -222,6 +222,12 @@ class DurableStore(Protocol):
         """Release connections; safe to call twice."""
         ...
 
+    async def __aenter__(self) -> Self:
+        """``async with`` a store closes it on leaving."""
+        ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
+
 
 @runtime_checkable
 class DurableEventStore(Protocol):
@@ -273,3 +279,9 @@ class DurableEventStore(Protocol):
     async def close(self) -> None:
         """Release connections; safe to call twice."""
         ...
+
+    async def __aenter__(self) -> Self:
+        """``async with`` a store closes it on leaving."""
+        ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
