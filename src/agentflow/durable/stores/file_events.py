@@ -43,8 +43,8 @@ from agentflow.checkpoint.file.fs import (
     unlink,
     write_all,
 )
-from agentflow.durable.canonical import canonical_json, parse_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.canonical import canonical_json
+from agentflow.durable.errors import DurableConflict, DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
@@ -55,6 +55,7 @@ from agentflow.durable.events import (
 from agentflow.durable.memory import _sequence_of
 from agentflow.durable.paging import check_limit
 from agentflow.durable.stores.file_base import FileStoreBase
+from agentflow.durable.stores.sqlite_events import _accepted, _run_member
 from agentflow.durable.validators import CapabilityRef, require_non_empty
 from agentflow.errors import InvalidArgument
 
@@ -98,23 +99,6 @@ def _header(data: bytes, where: str) -> tuple[dict[str, Any], bytes]:
     return header, data[end + 1 :]
 
 
-def _accepted(header: dict[str, Any], data: bytes) -> AcceptedEvent:
-    event_id, digest = header["event_id"], header["payload_digest"]
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise DurableCorrupted(
-            "event_payload_digest_mismatch", f"stored event {event_id!r} fails its digest"
-        )
-    try:
-        event = parse_json(data)
-    except DurableError as exc:
-        raise DurableCorrupted(exc.code, f"stored event {event_id!r}: {exc.message}") from exc
-    if not isinstance(event, dict):
-        raise DurableCorrupted(
-            "event_payload_invalid", f"stored event {event_id!r} is not an object"
-        )
-    return AcceptedEvent(event_id, digest, event, {"sequence": header["sequence"]})
-
-
 class FileRunEventStore(FileStoreBase):
     """A :class:`~agentflow.durable.DurableEventStore` as files under ``root``.
 
@@ -149,9 +133,9 @@ class FileRunEventStore(FileStoreBase):
         if computed == payload_digest:
             data = canonical_json(event, what="event payload")
             runs = {
-                index: value
+                index: run
                 for index, member in _MEMBERS.items()
-                if isinstance(value := event.get(member), str) and value
+                if (run := _run_member(event, member)) is not None
             }
             found = await self._io(
                 "append_once", self._append, event_id, payload_digest, data, runs
@@ -323,4 +307,4 @@ def _read(directory: int, ids: int, index: str, run_id: str, sequence: int) -> A
         raise link_refused(f"the accepted event {header['event_id']!r}")
     if (named.st_ino, named.st_dev) != (status.st_ino, status.st_dev):
         return None
-    return _accepted(header, body)
+    return _accepted((sequence, header["event_id"], header["payload_digest"], body))
