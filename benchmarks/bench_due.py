@@ -82,7 +82,7 @@ async def _sqlite() -> AsyncIterator[Checkpointer]:
 
 @asynccontextmanager
 async def _postgres() -> AsyncIterator[Checkpointer]:
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
     from agentflow.checkpoint.postgres import PostgresCheckpointer
 

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, TypeVar
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import orjson
 
 from agentflow.checkpoint.base import Checkpoint

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from agentflow.checkpoint.base import Checkpoint
-from agentflow.checkpoint.timestamps import utc_now_iso
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.checkpoint.timestamps import utc_now_iso
 from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import END, START, Graph, NodeContext
 from benchmarks.common import Table, ratio

@@ -189,7 +189,7 @@ async def _postgres_subjects() -> AsyncIterator[list[_Subject]]:
 
 
 async def _drop(tables: list[str]) -> None:
-    import asyncpg  # type: ignore[import-untyped]
+    import asyncpg
 
     conn = await asyncpg.connect(DSN)
     try:

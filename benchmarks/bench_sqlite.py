@@ -173,7 +173,12 @@ class _Raw:
         ]
         for t in threads:
             t.start()
-        await asyncio.to_thread(lambda: [t.join() for t in threads])
+
+        def join_all() -> None:
+            for t in threads:
+                t.join()
+
+        await asyncio.to_thread(join_all)
 
 
 async def _concurrent(contestant: _Contestant, prefix: str, steps: range) -> float:

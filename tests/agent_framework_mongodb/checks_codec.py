@@ -75,13 +75,19 @@ class OtherTZ(datetime.tzinfo):
     def utcoffset(self, dt: datetime.datetime | None) -> datetime.timedelta:
         return datetime.timedelta(0)
 
+    def tzname(self, dt: datetime.datetime | None) -> str:
+        return "other"
+
+    def dst(self, dt: datetime.datetime | None) -> None:
+        return None
+
 
 class CustomReducer:
     def __reduce__(self) -> Any:
         return (os.getcwd, ())
 
 
-class DictEnum(dict[str, int], enum.Enum):  # a mapping and an enum at once
+class DictEnum(dict[str, int], enum.Enum):  # type: ignore[misc]  # a mapping and an enum at once
     ONLY = {"a": 1}  # noqa: RUF012
 
 
@@ -97,7 +103,7 @@ CODEC = CheckpointCodec(LISTED)
 POLICY = CODEC.policy
 
 
-def rich_state() -> dict[str, Any]:
+def rich_state() -> dict[Any, Any]:
     """Every supported value kind, nested."""
     return {
         "scalars": [None, True, False, 0, -(2**70), 1.5, -0.0, "text", "ünï", b"\x00b"],
@@ -192,7 +198,12 @@ def test_shared_sub_structures_are_walked_once(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(canonical, "_FAST_VISITS", 0)  # straight to the walk that remembers
     states: list[Any] = []
     real_state = canonical.object_state
-    monkeypatch.setattr(canonical, "object_state", lambda v: states.append(v) or real_state(v))
+
+    def recorded_state(value: Any) -> Any:
+        states.append(value)
+        return real_state(value)
+
+    monkeypatch.setattr(canonical, "object_state", recorded_state)
     encoded = canonical_bytes({"tree": doubling(16, Holder("leaf"), shared=True)}, POLICY)
     assert len(states) <= 2  # at most one before the memo-free walk's (zero) budget ran out
     assert encoded.count(b"leaf") == 2**16
@@ -228,7 +239,7 @@ async def test_copyreg_dispatch_table_cannot_change_stored_bytes_or_hash(
     checkpoint = make_checkpoint(checkpoint_id="dispatch", state={"holder": Holder("v", {"t"})})
     public = checkpoint.to_dict()
     before = (dumps(public, POLICY), canonical_hash(public, POLICY))
-    copyreg.pickle(Holder, lambda _obj: (os.getcwd, ()))
+    copyreg.pickle(Holder, lambda _obj: (os.getcwd, ()))  # type: ignore[arg-type, return-value]
     try:
         assert (dumps(public, POLICY), canonical_hash(public, POLICY)) == before
         await storage_on(recording).save(checkpoint)

@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,7 @@ async def test_damaged_documents_are_mapping_errors(
         await storage.save(make_checkpoint(checkpoint_id=f"d-{i}", previous=f"p-{i}"))
     update, failing = DAMAGE[damage]
     await collection.update_one({"checkpoint_id": "d-1"}, update)
-    calls = {
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
         "ids": lambda: storage.list_checkpoint_ids(workflow_name=WORKFLOW_NAME),
         "list": lambda: storage.list_checkpoints(workflow_name=WORKFLOW_NAME),
         "latest": lambda: storage.get_latest(workflow_name=WORKFLOW_NAME),

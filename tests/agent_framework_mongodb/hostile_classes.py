@@ -144,7 +144,7 @@ class SlotProperty:
 class DictProperty:
     """BUILD reads ``inst.__dict__``, which this property intercepts."""
 
-    @property  # type: ignore[misc]
+    @property
     def __dict__(self) -> dict[str, Any]:  # type: ignore[override]
         touch()
         return {}

@@ -227,6 +227,7 @@ async def test_checkpoint_pages_and_cursor_rules(make_storage: StorageFactory) -
             break
         cursor = page.next_cursor
     assert seen == [f"p-{i}" for i in range(7)] and sizes == [3, 3, 1]
+    assert cursor is not None
     whole = await storage.list_checkpoint_page(workflow_name=WORKFLOW_NAME)
     assert len(whole.checkpoints) == 7 and whole.next_cursor is None
     for limit in (0, 1001, -1, 2.5):

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.testing import BackendHarness

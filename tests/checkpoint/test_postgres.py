@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 import orjson
 import pytest
 

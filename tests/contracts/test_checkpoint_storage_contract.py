@@ -13,7 +13,7 @@ import json
 import math
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +173,7 @@ async def test_error_cases(make_storage: Factory) -> None:
     )
     cycle: list[Any] = []
     cycle.append(cycle)
-    actions = {
+    actions: dict[tuple[str, str], Callable[[], Awaitable[object]]] = {
         ("load", "missing id"): lambda: storage.load("missing"),
         ("save", "foreign workflow name"): lambda: storage.save(
             WorkflowCheckpoint(workflow_name="other", graph_signature_hash="g")

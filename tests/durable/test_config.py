@@ -22,11 +22,15 @@ def test_defaults_are_the_originals() -> None:
 
 
 def test_wire_strings_become_enums_and_unknown_ones_fail() -> None:
-    config = CheckpointConfig(store=STORE, key="k", ambiguous_tool_policy="retry_idempotent_only")
+    config = CheckpointConfig(
+        store=STORE,
+        key="k",
+        ambiguous_tool_policy="retry_idempotent_only",  # type: ignore[arg-type]
+    )
     assert config.ambiguous_tool_policy is AmbiguousToolPolicy.RETRY_IDEMPOTENT_ONLY
     for field in ("resume_policy", "ambiguous_model_policy", "ambiguous_tool_policy"):
         with pytest.raises(DurableError) as caught:
-            CheckpointConfig(store=STORE, **{field: "retry_silently"})
+            CheckpointConfig(store=STORE, **{field: "retry_silently"})  # type: ignore[arg-type]
         assert caught.value.code == "checkpoint_policy_invalid"
 
 
@@ -78,7 +82,9 @@ def test_rules_and_their_codes(kwargs: dict[str, object], code: str | None) -> N
 
 
 def test_first_broken_rule_decides() -> None:
-    config = CheckpointConfig(resume_policy="resume_if_present", max_extension_state_bytes=-5)
+    config = CheckpointConfig(
+        resume_policy=ResumePolicy.RESUME_IF_PRESENT, max_extension_state_bytes=-5
+    )
     with pytest.raises(DurableError) as caught:
         config.validate()
     assert caught.value.code == "checkpoint_store_selection_invalid"
@@ -88,13 +94,14 @@ def test_wire_form_round_trips() -> None:
     config = CheckpointConfig(
         store_ref=CapabilityRef("checkpoint.tenant", "1"),
         key="durable-run-42",
-        resume_policy="require_existing",
+        resume_policy=ResumePolicy.REQUIRE_EXISTING,
         required_extension_namespaces=["com.example.audit"],
         capability_refs={"reconciliation_provider": CapabilityRef("reconcile.local", "1")},
     )
     again = CheckpointConfig.from_dict(config.to_dict())
     again.validate()
     assert again == config
+    bad: object
     for bad in ([], {"key": "k", "surprise": 1}):
         with pytest.raises(DurableError) as caught:
             CheckpointConfig.from_dict(bad)

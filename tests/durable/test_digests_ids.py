@@ -27,7 +27,7 @@ CANONICAL_TOOL_REQUEST = (
 
 
 def model_request(**request: object) -> dict[str, object]:
-    body = {
+    body: dict[str, object] = {
         "model": {"backend": "fake", "model_id": "m"},
         "messages": [{"role": "user", "content": "hi"}],
         "settings": {"temperature": 0},

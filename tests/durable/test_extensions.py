@@ -91,6 +91,7 @@ def test_restore_hands_back_state_and_blocks_what_is_missing() -> None:
 def test_entry_wire_form() -> None:
     entry = ExtensionStateEntry("1", True, {"k": [1]})
     assert ExtensionStateEntry.from_dict(entry.to_dict()) == entry
+    bad: object
     for bad in ({"version": " ", "required": True, "state": 1}, {"version": "1", "state": 1}, []):
         with pytest.raises(DurableError) as caught:
             ExtensionStateEntry.from_dict(bad)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any, cast
 
@@ -85,11 +85,12 @@ async def test_writes_over_a_damaged_run_raise_and_write_nothing(
     else:
         await admin.hset(run, field, value)
     damaged = await _stored(admin, prefix)
-    for write in (
+    writes: tuple[Callable[[], Awaitable[object]], ...] = (
         lambda: store.record_operation(record, make_tool_entry("run-1", 1), claim_token="owner-a"),
         lambda: store.progress(record, claim_token="owner-a"),
         lambda: store.commit(replace(record, cycle_index=1), claim_token="owner-a"),
-    ):
+    )
+    for write in writes:
         with pytest.raises(DurableCorrupted):
             await write()
         assert await _stored(admin, prefix) == damaged
@@ -106,7 +107,7 @@ async def test_keys_of_the_wrong_type_raise_and_write_nothing(
 ) -> None:
     record = await claimed(store)
     everything, statuses, _ = namespace_keys(prefix, "")
-    kept = await admin.zrange(statuses, 0, -1)
+    kept = cast("list[bytes]", await admin.zrange(statuses, 0, -1))
     await admin.unlink(statuses)
     await admin.set(statuses, b"not a sorted set")
     before = await _stored(admin, prefix)

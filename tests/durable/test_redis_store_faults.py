@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -113,8 +113,8 @@ async def test_every_script_sent_twice_lands_once(
     replies: list[tuple[str, Any, Any]] = []
 
     async def twice(sha: str, numkeys: int, *args: Any) -> Any:
-        first = await send(sha, numkeys, *args)  # type: ignore[misc]
-        second = await send(sha, numkeys, *args)  # type: ignore[misc]
+        first = await send(sha, numkeys, *args)
+        second = await send(sha, numkeys, *args)
         replies.append((_SCRIPT_NAMES[sha], first, second))
         return second
 
@@ -259,7 +259,7 @@ async def test_a_connection_killed_mid_write_lands_nothing(tmp_path: Path, opera
             await store.create(make_record("run-2"))
             record = await take(store, "owner-a")
             event = {"type": "step", "run_id": "run-1"}
-            calls = {
+            calls: dict[str, Callable[[], Awaitable[object]]] = {
                 "claim": lambda: take(store, "owner-b", key="run-2"),
                 "record_operation": lambda: store.record_operation(
                     record, make_tool_entry("run-1", 1), claim_token="owner-a"

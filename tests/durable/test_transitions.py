@@ -127,7 +127,7 @@ def test_refusal_explains_a_failed_guard() -> None:
             terminal_result={"status": "completed"},
         )
     )
-    assert type(refusal(replace(ack.guard and head(), claim_token="c"), ack.guard)) is ClaimActive
+    assert type(refusal(replace(head(), claim_token="c"), ack.guard)) is ClaimActive
 
 
 def test_progress_keeps_the_stored_lease() -> None:

@@ -49,9 +49,9 @@ def test_digests_slots_and_refs() -> None:
         with pytest.raises(DurableError):
             validate_capability_slot(slot)
     assert CapabilityRef.from_dict({"id": "x", "version": "1"}) == CapabilityRef("x", "1")
-    for bad in ({"id": "x"}, {"id": " ", "version": "1"}, {"id": "x", "version": 1}):
+    for ref in ({"id": "x"}, {"id": " ", "version": "1"}, {"id": "x", "version": 1}):
         with pytest.raises(DurableError) as caught:
-            CapabilityRef.from_dict(bad)
+            CapabilityRef.from_dict(ref)
         assert caught.value.code == "checkpoint_capability_ref_invalid"
 
 

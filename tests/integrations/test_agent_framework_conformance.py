@@ -152,7 +152,7 @@ async def test_changing_a_loaded_pending_event_leaves_the_store_alone(
     storage: AgentflowCheckpointStorage,
 ) -> None:
     saved = await storage.save(
-        _checkpoint(pending_request_info_events={"r1": WorkflowEvent(type="test", data="kept")})
+        _checkpoint(pending_request_info_events={"r1": WorkflowEvent(type="data", data="kept")})
     )
     (await storage.load(saved)).pending_request_info_events["r1"].data = "changed"
     assert (await storage.load(saved)).pending_request_info_events["r1"].data == "kept"

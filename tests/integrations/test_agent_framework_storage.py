@@ -160,9 +160,11 @@ async def test_bad_input_is_a_typed_error_and_stores_nothing(recording: Recordin
     for value in bad:
         with pytest.raises((InvalidArgument, CheckpointNotSerializable)):
             await storage.save(value)
-    for wrong in ("", "a\x1fb", 3):
+    for name in ("", "a\x1fb"):
         with pytest.raises(InvalidArgument):
-            await storage.get_latest(workflow_name=wrong)
+            await storage.get_latest(workflow_name=name)
+    with pytest.raises(InvalidArgument):
+        await storage.get_latest(workflow_name=3)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument):
         await storage.load(42)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument):

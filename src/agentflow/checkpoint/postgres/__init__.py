@@ -2,7 +2,7 @@
 
 # First, so that importing the package without the driver fails here even when
 # a submodule is already loaded.
-import asyncpg  # type: ignore[import-untyped]  # noqa: F401
+import asyncpg  # noqa: F401
 
 from agentflow.checkpoint.postgres.checkpointer import DEFAULT_DSN, PostgresCheckpointer, from_url
 from agentflow.checkpoint.postgres.schema import SCHEMA_VERSION

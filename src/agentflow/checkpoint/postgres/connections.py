@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 
 from agentflow.checkpoint.postgres.driver_errors import DRIVER_ERRORS
 

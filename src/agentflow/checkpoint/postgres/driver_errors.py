@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 
 from agentflow.errors import (
     AgentflowError,
