@@ -75,17 +75,25 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
 
     # -- directories ----------------------------------------------------------
 
+    def _run_lock(self, key: str) -> contextlib.AbstractContextManager[None]:
+        return self._locked(f"{_RUNS}/{key}")
+
     @contextlib.contextmanager
     def _run_dir(self, key: str, create: bool) -> Iterator[int | None]:
         """The run's directory (made when ``create``), None when missing."""
-        what = f"the directory of run {key!r}"
         with self._within((_RUNS,), create) as runs:
             if runs is None:
                 yield None
                 return
-            mode = self._modes.directory if create else None
-            with opened(runs, key_path(key), what, mode) as fds:
-                yield None if fds is None else fds[-1]
+            with self._run_in(runs, key, create) as run:
+                yield run
+
+    @contextlib.contextmanager
+    def _run_in(self, runs: int, key: str, create: bool) -> Iterator[int | None]:
+        what = f"the directory of run {key!r}"
+        mode = self._modes.directory if create else None
+        with opened(runs, key_path(key), what, mode) as fds:
+            yield None if fds is None else fds[-1]
 
     def _index(self, status: CheckpointStatus, key: str, *, add: bool) -> None:
         with self._within((_STATUS, status.value), add) as index:
@@ -113,7 +121,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
         await self._io("create", self._create, *stored_of(row))
 
     def _create(self, stored: StoredHead, files: dict[str, bytes]) -> None:
-        with self._locked(stored.key), self._run_dir(stored.key, create=True) as run:
+        with self._run_lock(stored.key), self._run_dir(stored.key, create=True) as run:
             assert run is not None
             if read_head(run, stored.key) is not None:
                 raise CheckpointAlreadyExists(f"a record exists under {stored.key!r}")
@@ -126,7 +134,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
         for _ in range(_UNLOCKED_READS):
             with contextlib.suppress(PartMissing):  # a writer committed meanwhile
                 return self._read(key, locked=False)
-        with self._locked(key):
+        with self._run_lock(key):
             return self._read(key, locked=True)
 
     def _read(self, key: str, *, locked: bool) -> DurableCheckpoint | None:
@@ -142,7 +150,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
     def _delete(self, key: str) -> bool:
         """Renaming the run's directory away first makes the deletion atomic."""
         *branches, leaf = key_path(key)
-        with self._locked(key), self._within((_RUNS, *branches), create=False) as parent:
+        with self._run_lock(key), self._within((_RUNS, *branches), create=False) as parent:
             if parent is None:
                 return False
             with self._run_dir(key, create=False) as run:
@@ -185,7 +193,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
     def _claim(
         self, key: str, cycle: int, token: str, lease_ms: int, mode: ClaimMode
     ) -> DurableCheckpoint:
-        with self._locked(key), self._run_dir(key, create=False) as run:
+        with self._run_lock(key), self._run_dir(key, create=False) as run:
             stored = None if run is None else read_head(run, key)
             now = wall_clock_ms()
             error = claim_refusal(None if stored is None else stored.head, cycle, now, mode)
@@ -206,7 +214,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
         return await self._io("renew_claim", self._renew, key, claim_token, lease_ms)
 
     def _renew(self, key: str, token: str, lease_ms: int) -> int:
-        with self._locked(key), self._run_dir(key, create=False) as run:
+        with self._run_lock(key), self._run_dir(key, create=False) as run:
             stored = None if run is None else read_head(run, key)
             now = wall_clock_ms()
             error = renew_refusal(None if stored is None else stored.head, token, now)
@@ -230,7 +238,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
         return replace(write.record, lease_expires_at_ms=lease)
 
     def _write(self, write: Write) -> int | None:
-        with self._locked(write.key), self._run_dir(write.key, create=False) as run:
+        with self._run_lock(write.key), self._run_dir(write.key, create=False) as run:
             stored = None if run is None else read_head(run, write.key)
             if stored is None or not write.guard.holds(stored.head):
                 raise refusal(None if stored is None else stored.head, write.guard)
@@ -269,15 +277,20 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
         """Names from one index walk, then one head per run returned (and one peek)."""
         parts = (_RUNS,) if status is None else (_STATUS, status.value)
         found: list[RunSummary] = []
-        with self._within(parts, create=False) as index:
-            if index is None:
+        with (
+            self._within((_RUNS,), create=False) as runs,
+            self._within(parts, create=False) as index,
+        ):
+            if runs is None or index is None:
                 return found
             start = None if after is None else after.encode().hex()
             for encoded in walk(index, start):
                 key = key_of(encoded)
                 if key is None:
                     continue
-                head = self._head(key)
+                with self._run_in(runs, key, create=False) as run:
+                    stored = None if run is None else read_head(run, key)
+                head = None if stored is None else stored.head
                 if head is not None and status in (None, head.status):
                     found.append(RunSummary.of(key, head))
                     if len(found) > limit:
@@ -293,7 +306,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
 
     def _repair(self, key: str, status: CheckpointStatus) -> None:
         """Drop an index entry a killed writer left, if under the run's lock it is still stale."""
-        with self._locked(key):
+        with self._run_lock(key):
             head = self._head(key)
             if head is None or head.status is not status:
                 self._index(status, key, add=False)
