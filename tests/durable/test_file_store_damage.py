@@ -4,6 +4,7 @@ unaccepted events) is skipped and cleaned."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator, Callable
@@ -250,3 +251,24 @@ async def test_a_drawn_but_unaccepted_event_is_skipped(root: Path) -> None:
         {"sequence": 3},
     )
     assert again.inserted and [e.cursor for e in after.events] == [{"sequence": 3}]
+
+
+async def test_deletes_racing_finish_what_a_killed_delete_left(root: Path) -> None:
+    opened = [FileDurableStore(root) for _ in range(8)]
+    try:
+        for n, store in enumerate(opened):
+            await store.create(make_record(f"run-{n}"))
+        await opened[0].delete("run-0")
+        for n in range(20):  # as if deletes were killed between their rename and removal
+            left = root / ".durable" / "trash" / f"left-{n}" / "deep"
+            left.mkdir(parents=True)
+            (left / "body.0").write_bytes(b"x" * 100)
+        deleted = await asyncio.gather(
+            *(store.delete(f"run-{n}") for n, store in enumerate(opened) if n)
+        )
+        listed = await opened[0].list_runs()
+    finally:
+        for store in opened:
+            await store.close()
+    assert deleted == [True] * 7 and listed.runs == []
+    assert list((root / ".durable" / "trash").iterdir()) == []

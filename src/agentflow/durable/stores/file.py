@@ -28,7 +28,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 from agentflow.checkpoint.file import from_url as checkpointer_from_url
 from agentflow.checkpoint.file.fs import listdir, opened
@@ -168,10 +168,10 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
                 os.fsync(parent)
                 for status in statuses:
                     self._index(status, key, add=False)
-                shutil.rmtree(doomed, dir_fd=trash)
+                _remove_tree(trash, doomed)
                 for left in listdir(trash, (), "the durable store's trash"):
                     # what a delete killed before its removal left: anyone's to finish
-                    shutil.rmtree(left, dir_fd=trash, ignore_errors=True)
+                    _remove_tree(trash, left)
         return True
 
     # -- claims -----------------------------------------------------------------
@@ -310,6 +310,16 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
             head = self._head(key)
             if head is None or head.status is not status:
                 self._index(status, key, add=False)
+
+
+def _remove_tree(trash: int, name: str) -> None:
+    """Remove a run renamed into the trash; another delete may be removing it too."""
+
+    def gone(function: object, path: str, info: tuple[Any, BaseException, Any]) -> None:
+        if not isinstance(info[1], FileNotFoundError):
+            raise info[1]
+
+    shutil.rmtree(name, dir_fd=trash, onerror=gone)
 
 
 def from_url(url: str, *, namespace: str | None = None) -> FileDurableStore:
