@@ -94,6 +94,7 @@ def _header(data: bytes, where: str) -> tuple[dict[str, Any], bytes]:
         or type(header.get("event_id")) is not str
         or type(header.get("payload_digest")) is not str
         or type(header.get("sequence")) is not int
+        or header["sequence"] < 1
     ):
         raise _damaged(where)
     return header, data[end + 1 :]
