@@ -102,7 +102,10 @@ async def test_racing_processes_resume_each_run_exactly_once(scratch: Scratch) -
     for n, record in enumerate(stored):
         claims = sorted(per_worker[w][2 * n] for w in range(WORKERS))
         appends = sorted(per_worker[w][2 * n + 1] for w in range(WORKERS))
-        assert claims == ["checkpoint_claim_active"] * (WORKERS - 1) + ["ran"], n
+        # a loser names its refusal from the head it reads after its claim failed; by
+        # then the winner may have committed the cycle too
+        lost = {"checkpoint_claim_active", "checkpoint_cycle_conflict"}
+        assert claims[-1] == "ran" and set(claims[:-1]) <= lost, (n, claims)
         assert appends == ["duplicate"] * (WORKERS - 1) + ["inserted"], n
         winner = next(w for w in range(WORKERS) if per_worker[w][2 * n] == "ran")
         assert record is not None and (record.cycle_index, record.resume_attempt) == (1, 2)
