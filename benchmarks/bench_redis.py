@@ -129,7 +129,7 @@ async def _langgraph(prefix: str, states: list[dict[str, Any]]) -> AsyncIterator
 
         async def history(thread: str) -> int:
             config = {"configurable": {"thread_id": thread}}
-            found = [1 async for _ in saver.alist(config)]  # type: ignore[arg-type]
+            found = [1 async for _ in saver.alist(config)]  # type: ignore[arg-type,unused-ignore]
             return len(found)
 
         yield _Saver(put, get_latest, history)

@@ -49,7 +49,7 @@ def af(
 
 
 def af_json(cwd: Path, *args: str, **extra: str) -> Any:
-    return json.loads(af(cwd, *args, "--json", **extra).stdout)
+    return json.loads(af(cwd, *args, "--json", check=True, timeout=60, **extra).stdout)
 
 
 def af_tty(

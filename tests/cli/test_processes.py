@@ -52,7 +52,7 @@ def test_three_worker_processes_resume_each_due_run_exactly_once(tmp_path: Path)
 def _continue(cwd: Path, thread: str) -> dict[str, object]:
     """Resume a killed demo the way a user would, answering the approval."""
     for _ in range(6):
-        state = af_json(cwd, "show", thread)
+        state: dict[str, object] = af_json(cwd, "show", thread)
         if state["status"] == "done":
             return state
         if state["status"] == "interrupted":

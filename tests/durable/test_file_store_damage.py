@@ -18,6 +18,7 @@ from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.stores import file as file_module
+from agentflow.durable.stores import file_run
 from agentflow.durable.stores.file import FileDurableStore
 from agentflow.durable.stores.file_events import FileRunEventStore
 from agentflow.durable.stores.file_names import key_path
@@ -149,7 +150,7 @@ async def test_a_load_that_meets_a_replaced_part_reads_again(
     """A writer in between a reader's head and its parts: the reader reads again
     (at last under the run's lock) and gets the new record, whole."""
     record = await claimed(store)
-    real = file_module.read_head
+    real = file_run.read_head
     meddle = [2]  # writes slipped in after the first two lock-free head reads
 
     def read_head_then_write(run: int, key: str) -> Any:

@@ -235,8 +235,7 @@ def _model(cls: Any, code: int, kwargs: dict[str, Any]) -> Any:
 
 def _numpy_array(meta: Any) -> Any:
     try:
-        import numpy as np
-
+        np = importlib.import_module("numpy")  # optional: only a state holding arrays needs it
         dtype, shape, order, buffer = meta
         kind = np.dtype(dtype)
         if kind.hasobject:
