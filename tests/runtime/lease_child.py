@@ -4,8 +4,9 @@
   itself at the charge step, before it calls anything);
 * ``resume DB THREAD``: print ``ready``, wait for a line on stdin, resume the
   thread; exit 0 if it ran, 3 if another process held it, 4 if it had ended;
-* ``worker DB SECONDS``: scan for due ``slow_charge_graph`` runs for SECONDS and
-  print how many runs this worker resumed and was refused.
+* ``worker DB SECONDS``: print ``ready``, wait for a line on stdin, scan for due
+  ``slow_charge_graph`` runs for SECONDS and print how many runs this worker
+  resumed and was refused.
 
 Leases are :data:`LEASE` long, so a dead holder's run is taken over quickly.
 """
@@ -32,6 +33,9 @@ async def main(mode: str, db: str, *rest: str) -> int:
         if mode == "worker":
             graph = slow_charge_graph().compile(store, durable=durable, claim_ttl=LEASE)
             worker, resumed, refused = Worker([graph]), 0, 0
+            await worker.due()
+            print("ready", flush=True)
+            await asyncio.to_thread(sys.stdin.readline)
             deadline = time.monotonic() + float(rest[0])
             while time.monotonic() < deadline:
                 outcome = await worker.run_once()

@@ -33,6 +33,16 @@ def _child(*args: str, stdin: bool = False) -> subprocess.Popen[str]:
     )
 
 
+def _start_together(children: list[subprocess.Popen[str]]) -> None:
+    """Wait until every child is ready, then let them all go at once."""
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+
+
 @pytest.mark.slow
 def test_two_processes_resuming_a_run_that_died_between_steps_run_it_once(
     tmp_path: Path,
@@ -42,13 +52,8 @@ def test_two_processes_resuming_a_run_that_died_between_steps_run_it_once(
         died = _child("run", str(db), "run", str(ledger))
         assert died.wait(timeout=30) == -9  # SIGKILL, in the step after a stored one
         resumers = [_child("resume", str(db), "run", stdin=True) for _ in range(2)]
-        for resumer in resumers:
-            assert resumer.stdout is not None and resumer.stdout.readline().strip() == "ready"
         time.sleep(2 * LEASE.total_seconds())  # the dead holder's lease lapses
-        for resumer in resumers:  # both at once
-            assert resumer.stdin is not None
-            resumer.stdin.write("go\n")
-            resumer.stdin.flush()
+        _start_together(resumers)
         codes = sorted(resumer.wait(timeout=30) for resumer in resumers)
         assert codes in ([0, CLAIMED], [0, ENDED]), f"trial {trial}: {codes}"
         assert len(ledger_lines(ledger)) == 1, f"trial {trial}"
@@ -68,8 +73,9 @@ async def test_three_worker_processes_on_steps_slower_than_their_lease_charge_on
 ) -> None:
     db, ledger = tmp_path / "runs.db", tmp_path / "ledger"
     await _due_runs(db, ledger)
-    seconds = str(16 * LEASE.total_seconds())  # workers start apart; each outlives a step
-    workers = [_child("worker", str(db), seconds) for _ in range(WORKERS)]
+    seconds = str(12 * LEASE.total_seconds())  # each worker outlives a step
+    workers = [_child("worker", str(db), seconds, stdin=True) for _ in range(WORKERS)]
+    _start_together(workers)
     reports = [json.loads(worker.communicate(timeout=60)[0]) for worker in workers]
     assert all(worker.returncode == 0 for worker in workers)
     lines = ledger_lines(ledger)

@@ -13,9 +13,17 @@ import pytest
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.durable import MemoryDurableStore
 from agentflow.errors import InvalidArgument
-from agentflow.runtime import START, Graph, NodeContext, NodeFailed, Worker
+from agentflow.runtime import (
+    START,
+    Graph,
+    NodeContext,
+    NodeFailed,
+    StepLimitExceeded,
+    Worker,
+    WorkerPass,
+)
 from tests.runtime.clock import Clock
-from tests.runtime.graphs import approval_graph, timer_graph
+from tests.runtime.graphs import approval_graph, counter_graph, counter_input, timer_graph
 from tests.runtime.holders import epoch_ms, hold
 
 
@@ -58,7 +66,7 @@ async def test_run_loop_stops_on_event(tmp_path: Path) -> None:
     stop = asyncio.Event()
     seen: list[int] = []
 
-    def on_pass(outcome: object) -> None:
+    def on_pass(outcome: WorkerPass) -> None:
         seen.append(len(outcome.resumed))
         stop.set()
 
@@ -116,3 +124,36 @@ async def test_a_crashed_workers_lease_is_taken_over_once_it_lapses(tmp_path: Pa
     clock.now += timedelta(seconds=31)
     assert [r.status for r in (await worker.run_once()).resumed] == ["done"]
     assert (tmp_path / "log").read_text().count("c ") == 1
+
+
+async def test_a_recovering_worker_takes_over_the_runs_a_dead_process_left(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    store, durable = MemoryCheckpointer(), MemoryDurableStore(clock=epoch_ms(clock))
+    timers = timer_graph().compile(store, durable=durable, clock=clock)
+    approvals = approval_graph().compile(store, durable=durable, clock=clock)
+    await timers.run({"seconds": 3600, "logfile": str(tmp_path / "log")}, thread="mid-step")
+    await approvals.run({"log": []}, thread="asks")
+    counter = counter_graph().compile(store, durable=durable, clock=clock, step_limit=1)
+    with pytest.raises(StepLimitExceeded):
+        await counter.run(counter_input(2), thread="loop")
+    for thread in ("mid-step", "asks", "loop"):  # their processes died holding them
+        await hold(durable, thread, "dead-host:1:x", lease_ms=30_000)
+    worker = Worker(
+        [timers, approvals, counter_graph().compile(store, durable=durable, clock=clock)]
+    )
+    assert await worker.stranded() == []
+    clock.now += timedelta(seconds=31)
+    assert sorted(await worker.stranded()) == ["asks", "loop", "mid-step"]
+    assert (await worker.run_once()).resumed == []  # without recover: only due timers
+    outcome = await worker.run_once(recover=True)
+    assert sorted((r.thread, r.status) for r in outcome.resumed) == [
+        ("asks", "interrupted"),
+        ("loop", "done"),
+        ("mid-step", "waiting"),
+    ]
+    assert await worker.stranded() == []
+    record = await durable.load("asks")
+    assert record is not None and record.claim_token is None  # committed, unanswered
+    assert (await approvals.resume("asks", "yes")).status == "done"

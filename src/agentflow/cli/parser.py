@@ -176,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between scans (default 1)",
     )
     p.add_argument("--concurrency", type=CONCURRENCY, default=4, help="runs resumed at once (4)")
+    p.add_argument(
+        "--recover",
+        action="store_true",
+        help="also take over runs whose process died (their lease lapsed)",
+    )
 
     p = add("copy", "copy threads from one store to another (resumable, verified)")
     p.add_argument("source", metavar="SRC_URL", help="store to read (never created)")

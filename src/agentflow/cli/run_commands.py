@@ -237,7 +237,7 @@ def _print_pass(s: Session, outcome: WorkerPass, seen: set[str] | None = None) -
 async def worker(s: Session) -> int:
     runner = Worker(s.registry.all_compiled(), concurrency=s.args.concurrency)
     if s.args.once:
-        _print_pass(s, await runner.run_once())
+        _print_pass(s, await runner.run_once(recover=s.args.recover))
         return 0
     stop = asyncio.Event()
     interrupted: list[int] = []
@@ -254,7 +254,10 @@ async def worker(s: Session) -> int:
             s.say(f"worker polling every {s.args.interval}s (Ctrl-C to stop)")
         seen: set[str] = set()
         await runner.run(
-            interval=s.args.interval, stop=stop, on_pass=lambda p: _print_pass(s, p, seen)
+            interval=s.args.interval,
+            stop=stop,
+            on_pass=lambda p: _print_pass(s, p, seen),
+            recover=s.args.recover,
         )
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -37,7 +37,6 @@ from agentflow.runtime.errors import (
     GraphInvalid,
     NotDue,
     NothingToResume,
-    StepClaimed,
     StepNotFound,
     ThreadExists,
     ThreadNotFound,
@@ -46,11 +45,9 @@ from agentflow.runtime.errors import (
 from agentflow.runtime.events import RunEvent, Sink, no_events, stream_of
 from agentflow.runtime.fork import fork_checkpoint
 from agentflow.runtime.graph import START
-from agentflow.runtime.leases import Lease, instant_us, lease_ms_of
-from agentflow.runtime.records import Records, durable_beside, finished
+from agentflow.runtime.leases import instant_us, lease_ms_of
+from agentflow.runtime.records import Records, durable_beside
 from agentflow.runtime.recovery import (
-    Reconciliation,
-    observation_of,
     record_decision,
     recover,
     would_defer_all,
@@ -59,6 +56,7 @@ from agentflow.runtime.result import RunResult
 from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY, runtime_of
 from agentflow.runtime.settle import Waiter, settle
 from agentflow.runtime.steps import StepRunner
+from agentflow.runtime.takeover import deferred, ended, refuse_answered, settle_cycle, where
 
 if TYPE_CHECKING:
     from agentflow.durable import DurableCheckpoint
@@ -81,14 +79,6 @@ async def read_checkpoint(
     if step is None or await checkpointer.get(thread) is None:
         raise ThreadNotFound(f"thread {thread!r} not found")
     raise StepNotFound(f"thread {thread!r} has no step {step}")
-
-
-def _deferred(record: DurableCheckpoint) -> tuple[Reconciliation, ...]:
-    return tuple(
-        Reconciliation(observation_of(entry), ReconciliationDecision.defer(), "policy")
-        for entry in (*record.model_call_journal, *record.tool_journal)
-        if entry.state.value == "ambiguous"
-    )
 
 
 class CompiledGraph:
@@ -337,30 +327,21 @@ class CompiledGraph:
             self.clock()
         )
         if latest.done or (latest.interrupted and not due):
-            return await self._where(latest)
+            return await where(self.durable, latest)
         record = await self.durable.load(latest.thread)
         if record is not None and record.terminal_result is not None:
-            return await self._where(latest)  # ended by an operator: say so, run nothing
+            return await where(self.durable, latest)  # ended by an operator: say so, run nothing
         return await self.resume(latest.thread)
-
-    async def _where(self, latest: Checkpoint) -> RunResult:
-        """A result for a run this call leaves as it is (with its pending decisions)."""
-        record = await self.durable.load(latest.thread)
-        if record is None:
-            return RunResult(latest)
-        if record.terminal_result is not None and not latest.done:
-            return RunResult(latest, _deferred(record), terminal=record.terminal_result)
-        return RunResult(latest, _deferred(record))
 
     async def _resume(self, thread: str, value: Any, step: int | None, sink: Sink) -> RunResult:
         cp = await self.get_state(thread, step)
         self._check_runnable(cp)
         if step is not None and cp.interrupted:
-            await self._refuse_answered(cp)
+            await refuse_answered(self.checkpointer, cp)
         if not cp.interrupted:
             if step is not None or cp.done:
                 if cp.done:
-                    await self._settle_finished(cp)
+                    await settle_cycle(self._records, self.durability, cp)
                 raise NothingToResume(
                     f"thread {thread!r} step {cp.step} is not suspended"
                     + (" (the run finished)" if cp.done else "")
@@ -375,15 +356,15 @@ class CompiledGraph:
                 raise NotDue(cp.thread, cp.step, cp.wake_at, left_us / 1e6)
         record = await self._records.ensure(thread)
         if self._records.admit(record) is Admission.REPLAY_TERMINAL:
-            raise await self._ended(cp, record.status.value)
+            raise await ended(self.checkpointer, cp, record.status.value)
         if record.status is CheckpointStatus.RECONCILIATION_REQUIRED and would_defer_all(
             record, self.durability
         ):
-            return RunResult(cp, _deferred(record))
+            return RunResult(cp, deferred(record))
         try:
             lease = await self._records.claim(record, cp.step)
-        except TerminalImmutable as ended:  # it finished between the read and the claim
-            raise await self._ended(cp, "finished") from ended
+        except TerminalImmutable as finished_meanwhile:  # between the read and the claim
+            raise await ended(self.checkpointer, cp, "finished") from finished_meanwhile
         try:
             decided = await recover(lease, self.durability) if lease.recovery else []
             latest = await self.get_state(thread)
@@ -397,7 +378,7 @@ class CompiledGraph:
         if latest.step != cp.step:  # it moved on before this claim: continue from there
             await lease.release()
             if cp.interrupted:
-                await self._refuse_answered(cp)
+                await refuse_answered(self.checkpointer, cp)
             return await self._resume(thread, None, None, sink)
         section = runtime_of(cp)
         if not cp.interrupted:
@@ -413,46 +394,21 @@ class CompiledGraph:
             )
         return RunResult(result.checkpoint, (*decided, *result.reconciliations), result.terminal)
 
-    async def _ended(self, cp: Checkpoint, how: str) -> NothingToResume:
-        """Why a run that ended cannot be resumed (a :class:`StepClaimed` if someone
-        else answered the suspend ``cp`` meanwhile)."""
-        if cp.interrupted:
-            await self._refuse_answered(cp)
-        return NothingToResume(f"thread {cp.thread!r} was ended ({how}) and cannot be resumed")
+    async def recover(self, thread: str) -> RunResult:
+        """Take over ``thread`` if the process that held it died; run nothing else.
 
-    async def _refuse_answered(self, cp: Checkpoint) -> None:
-        """Raise :class:`StepClaimed` when the run has moved past the suspend ``cp``."""
-        latest = await self.get_state(cp.thread)
-        if latest.step == cp.step:
-            return
-        answered = await self.checkpointer.get(cp.thread, cp.step + 1)
-        by = runtime_of(answered).get("by") if answered is not None else None
-        raise StepClaimed(
-            cp.thread,
-            cp.step,
-            cp.revision,
-            cp.revision,
-            holder=str(by or "another process"),
-            until="",
-            moved_on=latest.step,
-        )
-
-    async def _settle_finished(self, cp: Checkpoint) -> None:
-        """Finalize the record of a run whose last step was stored but not finalized."""
-        record = await self.durable.load(cp.thread)
-        if record is None or record.terminal_result is not None:
-            return
-        try:
-            lease = await Lease.take(
-                self.durable,
-                record,
-                owner=self.owner,
-                lease_ms=self._records.lease_ms,
-                step=cp.step,
-            )
-        except (StepClaimed, DurableError):
-            return  # another process holds it, or it moved on: it settles it
-        try:
-            await lease.finalize(finished(lease.record, cp))
-        finally:
-            await lease.release()
+        A run whose holder died during a step (its lease lapsed) is resumed:
+        its frontier runs again, replaying the calls it journaled. A run whose
+        holder died after storing a suspend or its last step has that cycle
+        committed (or finalized), and waits as it did, its interrupt
+        unanswered. A run nobody holds, or whose holder's lease is live, is
+        left as it is. The worker's ``recover`` pass calls this.
+        """
+        latest = await self.get_state(thread)
+        self._check_runnable(latest)
+        if latest.done or latest.interrupted:
+            return await settle_cycle(self._records, self.durability, latest)
+        record = await self.durable.load(thread)
+        if record is not None and record.terminal_result is not None:
+            return await where(self.durable, latest)
+        return await self.resume(thread)

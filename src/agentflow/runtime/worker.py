@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agentflow.checkpoint.base import ThreadInfo
-from agentflow.durable import DurableConflict
+from agentflow.durable import CheckpointStatus, DurableConflict
 from agentflow.errors import (
     AgentflowError,
     CheckpointConflict,
@@ -27,6 +27,7 @@ from agentflow.errors import (
 )
 from agentflow.runtime.engine import CompiledGraph
 from agentflow.runtime.errors import NotDue, NothingToResume
+from agentflow.runtime.leases import instant_us
 from agentflow.runtime.result import RunResult
 from agentflow.runtime.section import runtime_of
 
@@ -63,8 +64,11 @@ class Worker:
         if not graphs:
             raise InvalidArgument("a worker needs at least one compiled graph")
         self.checkpointer = graphs[0].checkpointer
+        self.durable = graphs[0].durable
         if any(g.checkpointer is not self.checkpointer for g in graphs):
             raise InvalidArgument("every graph of a worker must use the same checkpointer")
+        if any(g.durable is not self.durable for g in graphs):
+            raise InvalidArgument("every graph of a worker must use the same durable store")
         if concurrency < 1:
             raise InvalidArgument(f"concurrency must be at least 1, got {concurrency}")
         self._graphs = {g.name: g for g in graphs}
@@ -87,12 +91,46 @@ class Worker:
             if cursor is None:
                 return found
 
-    async def run_once(self) -> WorkerPass:
-        """Scan once and resume every due run this worker can take."""
+    async def stranded(self) -> list[str]:
+        """Threads whose holder's lease has lapsed: runs a dead process left.
+
+        Read from the durable store's running records (O(running runs)); the
+        lease is compared with the graphs' clock here, and decided by the
+        store's clock when a run is taken over.
+        """
+        now = instant_us(self._clock()) // 1000
+        found: list[str] = []
+        cursor: str | None = None
+        while True:
+            page = await self.durable.list_runs(
+                status=CheckpointStatus.RUNNING, limit=_PAGE, cursor=cursor
+            )
+            found.extend(
+                run.key
+                for run in page.runs
+                if run.claimed and (run.lease_expires_at_ms or 0) <= now
+            )
+            cursor = page.next_cursor
+            if cursor is None:
+                return found
+
+    async def run_once(self, *, recover: bool = False) -> WorkerPass:
+        """Scan once and resume every due run this worker can take.
+
+        With ``recover`` it also takes over every stranded run (see
+        :meth:`stranded` and :meth:`CompiledGraph.recover`): so no run is lost
+        when its process dies mid-step.
+        """
         outcome = WorkerPass()
         async with asyncio.TaskGroup() as group:
-            for info in await self.due():
-                group.create_task(self._wake(info, outcome))
+            due = await self.due()
+            for info in due:
+                group.create_task(self._wake(info.thread, info.latest_step, outcome))
+            if recover:
+                woken = {info.thread for info in due}
+                for thread in await self.stranded():
+                    if thread not in woken:
+                        group.create_task(self._wake(thread, None, outcome))
         return outcome
 
     async def run(
@@ -101,6 +139,7 @@ class Worker:
         interval: float = 1.0,
         stop: asyncio.Event | None = None,
         on_pass: Callable[[WorkerPass], None] | None = None,
+        recover: bool = False,
     ) -> None:
         """Scan every ``interval`` seconds until ``stop`` is set.
 
@@ -110,7 +149,7 @@ class Worker:
         stop = stop or asyncio.Event()
         while not stop.is_set():
             try:
-                outcome = await self.run_once()
+                outcome = await self.run_once(recover=recover)
             except StoreUnavailable:
                 outcome = None
             if outcome is not None and on_pass is not None:
@@ -118,21 +157,25 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=interval)
 
-    async def _wake(self, info: ThreadInfo, outcome: WorkerPass) -> None:
+    async def _wake(self, thread: str, step: int | None, outcome: WorkerPass) -> None:
+        """Resume the due suspend at ``step``, or (``step`` None) recover ``thread``."""
         async with self._slots:
             try:
-                cp = await self.checkpointer.get(info.thread, info.latest_step)
+                cp = await self.checkpointer.get(thread, step)
             except AgentflowError as exc:
-                outcome.failed.append((info.thread, exc))
+                outcome.failed.append((thread, exc))
                 return
             graph = self._graphs.get(str(runtime_of(cp).get("graph"))) if cp else None
             if cp is None or graph is None:
                 if cp is not None:
-                    outcome.unknown.append(info.thread)
+                    outcome.unknown.append(thread)
                 return
             try:
-                outcome.resumed.append(await graph.resume(info.thread, step=info.latest_step))
+                if step is None:
+                    outcome.resumed.append(await graph.recover(thread))
+                else:
+                    outcome.resumed.append(await graph.resume(thread, step=step))
             except (CheckpointConflict, DurableConflict, NothingToResume, NotDue) as exc:
-                outcome.taken.append((info.thread, exc))
+                outcome.taken.append((thread, exc))
             except AgentflowError as exc:  # one bad run must not stop the others
-                outcome.failed.append((info.thread, exc))
+                outcome.failed.append((thread, exc))
