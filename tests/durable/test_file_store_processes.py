@@ -11,6 +11,7 @@ commits, finalizes, deletes, appends) and SIGKILLs it at random moments:
 from __future__ import annotations
 
 import asyncio
+import importlib
 import multiprocessing
 import os
 import random
@@ -20,10 +21,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from threading import Barrier
+from typing import Any
 
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import DurableConflict, DurableError
+from agentflow.durable.store import DurableStore
 from agentflow.durable.stores.file import FileDurableStore
 from agentflow.durable.stores.file_events import FileRunEventStore
 from agentflow.durable.stores.file_names import key_of
@@ -47,10 +50,24 @@ async def _meet() -> None:
     await asyncio.to_thread(_shared["barrier"].wait, _BARRIER_TIMEOUT)
 
 
-async def _race(root: str, worker: int, keys: list[str]) -> list[str]:
+#: How a worker opens its stores: the durable and the event store class (``module:Class``)
+#: and the arguments both take. Any backend's stores can race here.
+Recipe = tuple[str, str, tuple[Any, ...], dict[str, Any]]
+
+
+def _class(path: str) -> Any:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+async def _race(recipe: Recipe, worker: int, keys: list[str]) -> list[str]:
+    durable, event_store, args, kwargs = recipe
     outcomes: list[str] = []
-    async with FileDurableStore(root) as store, FileRunEventStore(root) as events:
-        await store.load(keys[0])
+    async with (
+        _class(durable)(*args, **kwargs) as store,
+        _class(event_store)(*args, **kwargs) as events,
+    ):
+        await store.load(keys[0])  # opened and checked before any race
         for key in keys:
             await _meet()
             try:
@@ -70,32 +87,31 @@ async def _race(root: str, worker: int, keys: list[str]) -> list[str]:
     return outcomes
 
 
-def race(root: str, worker: int, keys: list[str]) -> list[str]:
+def race(recipe: Recipe, worker: int, keys: list[str]) -> list[str]:
     """Child entry point: one worker's outcome of every race, in order."""
-    return asyncio.run(_race(root, worker, keys))
+    return asyncio.run(_race(recipe, worker, keys))
 
 
-async def test_racing_processes_claim_and_append_exactly_once(tmp_path: Path) -> None:
-    root = tmp_path / "store"
+async def race_processes(store: DurableStore, recipe: Recipe) -> None:
+    """Spawned workers race recovery claims of runs whose holder died, then appends
+    of one event id and of one id with different payloads: one winner each."""
     keys = [f"run-{n}" for n in range(ROUNDS)]
-    async with FileDurableStore(root) as store:
-        for key in keys:  # each run's holder died: only a recovery claim takes it
-            await store.create(make_record(key))
-            await take(store, "dead-holder", key=key, lease_ms=LAPSED_MS)
-        await lapse()
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            WORKERS, mp_context=ctx, initializer=_init, initargs=(ctx.Barrier(WORKERS),)
-        ) as pool:
-            loop = asyncio.get_running_loop()
-            per_worker = await asyncio.gather(
-                *(loop.run_in_executor(pool, race, str(root), w, keys) for w in range(WORKERS))
-            )
-        stored = [await store.load(key) for key in keys]
+    for key in keys:
+        await store.create(make_record(key))
+        await take(store, "dead-holder", key=key, lease_ms=LAPSED_MS)
+    await lapse()
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        WORKERS, mp_context=ctx, initializer=_init, initargs=(ctx.Barrier(WORKERS),)
+    ) as pool:
+        loop = asyncio.get_running_loop()
+        per_worker = await asyncio.gather(
+            *(loop.run_in_executor(pool, race, recipe, w, keys) for w in range(WORKERS))
+        )
     for round_, key in enumerate(keys):
         outcomes = [worker[round_] for worker in per_worker]
         assert sorted(outcomes) == ["checkpoint_claim_active"] * (WORKERS - 1) + ["claimed"]
-        record = stored[round_]
+        record = await store.load(key)
         assert record is not None and (record.revision, record.resume_attempt) == (2, 2)
         assert record.claim_token == f"worker-{outcomes.index('claimed')}", key
     same = sorted(worker[ROUNDS] for worker in per_worker)
@@ -103,6 +119,18 @@ async def test_racing_processes_claim_and_append_exactly_once(tmp_path: Path) ->
     assert same == [f"duplicate {sequence}"] * (WORKERS - 1) + [f"inserted {sequence}"]
     different = sorted(worker[ROUNDS + 1].split()[0] for worker in per_worker)
     assert different == ["event_identity_conflict"] * (WORKERS - 1) + ["inserted"]
+
+
+async def test_racing_processes_claim_and_append_exactly_once(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    recipe: Recipe = (
+        "agentflow.durable.stores.file:FileDurableStore",
+        "agentflow.durable.stores.file_events:FileRunEventStore",
+        (root,),
+        {},
+    )
+    async with FileDurableStore(root) as store:
+        await race_processes(store, recipe)
 
 
 async def _cycle(store: FileDurableStore, events: FileRunEventStore, rng: random.Random) -> None:

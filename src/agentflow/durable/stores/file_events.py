@@ -107,16 +107,8 @@ class FileRunEventStore(FileStoreBase):
     Cursors are ``{"sequence": n}``, one sequence per namespace.
     """
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] = ".runs",
-        *,
-        namespace: str | None = None,
-        secure_permissions: bool = True,
-    ) -> None:
-        super().__init__(root, namespace=namespace, secure_permissions=secure_permissions)
-        #: The highest sequence this store saw drawn; where the next search starts.
-        self._drawn = 0
+    #: The highest sequence this store saw drawn; where the next search starts.
+    _drawn: int = 0
 
     @property
     def store_ref(self) -> CapabilityRef:
