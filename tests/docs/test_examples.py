@@ -12,10 +12,13 @@ How blocks are run (the rules a docs writer needs):
   so a block may use files an earlier one wrote. The venv's ``bin`` comes
   first on ``PATH``, as after ``. .venv/bin/activate``; ``MONGODB_URI``,
   ``AGENTFLOW_POSTGRES_DSN`` and ``REDIS_URL`` name the test servers.
-- A Python block is a complete script, run as ``python block.py``; one that
+- A Python block is a complete script, run as ``python block.py`` with the
+  scratch directory on the import path (so it imports the modules named
+  blocks wrote there, and the repository's top-level packages); one that
   imports pytest is a test module and runs under ``python -m pytest`` with no
   configuration but its own (so it must declare any plugin it needs). Every
-  Python block that runs also passes ``mypy --strict``.
+  Python block that runs also passes ``mypy --strict`` under the project's
+  configuration (which names the installed packages that carry no types).
 - A shell block runs under ``bash -euo pipefail``.
 """
 
@@ -113,6 +116,7 @@ def test_every_block_of_the_document_runs(document: Path, tmp_path: Path) -> Non
         return  # a document without runnable blocks has nothing to check
     cwd = _scratch(tmp_path)
     variables = _environment(any("mongodb" in b.code.lower() for b in blocks))
+    variables["PYTHONPATH"] = str(cwd)  # modules written there import, as from the clone's root
     for block in blocks:
         done = _run(_command(block, _script(cwd, block)), cwd, variables)
         if done.returncode != 0:
@@ -136,6 +140,7 @@ def test_every_python_block_passes_mypy_strict(tmp_path: Path) -> None:
         module.write_text(block.code)
         modules.append(str(module))
     mypy = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(ROOT / ".mypy_cache")]
+    mypy += ["--config-file", str(ROOT / "pyproject.toml")]  # which packages have no types
     done = _run([*mypy, *modules], tmp_path, None)
     if done.returncode != 0:
         pytest.fail(f"mypy --strict on the docs' Python blocks:\n{done.stdout}", pytrace=False)
