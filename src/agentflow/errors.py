@@ -23,6 +23,7 @@ __all__ = [
     "InvalidStoreUrl",
     "InvalidThreadId",
     "StoreClosed",
+    "StoreNotFound",
     "StoreUnavailable",
 ]
 
@@ -109,6 +110,16 @@ class StoreClosed(CheckpointError):
     """The checkpointer was closed; open a new one to go on."""
 
     code = "store_closed"
+
+
+class StoreNotFound(CheckpointError):
+    """A store opened with ``create=False`` has no tables, keys or layout yet.
+
+    Nothing was created: a read-only caller sees an absent store as absent
+    instead of leaving an empty one behind.
+    """
+
+    code = "store_not_found"
 
 
 class StoreUnavailable(CheckpointError):
