@@ -1,12 +1,15 @@
-"""Child process for the lease tests: ``python -m tests.runtime.lease_child MODE DB ...``.
+"""Child process for the lease tests: ``python -m tests.runtime.lease_child MODE URL NS ...``.
 
-* ``run DB THREAD LEDGER``: start a run of ``dies_between_steps_graph`` (it kills
-  itself at the charge step, before it calls anything);
-* ``resume DB THREAD``: print ``ready``, wait for a line on stdin, resume the
-  thread; exit 0 if it ran, 3 if another process held it, 4 if it had ended;
-* ``worker DB SECONDS``: print ``ready``, wait for a line on stdin, scan for due
-  ``slow_charge_graph`` runs for SECONDS and print how many runs this worker
-  resumed and was refused.
+The store is opened from its URL and namespace (:func:`tests.runtime.shared_stores.opened`),
+so one child serves every backend.
+
+* ``run URL NAMESPACE THREAD LEDGER``: start a run of ``dies_between_steps_graph``
+  (it kills itself at the charge step, before it calls anything);
+* ``resume URL NAMESPACE THREAD``: print ``ready``, wait for a line on stdin, resume
+  the thread; exit 0 if it ran, 3 if another process held it, 4 if it had ended;
+* ``worker URL NAMESPACE SECONDS``: print ``ready``, wait for a line on stdin, scan
+  for due ``slow_charge_graph`` runs for SECONDS and print how many runs this
+  worker resumed and was refused.
 
 Leases are :data:`LEASE` long, so a dead holder's run is taken over quickly.
 """
@@ -19,17 +22,16 @@ import sys
 import time
 from datetime import timedelta
 
-from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import NothingToResume, StepClaimed, Worker
 from tests.runtime.graphs import dies_between_steps_graph, slow_charge_graph
+from tests.runtime.shared_stores import opened
 
 LEASE = timedelta(seconds=0.3)
 CLAIMED, ENDED = 3, 4
 
 
-async def main(mode: str, db: str, *rest: str) -> int:
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+async def main(mode: str, url: str, namespace: str, *rest: str) -> int:
+    async with opened(url, namespace) as (store, durable):
         if mode == "worker":
             graph = slow_charge_graph().compile(store, durable=durable, claim_ttl=LEASE)
             worker, resumed, refused = Worker([graph]), 0, 0

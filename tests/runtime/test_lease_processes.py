@@ -1,30 +1,38 @@
-"""Leases between real processes on SQLite: no run is run twice, none is lost."""
+"""Leases between real processes, on every backend a process can share: no run is
+run twice, none is lost."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
-import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
+from agentflow.runtime import Worker
 from tests.runtime.graphs import ledger_lines, slow_charge_graph
 from tests.runtime.lease_child import CLAIMED, ENDED, LEASE
+from tests.runtime.shared_stores import PROCESS_BACKENDS, SharedStore, opened, shared_store
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIALS = 5
+TRIALS = 3
 RUNS = 4
 WORKERS = 3
 
 
-def _child(*args: str, stdin: bool = False) -> subprocess.Popen[str]:
+@pytest.fixture(params=PROCESS_BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SharedStore]:
+    async with shared_store(request.param, tmp_path) as shared:
+        yield shared
+
+
+def _child(store: SharedStore, mode: str, *args: str, stdin: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.runtime.lease_child", *args],
+        [sys.executable, "-m", "tests.runtime.lease_child", mode, *store.args, *args],
         cwd=ROOT,
         stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
@@ -44,37 +52,38 @@ def _start_together(children: list[subprocess.Popen[str]]) -> None:
 
 
 @pytest.mark.slow
-def test_two_processes_resuming_a_run_that_died_between_steps_run_it_once(
-    tmp_path: Path,
+async def test_two_processes_resuming_a_run_that_died_between_steps_run_it_once(
+    store: SharedStore, tmp_path: Path
 ) -> None:
     for trial in range(TRIALS):
-        db, ledger = tmp_path / f"t{trial}.db", tmp_path / f"ledger{trial}"
-        died = _child("run", str(db), "run", str(ledger))
-        assert died.wait(timeout=30) == -9  # SIGKILL, in the step after a stored one
-        resumers = [_child("resume", str(db), "run", stdin=True) for _ in range(2)]
-        time.sleep(2 * LEASE.total_seconds())  # the dead holder's lease lapses
+        thread, ledger = f"run-{trial}", tmp_path / f"ledger{trial}"
+        died = _child(store, "run", thread, str(ledger))
+        assert died.wait(timeout=60) == -9  # SIGKILL, in the step after a stored one
+        resumers = [_child(store, "resume", thread, stdin=True) for _ in range(2)]
+        await asyncio.sleep(2 * LEASE.total_seconds())  # the dead holder's lease lapses
         _start_together(resumers)
-        codes = sorted(resumer.wait(timeout=30) for resumer in resumers)
+        codes = sorted(resumer.wait(timeout=60) for resumer in resumers)
         assert codes in ([0, CLAIMED], [0, ENDED]), f"trial {trial}: {codes}"
         assert len(ledger_lines(ledger)) == 1, f"trial {trial}"
 
 
-async def _due_runs(db: Path, ledger: Path) -> None:
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-        compiled = slow_charge_graph().compile(store, durable=durable)
+async def _due_runs(store: SharedStore, ledger: Path) -> None:
+    async with opened(*store.args) as (checkpointer, durable):
+        compiled = slow_charge_graph().compile(checkpointer, durable=durable)
         for i in range(RUNS):
             state = {"slow": 8 * LEASE.total_seconds(), "ledger": str(ledger)}
             await compiled.run(state, thread=f"run-{i}")
+        assert len(await Worker([compiled]).due()) == RUNS
 
 
 @pytest.mark.slow
 async def test_three_worker_processes_on_steps_slower_than_their_lease_charge_once(
-    tmp_path: Path,
+    store: SharedStore, tmp_path: Path
 ) -> None:
-    db, ledger = tmp_path / "runs.db", tmp_path / "ledger"
-    await _due_runs(db, ledger)
+    ledger = tmp_path / "ledger"
+    await _due_runs(store, ledger)
     seconds = str(12 * LEASE.total_seconds())  # each worker outlives a step
-    workers = [_child("worker", str(db), seconds, stdin=True) for _ in range(WORKERS)]
+    workers = [_child(store, "worker", seconds, stdin=True) for _ in range(WORKERS)]
     _start_together(workers)
     reports = [json.loads(worker.communicate(timeout=60)[0]) for worker in workers]
     assert all(worker.returncode == 0 for worker in workers)
