@@ -1,0 +1,213 @@
+"""The stored form of each part of a run: body, journal entries, event payloads.
+
+Every part a durable store keeps is checked on every read, on every backend,
+because the canonical JSON it holds validates only its shape: a flipped bit
+inside a string (a message, a tool argument, an event field) would still
+decode, as other data. A part is stored in one of two envelopes:
+
+* ``[1,"<16 hex digits>",<canonical JSON>]`` (integrity, always on): XXH3-64
+  of the JSON, seeded with the part's identity (envelope version, namespace,
+  run key, part name), so a damaged part, or one copied to another run,
+  place or namespace, raises :class:`~agentflow.durable.errors.DurableCorrupted`.
+  It is JSON, so it fits the SQLite store's JSON journal columns and stays
+  readable with a JSON tool;
+* ``[2,"<base64 of a sealed record>"]`` (sealing, opt in): AES-256-GCM by
+  :class:`~agentflow.checkpoint.sealing.Sealer`, the associated data naming
+  the namespace, run key (or event id), part name and envelope version.
+
+Parts written before the envelopes (a bare JSON object) still read, without
+a check, unless sealing is configured: then anything not sealed is refused.
+The head (revision, status, claim, lease, flags, identity digest) is not a
+part: writes compare it, so it stays plain, and decoding checks it against
+the body.
+"""
+
+from __future__ import annotations
+
+import binascii
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
+
+from xxhash import xxh3_64_hexdigest, xxh3_64_intdigest
+
+from agentflow.durable.enums import OperationKind
+from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.rows import RunRow, decode_row, encode_row
+from agentflow.durable.transitions import JournalPut, JournalReplace, Write
+from agentflow.errors import CheckpointCorrupted, InvalidArgument
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing, Sealer
+
+__all__ = ["BODY", "CHECKED_VERSION", "EVENT", "SEALED_VERSION", "RunParts", "entry_part"]
+
+#: Envelope versions; each is bound into what it checks.
+CHECKED_VERSION: Final = 1
+SEALED_VERSION: Final = 2
+#: Part names: the body, and the payload of an event (whose key is the event id).
+BODY: Final = "body"
+EVENT: Final = "event"
+_CHECKED: Final = b'[1,"'
+_SEALED: Final = b'[2,"'
+_DIGITS: Final = 16
+_MID: Final = b'",'
+_START: Final = len(_CHECKED) + _DIGITS + len(_MID)
+_SEALED_TAIL: Final = b'"]'
+_INTEGRITY: Final = "checkpoint_integrity_invalid"
+_SEALING: Final = "checkpoint_sealing_invalid"
+
+
+def entry_part(kind: OperationKind, index: int) -> str:
+    """The part name of the journal entry at ``index`` of ``kind`` (``model.0``, ``tool.3``)."""
+    return f"{kind.value}.{index}"
+
+
+def _identity(*fields: str | int) -> bytes:
+    """The fields, each length-prefixed, so no two different lists give the same bytes."""
+    data = [str(field).encode() for field in fields]
+    return b"".join(len(item).to_bytes(4, "big") + item for item in data)
+
+
+class RunParts:
+    """How one store keeps the parts of its namespace's runs and events.
+
+    ``sealing`` (a :class:`~agentflow.checkpoint.sealing.KeyRing`) seals every
+    part with its current key and opens with any key it holds, retired ones
+    included; without it parts carry the integrity checksum. A store builds
+    one from its ``namespace`` and ``sealing`` arguments and passes every
+    row, planned write and event payload through it.
+    """
+
+    __slots__ = ("_namespace", "_sealer")
+
+    def __init__(self, namespace: str, sealing: KeyRing | None = None) -> None:
+        self._namespace = namespace
+        self._sealer: Sealer | None = None
+        if sealing is not None:
+            from agentflow.checkpoint.sealing import KeyRing, Sealer
+
+            if not isinstance(sealing, KeyRing):
+                raise InvalidArgument(f"sealing needs a KeyRing, got {type(sealing).__name__}")
+            self._sealer = Sealer(sealing)
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealer is not None
+
+    def __repr__(self) -> str:
+        return f"RunParts({self._namespace!r}, sealing={self._sealer!r})"
+
+    def _checksum(self, key: str, part: str, data: bytes) -> bytes:
+        seed = xxh3_64_intdigest(_identity(CHECKED_VERSION, self._namespace, key, part))
+        return xxh3_64_hexdigest(data, seed=seed).encode("ascii")
+
+    def _context(self, key: str, part: str) -> bytes:
+        return _identity("durable-part", SEALED_VERSION, self._namespace, key, part)
+
+    def seal(self, key: str, part: str, data: bytes) -> bytes:
+        """The stored form of the canonical JSON ``data`` of ``part`` of run (or event) ``key``."""
+        if self._sealer is None:
+            return b"".join((_CHECKED, self._checksum(key, part, data), _MID, data, b"]"))
+        sealed = self._sealer.seal(data, self._context(key, part))
+        return b"".join((_SEALED, binascii.b2a_base64(sealed, newline=False), _SEALED_TAIL))
+
+    def open(self, key: str, part: str, stored: bytes) -> bytes:
+        """The canonical JSON a stored part holds, once its checksum or seal holds.
+
+        Raises :class:`DurableCorrupted` naming the run and part, never its data.
+        """
+        where = f"stored {part} of {key!r}"
+        if not isinstance(stored, bytes):
+            raise DurableCorrupted(_INTEGRITY, f"{where} is not bytes")
+        if self._sealer is not None:
+            if not (stored.startswith(_SEALED) and stored.endswith(_SEALED_TAIL)):
+                raise DurableCorrupted(
+                    _SEALING,
+                    f"{where} is not sealed, and a store with sealing configured refuses it",
+                )
+            try:
+                sealed = binascii.a2b_base64(
+                    stored[len(_SEALED) : -len(_SEALED_TAIL)], strict_mode=True
+                )
+                return self._sealer.open(sealed, self._context(key, part), where).plaintext
+            except binascii.Error:
+                raise DurableCorrupted(_SEALING, f"{where}: the sealed record is damaged") from None
+            except CheckpointCorrupted as exc:
+                raise DurableCorrupted(_SEALING, str(exc)) from None
+        if (
+            stored.startswith(_CHECKED)
+            and stored.endswith(b"]")
+            and stored[_START - 2 : _START] == _MID
+        ):
+            data = stored[_START:-1]
+            if stored[len(_CHECKED) : _START - 2] == self._checksum(key, part, data):
+                return data
+            raise DurableCorrupted(
+                _INTEGRITY,
+                f"{where} fails its integrity check: damaged or edited, or it belongs elsewhere",
+            )
+        if stored.startswith(_SEALED):
+            raise DurableCorrupted(_SEALING, f"{where} is sealed, and this store has no key ring")
+        if stored.startswith(b"{"):
+            return stored  # written before the envelopes; decoding still validates it
+        raise DurableCorrupted(
+            _INTEGRITY, f"{where} is in no format this version reads (damaged, or newer)"
+        )
+
+    def seal_event(self, event_id: str, data: bytes) -> bytes:
+        """The stored form of an event's canonical JSON: sealed, or as it is (the
+        event's SHA-256 digest, kept beside it and checked on every read, is its
+        integrity check)."""
+        return data if self._sealer is None else self.seal(event_id, EVENT, data)
+
+    def open_event(self, event_id: str, stored: bytes) -> bytes:
+        """The canonical JSON of a stored event, opened when sealing is configured."""
+        return stored if self._sealer is None else self.open(event_id, EVENT, stored)
+
+    def _journal(
+        self, key: str, kind: OperationKind, entries: tuple[bytes, ...]
+    ) -> tuple[bytes, ...]:
+        return tuple(self.seal(key, entry_part(kind, i), entry) for i, entry in enumerate(entries))
+
+    def encode_row(self, record: DurableCheckpoint) -> RunRow:
+        """Validate ``record`` and lay it out as a row of stored parts."""
+        row = encode_row(record)
+        return replace(
+            row,
+            body=self.seal(row.key, BODY, row.body),
+            model_journal=self._journal(row.key, OperationKind.MODEL, row.model_journal),
+            tool_journal=self._journal(row.key, OperationKind.TOOL, row.tool_journal),
+        )
+
+    def decode_row(self, row: RunRow) -> DurableCheckpoint:
+        """The record a row of stored parts holds; :class:`DurableCorrupted` if it cannot."""
+        key = row.key
+        plain = replace(
+            row,
+            body=self.open(key, BODY, row.body),
+            model_journal=tuple(
+                self.open(key, entry_part(OperationKind.MODEL, i), entry)
+                for i, entry in enumerate(row.model_journal)
+            ),
+            tool_journal=tuple(
+                self.open(key, entry_part(OperationKind.TOOL, i), entry)
+                for i, entry in enumerate(row.tool_journal)
+            ),
+        )
+        return decode_row(plain)
+
+    def write(self, write: Write) -> Write:
+        """``write`` with its body and journal change in their stored form."""
+        key = write.key
+        journal: JournalReplace | JournalPut | None = write.journal
+        if isinstance(journal, JournalReplace):
+            journal = JournalReplace(
+                self._journal(key, OperationKind.MODEL, journal.model),
+                self._journal(key, OperationKind.TOOL, journal.tool),
+            )
+        elif isinstance(journal, JournalPut):
+            part = entry_part(journal.kind, journal.index)
+            journal = replace(journal, entry=self.seal(key, part, journal.entry))
+        body = None if write.body is None else self.seal(key, BODY, write.body)
+        return replace(write, body=body, journal=journal)
