@@ -20,7 +20,9 @@ from agentflow.checkpoint.stores import has_password
 from agentflow.cli import commands, records, run_commands
 from agentflow.cli.copy_command import copy
 from agentflow.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_status
+from agentflow.cli.keys import keyring_from_args, store_codec
 from agentflow.cli.parser import build_parser
+from agentflow.cli.rekey_command import rekey
 from agentflow.cli.render import dump_json
 from agentflow.cli.session import Session, StoreTarget, command_line, open_cli_store
 from agentflow.cli.text import inert
@@ -55,9 +57,11 @@ def _target(args: argparse.Namespace) -> StoreTarget:
 async def _run(args: argparse.Namespace, console: Console) -> int:
     if args.command == "copy":
         return await copy(args, console)
+    if args.command == "rekey":
+        return await rekey(args)
     handler, creates = COMMANDS[args.command]
     target = _target(args)
-    store = open_cli_store(target, create=creates)
+    store = open_cli_store(target, create=creates, codec=store_codec(keyring_from_args(args)))
     session = Session(args, store, console, target)
     try:
         return await handler(session)

@@ -2,9 +2,10 @@
 
 Exit status: 0 done; 1 the command was right but could not be carried out
 (no such thread or store, a timer not due, a race lost, a node failed, the
-store unreachable); 2 the command line itself is wrong (a flag's value, a
-store URL, a ``--graph``, a missing answer), as argparse's own usage errors;
-130 interrupted (Ctrl-C).
+store unreachable, sealing keys unreadable or not installed, records left on
+another key); 2 the command line itself is wrong (a flag's value, a store
+URL, a ``--graph``, a missing answer), as argparse's own usage errors; 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ __all__ = [
     "AnswerNeeded",
     "CopyIncomplete",
     "InvalidGraphSpec",
+    "SealingKeysInvalid",
+    "SealingUnavailable",
     "StoreNotFound",
     "UsageError",
     "exit_status",
@@ -53,6 +56,19 @@ class StoreNotFound(AgentflowError):
     it is never created by such a command."""
 
     code = "store_not_found"
+
+
+class SealingUnavailable(AgentflowError):
+    """Sealing keys are given, but the ``sealing`` extra (``cryptography``) is not installed."""
+
+    code = "sealing_unavailable"
+
+
+class SealingKeysInvalid(AgentflowError):
+    """The sealing key spec (``--keys-file`` or ``$AGENTFLOW_SEALING_KEYS``) cannot be
+    read or is not a valid key spec."""
+
+    code = "sealing_keys_invalid"
 
 
 class CopyIncomplete(AgentflowError):

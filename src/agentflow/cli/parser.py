@@ -76,6 +76,13 @@ def _common() -> argparse.ArgumentParser:
         help="register a graph for resume/fork/worker (repeatable; $AGENTFLOW_GRAPHS)",
     )
     common.add_argument(
+        "--keys-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="sealing key spec (JSON; default $AGENTFLOW_SEALING_KEYS): stores are read and "
+        "written sealed",
+    )
+    common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
     )
     return common
@@ -88,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description=(
             "Durable agent runs: run the demo, inspect, resume, fork, prune, copy, "
-            "and settle calls that may have acted (journal, reconcile)."
+            "re-seal (rekey), and settle calls that may have acted (journal, reconcile)."
         ),
         epilog="Start with: agentflow demo",
     )
@@ -180,6 +187,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--recover",
         action="store_true",
         help="also take over runs whose process died (their lease lapsed)",
+    )
+
+    p = add("rekey", "re-seal every record with the current sealing key (online, resumable)")
+    p.add_argument(
+        "--state",
+        metavar="PATH",
+        help="keep the resume token here; a run cut short goes on from it (removed when done)",
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--check", action="store_true", help="write nothing; report records not on the current key"
+    )
+    mode.add_argument(
+        "--plain",
+        action="store_true",
+        help="without keys: re-put every record (moves records older than the integrity "
+        "envelope into it)",
+    )
+    p.add_argument(
+        "--interval",
+        type=INTERVAL,
+        default=2.0,
+        help="seconds between progress lines and state saves (default 2)",
     )
 
     p = add("copy", "copy threads from one store to another (resumable, verified)")

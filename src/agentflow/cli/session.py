@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from agentflow.checkpoint import Checkpointer, open_store, with_defaults
+from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.stores import (
     DEFAULT_STORE,
     has_password,
@@ -131,8 +132,12 @@ def _with_timeouts(url: str, scheme: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
-def open_cli_store(target: StoreTarget, *, create: bool) -> Checkpointer:
-    """Open ``target`` for a command; ``create=False`` refuses a missing local store.
+def open_cli_store(
+    target: StoreTarget, *, create: bool, codec: CheckpointCodec | None = None
+) -> Checkpointer:
+    """Open ``target`` for a command, encoding with ``codec`` (the command's
+    sealing, :func:`~agentflow.cli.keys.store_codec`); ``create=False``
+    refuses a missing local store.
 
     Commands that only read (and those that need an existing thread) pass
     ``create=False``: pointed at a path with no store, they say so instead
@@ -144,7 +149,9 @@ def open_cli_store(target: StoreTarget, *, create: bool) -> Checkpointer:
             f"no store at {inert(str(path))} ({inert(target.safe)}); a run creates it "
             "(agentflow demo), or name another with --store or $AGENTFLOW_STORE"
         )
-    opened = open_store(_with_timeouts(target.url, target.scheme), namespace=target.namespace)
+    opened = open_store(
+        _with_timeouts(target.url, target.scheme), namespace=target.namespace, codec=codec
+    )
     return with_defaults(opened)
 
 
