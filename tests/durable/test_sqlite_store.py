@@ -20,7 +20,7 @@ from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import ClaimActive, LeaseLost, RecoveryRequired, RevisionConflict
-from agentflow.durable.stores import sqlite_sql
+from agentflow.durable.stores import open_durable_store, sqlite_sql
 from agentflow.durable.stores.sqlite import SqliteDurableStore, from_url
 from agentflow.durable.stores.sqlite_events import SqliteRunEventStore
 from agentflow.durable.stores.sqlite_file import SqliteFileStore
@@ -32,6 +32,7 @@ from agentflow.errors import (
     IncompatibleSchema,
     InvalidStoreUrl,
     StoreClosed,
+    StoreNotFound,
 )
 
 T = TypeVar("T")
@@ -326,6 +327,24 @@ async def test_from_url_and_closing(tmp_path: Path) -> None:
         assert await again.load("run-1") is not None
     with pytest.raises(InvalidStoreUrl):
         from_url("sqlite://")
+
+
+async def test_a_checkpointers_file_opened_without_create_gets_no_durable_tables(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "checkpoints.db"
+    async with SqliteCheckpointer(path) as checkpointer:
+        await checkpointer.put(make_checkpoint())
+
+    def tables() -> list[str]:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+            return [row[0] for row in conn.execute("SELECT name FROM sqlite_master")]
+
+    before = tables()
+    with pytest.raises(StoreNotFound):
+        async with open_durable_store(f"sqlite:///{path}", create=False) as store:
+            await store.list_runs()
+    assert tables() == before and not any("durable" in name for name in before)
 
 
 async def test_pages_and_replays_read_only_their_index_ranges(tmp_path: Path) -> None:

@@ -49,9 +49,15 @@ from agentflow.durable.transitions import (
     refusal,
 )
 from agentflow.durable.validators import CapabilityRef, require_non_empty, validate_checkpoint_key
-from agentflow.errors import InvalidCursor
+from agentflow.errors import InvalidCursor, StoreNotFound
 
-__all__ = ["DurableMemory", "InMemoryRunEventStore", "MemoryDurableStore", "from_url"]
+__all__ = [
+    "DurableMemory",
+    "InMemoryRunEventStore",
+    "MemoryDurableStore",
+    "from_url",
+    "named_memory",
+]
 
 _KIND = "memory"
 
@@ -390,8 +396,22 @@ def _dedupe(items: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
 _NAMED: dict[str, DurableMemory] = {}
 
 
-def from_url(url: str, *, namespace: str | None = None) -> MemoryDurableStore:
+def named_memory(name: str, *, create: bool = True) -> DurableMemory:
+    """The storage every ``memory://NAME`` store of this process shares.
+
+    With ``create=False`` a name nothing opened yet raises
+    :class:`~agentflow.errors.StoreNotFound` and stays unknown.
+    """
+    memory = _NAMED.get(name)
+    if memory is None:
+        if not create:
+            raise StoreNotFound(f"no durable memory store named {name!r} in this process")
+        memory = _NAMED[name] = DurableMemory()
+    return memory
+
+
+def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> MemoryDurableStore:
     """``memory://NAME``: every store opened on one name in this process shares
     one :class:`DurableMemory`, as ``memory://NAME`` checkpointers share theirs."""
-    memory = _NAMED.setdefault(url.split("://", 1)[1], DurableMemory())
+    memory = named_memory(url.split("://", 1)[1], create=create)
     return MemoryDurableStore(namespace=namespace, memory=memory)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,11 @@ def run_dir(root: Path, namespace: str | None, key: str) -> Path:
     """Where the store keeps the run ``key`` of ``namespace`` under ``root``."""
     base = root / ".ns" / namespace.encode().hex() if namespace else root
     return base.joinpath(".durable", "runs", *key_path(key))
+
+
+def contents(root: Path) -> list[str]:
+    """Every path under ``root`` (none when it does not exist)."""
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
 
 
 @asynccontextmanager
@@ -33,4 +39,6 @@ async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
         stores=lambda namespace: FileDurableStore(root, namespace=namespace),
         event_stores=lambda namespace: FileRunEventStore(root, namespace=namespace),
         corrupt=corrupt,
+        readers=lambda namespace: FileDurableStore(root, namespace=namespace, create=False),
+        contents=lambda: asyncio.to_thread(contents, root),
     )

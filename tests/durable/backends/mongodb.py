@@ -153,4 +153,8 @@ async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
                 uri, database=database, namespace=namespace
             ),
             corrupt=corrupt,
+            readers=lambda namespace: MongoDurableStore(
+                uri, database=database, namespace=namespace, create=False
+            ),
+            contents=client[database].list_collection_names,
         )

@@ -22,6 +22,16 @@ async def drop_durable_tables(admin: Connection, table: str) -> None:
     await drop_tables(admin, table)
 
 
+async def tables_of(admin: Connection, table: str) -> list[str]:
+    """The tables named after ``table`` (the checkpointer's and the durable ones)."""
+    rows = await admin.fetch(
+        "SELECT table_name FROM information_schema.tables WHERE starts_with(table_name, $1)"
+        " ORDER BY table_name",
+        table,
+    )
+    return [row[0] for row in rows]
+
+
 async def scratch_durable_table(admin: Connection) -> AsyncIterator[str]:
     """Fixture body (``table = pytest.fixture(scratch_durable_table)``): dropped after."""
     name = unique_table()
@@ -51,6 +61,10 @@ async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
                 DSN, table=table, namespace=namespace
             ),
             corrupt=corrupt,
+            readers=lambda namespace: PostgresDurableStore(
+                DSN, table=table, namespace=namespace, create=False
+            ),
+            contents=lambda: tables_of(admin, table),
         )
     finally:
         await drop_durable_tables(admin, table)

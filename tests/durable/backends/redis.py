@@ -8,7 +8,13 @@ from agentflow.durable.stores.redis import RedisDurableStore
 from agentflow.durable.stores.redis_events import RedisRunEventStore
 from agentflow.durable.stores.redis_scripts import run_key
 from agentflow.durable.testing import DurableHarness
-from tests.backends.redis import REDIS_URL, admin_client, drop_prefix, unique_prefix
+from tests.backends.redis import (
+    REDIS_URL,
+    admin_client,
+    drop_prefix,
+    stored_keys,
+    unique_prefix,
+)
 
 
 @asynccontextmanager
@@ -31,6 +37,10 @@ async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
                 REDIS_URL, prefix=prefix, namespace=namespace
             ),
             corrupt=corrupt,
+            readers=lambda namespace: RedisDurableStore(
+                REDIS_URL, prefix=prefix, namespace=namespace, create=False
+            ),
+            contents=lambda: stored_keys(admin, prefix),
         )
     finally:
         await drop_prefix(admin, prefix)

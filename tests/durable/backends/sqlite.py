@@ -22,6 +22,16 @@ def overwrite(path: Path, change: str, namespace: str | None, key: str, part: in
     assert changed == 1, f"no stored row for {(namespace, key, part)}"
 
 
+def contents(path: Path) -> tuple[list[str], list[str]]:
+    """The files beside the database and its tables, read without creating either."""
+    files = sorted(p.name for p in path.parent.glob(f"{path.name}*"))
+    if not path.exists():
+        return files, []
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+        tables = conn.execute("SELECT name FROM sqlite_master ORDER BY name").fetchall()
+    return files, [name for (name,) in tables]
+
+
 @asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
     path = tmp_path / "durable.db"
@@ -36,4 +46,6 @@ async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
         stores=lambda namespace: SqliteDurableStore(path, namespace=namespace),
         event_stores=lambda namespace: SqliteRunEventStore(path, namespace=namespace),
         corrupt=corrupt,
+        readers=lambda namespace: SqliteDurableStore(path, namespace=namespace, create=False),
+        contents=lambda: asyncio.to_thread(contents, path),
     )

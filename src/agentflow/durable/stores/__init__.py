@@ -6,7 +6,7 @@ registry that opens one from a store URL.
 the same database, so ``--store URL`` opens both. Each backend module is
 imported only when its scheme is used (a missing driver fails only that call,
 with the ``pip install`` that fixes it), and exposes
-``from_url(url, *, namespace=None)``. A backend registers here, in
+``from_url(url, *, namespace=None, create=True)``. A backend registers here, in
 :data:`_SCHEMES`; a third-party one calls :func:`register_durable_scheme`.
 """
 
@@ -43,7 +43,8 @@ _REGISTERED: dict[str, DurableStoreOpener] = {}
 
 
 def register_durable_scheme(scheme: str, opener: DurableStoreOpener) -> None:
-    """Let :func:`open_durable_store` open ``scheme://...`` with ``opener(url, namespace=)``."""
+    """Let :func:`open_durable_store` open ``scheme://...`` with
+    ``opener(url, namespace=, create=)``."""
     if not scheme.isascii() or not scheme.replace("+", "").isalnum() or scheme.lower() != scheme:
         raise InvalidStoreUrl(f"a scheme is lower-case letters, digits and '+', not {scheme!r}")
     _REGISTERED[scheme] = opener
@@ -70,11 +71,16 @@ def _opener(scheme: str, url: str) -> DurableStoreOpener:
     return opener
 
 
-def open_durable_store(url: str, *, namespace: str | None = None) -> DurableStore:
+def open_durable_store(
+    url: str, *, namespace: str | None = None, create: bool = True
+) -> DurableStore:
     """A durable store for ``url``, bound to ``namespace``; the caller closes it.
 
     The URLs are the checkpointers' (``memory://NAME``, ``sqlite:///PATH``,
     ``postgresql://...``, ...); the store lives in the same database, so a
-    run's record and its checkpoints are found under one URL.
+    run's record and its checkpoints are found under one URL. With
+    ``create=False`` (read-only callers) a store whose tables, keys or layout
+    do not exist raises :class:`~agentflow.errors.StoreNotFound` on its first
+    call and nothing is created.
     """
-    return _opener(scheme_of(url), url)(url, namespace=namespace)
+    return _opener(scheme_of(url), url)(url, namespace=namespace, create=create)

@@ -322,6 +322,6 @@ def _remove_tree(trash: int, name: str) -> None:
     shutil.rmtree(name, dir_fd=trash, onerror=gone)
 
 
-def from_url(url: str, *, namespace: str | None = None) -> FileDurableStore:
+def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> FileDurableStore:
     """``file://DIR``, as the checkpointer's (``file:///abs/dir`` for an absolute directory)."""
-    return FileDurableStore(checkpointer_from_url(url).root, namespace=namespace)
+    return FileDurableStore(checkpointer_from_url(url).root, namespace=namespace, create=create)

@@ -26,7 +26,13 @@ from agentflow.checkpoint.file import FileCheckpointer
 from agentflow.checkpoint.file.fs import make_dir, open_dir, opened, publish, read_file
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.errors import DurableCorrupted, DurableError
-from agentflow.errors import AgentflowError, CheckpointCorrupted, IncompatibleSchema, StoreClosed
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointCorrupted,
+    IncompatibleSchema,
+    StoreClosed,
+    StoreNotFound,
+)
 
 __all__ = ["DURABLE", "LAYOUT_VERSION", "FileStoreBase"]
 
@@ -45,7 +51,9 @@ class FileStoreBase:
     ``root`` is the file checkpointer's store directory (one ``root`` holds
     checkpoints and durable records side by side); ``secure_permissions``
     (the default) makes files ``0o600`` and directories ``0o700`` and
-    refuses a root its group or others may write.
+    refuses a root its group or others may write. With ``create=False`` a
+    root without the namespace's durable layout raises
+    :class:`~agentflow.errors.StoreNotFound` on every call and nothing is made.
     """
 
     kind: ClassVar[str] = "file"
@@ -56,7 +64,9 @@ class FileStoreBase:
         *,
         namespace: str | None = None,
         secure_permissions: bool = True,
+        create: bool = True,
     ) -> None:
+        self._may_create = create
         self._checkpointer = FileCheckpointer(
             root, secure_permissions=secure_permissions, namespace=namespace
         )
@@ -112,12 +122,14 @@ class FileStoreBase:
     def _durable(self, create: bool) -> int | None:
         """``.durable`` of the namespace, its layout checked; None when there is none yet."""
         if self._durable_fd is None:
+            create = create and self._may_create
             base = self._dirs.base(create)
-            if base is None:
-                return None
-            with self._opening:
-                if self._durable_fd is None:
-                    self._durable_fd = self._open_durable(base, create)
+            if base is not None:
+                with self._opening:
+                    if self._durable_fd is None:
+                        self._durable_fd = self._open_durable(base, create)
+            if self._durable_fd is None and not self._may_create:
+                raise StoreNotFound(f"file store {self.root} has no durable layout")
         return self._durable_fd
 
     def _open_durable(self, base: int, create: bool) -> int | None:
@@ -171,6 +183,8 @@ class FileStoreBase:
 
     def _locked(self, name: str) -> contextlib.AbstractContextManager[None]:
         """The ``flock`` of ``name`` (a run, the event log) on the checkpointer's stripes."""
+        if not self._may_create:
+            self._durable(create=False)  # no lock files in a root without the layout
         return self._dirs.locked(f"{DURABLE}/{name}")
 
     # -- lifecycle -------------------------------------------------------------

@@ -217,9 +217,9 @@ class MongoDurableStore(PlannedWrites, MongoStoreBase):
         return RunPage(runs, next_cursor)
 
 
-def from_url(url: str, *, namespace: str | None = None) -> MongoDurableStore:
+def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> MongoDurableStore:
     """``mongodb://...`` or ``mongodb+srv://...``: a store that owns its client, as the
     checkpointer's."""
     if scheme_of(url) not in ("mongodb", "mongodb+srv"):
         raise InvalidStoreUrl(f"not a MongoDB URL: {safe_url(url)!r}")
-    return MongoDurableStore(url, namespace=namespace)
+    return MongoDurableStore(url, namespace=namespace, create=create)

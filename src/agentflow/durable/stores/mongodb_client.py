@@ -38,6 +38,7 @@ from agentflow.errors import (
     IncompatibleSchema,
     InvalidArgument,
     StoreClosed,
+    StoreNotFound,
 )
 
 __all__ = ["LAYOUT_VERSION", "MongoStoreBase", "check_text"]
@@ -63,7 +64,9 @@ class MongoStoreBase:
     ``AsyncMongoClient``; it stays yours), ``database`` and ``collection``
     (the checkpointer's; the durable collections are named after it),
     ``namespace`` (the tenant) and ``journal`` (wait for the journal on every
-    write, as the checkpointer does).
+    write, as the checkpointer does). With ``create=False`` a database without
+    the durable layout raises :class:`~agentflow.errors.StoreNotFound` and no
+    collection, index or document is created.
     """
 
     kind: ClassVar[str] = "mongodb"
@@ -77,8 +80,10 @@ class MongoStoreBase:
         collection: str = "checkpoints",
         namespace: str | None = None,
         journal: bool = True,
+        create: bool = True,
     ) -> None:
         self._namespace = validate_namespace(namespace)
+        self._may_create = create
         self._server = MongoCheckpointer(
             uri, client=client, database=database, collection=collection, journal=journal
         )
@@ -126,6 +131,8 @@ class MongoStoreBase:
             if self._layout_checked:
                 return
             found = await self._runs.find_one({"_id": LAYOUT_ID})
+            if found is None and not self._may_create:
+                raise StoreNotFound(f"{self._runs.full_name!r} has no durable layout")
             if found is None:
                 await self._create_layout()
                 found = await self._runs.find_one_and_update(

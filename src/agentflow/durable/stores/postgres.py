@@ -180,8 +180,10 @@ class PostgresDurableStore(PlannedWrites, PostgresDurableBase):
         return RunPage(runs, next_cursor)
 
 
-def from_url(url: str, *, namespace: str | None = None) -> PostgresDurableStore:
+def from_url(
+    url: str, *, namespace: str | None = None, create: bool = True
+) -> PostgresDurableStore:
     """``postgresql://user@host:port/db`` (or ``postgres://``), as the checkpointer's."""
     if scheme_of(url) not in ("postgresql", "postgres"):
         raise InvalidStoreUrl(f"not a PostgreSQL URL: {safe_url(url)!r}")
-    return PostgresDurableStore(url, namespace=namespace)
+    return PostgresDurableStore(url, namespace=namespace, create=create)

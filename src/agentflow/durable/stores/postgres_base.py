@@ -23,9 +23,15 @@ from agentflow.checkpoint.postgres.schema import prepare
 from agentflow.checkpoint.postgres.sql import LZ4_AVAILABLE, SETUP_LOCK_KEY
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.stores.postgres_sql import DURABLE_SCHEMA_VERSION, DurableSql, Statement
-from agentflow.errors import AgentflowError, CheckpointCorrupted, IncompatibleSchema, StoreClosed
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointCorrupted,
+    IncompatibleSchema,
+    StoreClosed,
+    StoreNotFound,
+)
 
-__all__ = ["PostgresDurableBase", "ensure_schema"]
+__all__ = ["PostgresDurableBase", "check_schema", "ensure_schema"]
 
 T = TypeVar("T")
 
@@ -40,22 +46,34 @@ async def ensure_schema(conn: Any, sql: DurableSql) -> None:
         await conn.execute("SELECT pg_advisory_xact_lock($1)", SETUP_LOCK_KEY)
         await prepare(conn, sql.checkpoint_sql, sql.names["meta"], sql.table)
         version = await conn.fetchval(sql.fixed["read_version"].text)
-        if version == DURABLE_SCHEMA_VERSION:
-            return
         if version is None:
             await conn.execute(sql.create)
             if await conn.fetchval(LZ4_AVAILABLE):
                 await conn.execute(sql.use_lz4)
             await conn.execute(sql.fixed["record_version"].text, DURABLE_SCHEMA_VERSION)
             return
-        if isinstance(version, int) and version > DURABLE_SCHEMA_VERSION:
-            raise IncompatibleSchema(
-                f"{sql.table} has durable schema version {version}, newer than version "
-                f"{DURABLE_SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
-            )
-        raise CheckpointCorrupted(
-            f"{sql.table} holds an invalid durable schema version {version!r}"
+        _check_version(version, sql)
+
+
+async def check_schema(conn: Any, sql: DurableSql) -> None:
+    """Refuse a database without the durable tables, creating nothing."""
+    version = None
+    if await conn.fetchval("SELECT to_regclass($1)", sql.names["meta"]) is not None:
+        version = await conn.fetchval(sql.fixed["read_version"].text)
+    if version is None:
+        raise StoreNotFound(f"{sql.table} has no durable tables")
+    _check_version(version, sql)
+
+
+def _check_version(version: object, sql: DurableSql) -> None:
+    if version == DURABLE_SCHEMA_VERSION:
+        return
+    if isinstance(version, int) and version > DURABLE_SCHEMA_VERSION:
+        raise IncompatibleSchema(
+            f"{sql.table} has durable schema version {version}, newer than version "
+            f"{DURABLE_SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
         )
+    raise CheckpointCorrupted(f"{sql.table} holds an invalid durable schema version {version!r}")
 
 
 class PostgresDurableBase:
@@ -64,7 +82,9 @@ class PostgresDurableBase:
     ``dsn`` or ``pool``, ``table`` and ``schema`` are those of
     :class:`~agentflow.checkpoint.postgres.PostgresCheckpointer`; the durable
     tables are ``<table>_durable_*`` beside the checkpointer's. Stores given
-    one pool share its connections.
+    one pool share its connections. With ``create=False`` a database without
+    the durable tables raises :class:`~agentflow.errors.StoreNotFound` and
+    gets none.
     """
 
     def __init__(
@@ -75,9 +95,11 @@ class PostgresDurableBase:
         table: str = "checkpoints",
         schema: str | None = None,
         namespace: str | None = None,
+        create: bool = True,
     ) -> None:
         self._namespace = validate_namespace(namespace)
         self._sql = DurableSql(table, schema)
+        self._may_create = create
         self._where = address_of(dsn, pool)
         self._connections = KeptConnections(dsn, pool, self._prepare)
         self._closed = False
@@ -91,7 +113,10 @@ class PostgresDurableBase:
         return self._namespace
 
     async def _prepare(self, conn: Any) -> None:
-        await ensure_schema(conn, self._sql)
+        if self._may_create:
+            await ensure_schema(conn, self._sql)
+        else:
+            await check_schema(conn, self._sql)
 
     async def _call(self, operation: str, run: Callable[[Any], Awaitable[T]]) -> T:
         """Run ``run`` on a kept connection; driver errors become agentflow's."""

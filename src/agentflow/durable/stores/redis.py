@@ -233,6 +233,6 @@ def _key_of(raw: bytes) -> str:
         ) from exc
 
 
-def from_url(url: str, *, namespace: str | None = None) -> RedisDurableStore:
+def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> RedisDurableStore:
     """``redis://`` or ``rediss://`` URL (redis-py's query options apply), as the checkpointer's."""
-    return RedisDurableStore(url, namespace=namespace)
+    return RedisDurableStore(url, namespace=namespace, create=create)

@@ -22,7 +22,13 @@ from agentflow.checkpoint.redis.scripts import check_prefix
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.stores.redis_scripts import LAYOUT_VERSION, namespace_keys
-from agentflow.errors import AgentflowError, CheckpointCorrupted, IncompatibleSchema, StoreClosed
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointCorrupted,
+    IncompatibleSchema,
+    StoreClosed,
+    StoreNotFound,
+)
 
 __all__ = ["RedisStoreBase"]
 
@@ -36,7 +42,9 @@ class RedisStoreBase:
     ``redis.asyncio.Redis`` with ``decode_responses=False``; it stays yours),
     ``prefix`` (the first part of every key, as the checkpointer's) and
     ``namespace`` (the tenant). The first call checks the namespace's durable
-    layout version, setting it where there is none and refusing a newer one.
+    layout version, setting it where there is none and refusing a newer one;
+    with ``create=False`` a namespace without one raises
+    :class:`~agentflow.errors.StoreNotFound` and no key is written.
     """
 
     kind: ClassVar[str] = "redis"
@@ -48,9 +56,11 @@ class RedisStoreBase:
         client: aioredis.Redis | None = None,
         prefix: str = "agentflow",
         namespace: str | None = None,
+        create: bool = True,
     ) -> None:
         self._namespace = validate_namespace(namespace)
         self._prefix = check_prefix(prefix)
+        self._may_create = create
         self._server = RedisCheckpointer(url, client=client, prefix=prefix)
         self._client: aioredis.Redis = self._server._client
         self._version_key = namespace_keys(self._prefix, self._namespace)[2]
@@ -94,9 +104,15 @@ class RedisStoreBase:
 
     async def _check_layout(self) -> None:
         """Set the layout version where there is none, in one atomic command."""
-        found: Any = await self._client.set(self._version_key, LAYOUT_VERSION, nx=True, get=True)
+        where = f"namespace {self._namespace!r} under prefix {self._prefix!r}"
+        found: Any
+        if self._may_create:
+            found = await self._client.set(self._version_key, LAYOUT_VERSION, nx=True, get=True)
+        else:
+            found = await self._client.get(self._version_key)
+            if found is None:
+                raise StoreNotFound(f"{where} has no durable Redis layout")
         if found is not None and found != LAYOUT_VERSION:
-            where = f"namespace {self._namespace!r} under prefix {self._prefix!r}"
             if isinstance(found, bytes) and found.isdigit() and int(found) > int(LAYOUT_VERSION):
                 raise IncompatibleSchema(
                     f"{where} has durable Redis layout {found.decode()}, newer than this "

@@ -204,6 +204,6 @@ class SqliteDurableStore(PlannedWrites, SqliteFileStore):
         return RunPage(runs, next_cursor)
 
 
-def from_url(url: str, *, namespace: str | None = None) -> SqliteDurableStore:
+def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> SqliteDurableStore:
     """``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``, as the checkpointer's."""
-    return SqliteDurableStore(checkpointer_from_url(url).path, namespace=namespace)
+    return SqliteDurableStore(checkpointer_from_url(url).path, namespace=namespace, create=create)

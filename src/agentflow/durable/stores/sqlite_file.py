@@ -11,6 +11,7 @@ exception would roll back every write of the group).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ from agentflow.errors import (
     CheckpointError,
     IncompatibleSchema,
     StoreClosed,
+    StoreNotFound,
 )
 
 __all__ = ["SqliteFile", "SqliteFileStore"]
@@ -39,6 +41,7 @@ T = TypeVar("T")
 
 #: ``RETURNING`` (3.35), ``iif`` (3.32) and STRICT tables (3.37).
 _MIN_SQLITE: Final = (3, 37, 0)
+_HAS_META: Final = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentflow_meta'"
 
 
 class SqliteFile:
@@ -47,7 +50,9 @@ class SqliteFile:
     Takes the checkpointer's arguments and checks them as it does; the pair
     of threads is acquired on first use and released by :meth:`close`. The
     first use also checks the durable tables' version, creating them in a
-    file that has none and refusing a newer one.
+    file that has none (unless ``create`` is false: then a missing file or
+    tables raise :class:`~agentflow.errors.StoreNotFound`, and the file is
+    only read) and refusing a newer one.
     """
 
     def __init__(
@@ -58,6 +63,7 @@ class SqliteFile:
         busy_timeout: float,
         secure_permissions: bool,
         owner: str,
+        create: bool,
     ) -> None:
         # An unopened checkpointer of the same file: its argument checks, its
         # pair key (so both share threads) and its driver-error mapping.
@@ -70,6 +76,7 @@ class SqliteFile:
         self.path = self._checkpointer.path
         self.key = self._checkpointer._key
         self._owner = owner
+        self._may_create = create
         self._pair: Pair | None = None
         self._schema_checked = False
         self._closed = False
@@ -118,6 +125,8 @@ class SqliteFile:
                     f"the durable store needs SQLite {'.'.join(map(str, _MIN_SQLITE))} or newer,"
                     f" this Python has {sqlite3.sqlite_version}"
                 )
+            if not self._may_create:
+                self._check_version(await asyncio.to_thread(_existing_version, self.path))
             pair = self._pair = acquire_pair(self.key)
         if not self._schema_checked:
             version = await self._submit(operation, lambda: pair.reader.submit(_version))
@@ -143,6 +152,24 @@ class SqliteFile:
         )
 
 
+def _existing_version(path: Path) -> object:
+    """The durable tables' version in ``path``, read without creating or changing anything."""
+    if not path.is_file():
+        raise StoreNotFound(f"{path} does not exist")
+    try:
+        conn = sqlite3.connect(f"{Path(os.path.abspath(path)).as_uri()}?mode=ro", uri=True)
+        try:
+            if conn.execute(_HAS_META).fetchone() is not None:
+                version = _version(conn)
+                if version is not None:
+                    return version
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise CheckpointCorrupted(f"{path} is not a readable SQLite database") from exc
+    raise StoreNotFound(f"{path} has no durable tables")
+
+
 def _version(conn: sqlite3.Connection) -> object:
     rows = conn.execute(READ_VERSION).fetchall()
     return rows[0][0] if rows else None
@@ -154,7 +181,8 @@ class SqliteFileStore:
     Constructed from the checkpointer's arguments (``path``, ``synchronous``,
     ``busy_timeout``, ``secure_permissions``, see
     :class:`~agentflow.checkpoint.sqlite.SqliteCheckpointer`) and bound to a
-    namespace like it.
+    namespace like it. With ``create=False`` a file without the durable
+    tables raises :class:`~agentflow.errors.StoreNotFound` and is left as it is.
     """
 
     def __init__(
@@ -165,6 +193,7 @@ class SqliteFileStore:
         synchronous: str = "FULL",
         busy_timeout: float = 5.0,
         secure_permissions: bool = True,
+        create: bool = True,
     ) -> None:
         self._namespace = validate_namespace(namespace)
         self._file = SqliteFile(
@@ -173,6 +202,7 @@ class SqliteFileStore:
             busy_timeout=busy_timeout,
             secure_permissions=secure_permissions,
             owner=type(self).__name__,
+            create=create,
         )
 
     def __repr__(self) -> str:

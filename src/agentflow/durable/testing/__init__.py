@@ -17,6 +17,7 @@ It needs pytest and pytest-asyncio.
 """
 
 from agentflow.durable.testing.claims import ClaimConformance
+from agentflow.durable.testing.creation import CreationConformance
 from agentflow.durable.testing.events import EventStoreConformance
 from agentflow.durable.testing.harness import (
     DurableHarness,
@@ -38,6 +39,10 @@ __all__ = [
 
 
 class DurableStoreConformance(
-    ClaimConformance, WriteConformance, ListingConformance, EventStoreConformance
+    ClaimConformance,
+    WriteConformance,
+    ListingConformance,
+    CreationConformance,
+    EventStoreConformance,
 ):
     """Every behaviour a durable backend (records and events) must show."""

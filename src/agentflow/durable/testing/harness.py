@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from agentflow.durable.definition import RUN_DEFINITION_SCHEMA
 from agentflow.durable.digests import tool_request_digest
@@ -26,30 +26,45 @@ class DurableHarness:
     share the backend; every store opened is closed by the suite.
     ``corrupt(namespace, key)``, when given, overwrites the stored body of a
     record with bytes that are not a record, to check reads fail closed.
+    ``readers(namespace)`` opens a store with ``create=False`` on the same
+    backend, and ``contents()`` returns what the backend holds (tables, keys,
+    collections, files: anything comparable), to check such a store creates
+    nothing.
     """
 
     name: str
     stores: Callable[[str | None], DurableStore]
     event_stores: Callable[[str | None], DurableEventStore]
     corrupt: Callable[[str | None, str], Awaitable[None]] | None = None
+    readers: Callable[[str | None], DurableStore] | None = None
+    contents: Callable[[], Awaitable[object]] | None = None
 
-    @asynccontextmanager
-    async def store(self, namespace: str | None = None) -> AsyncIterator[DurableStore]:
+    def store(self, namespace: str | None = None) -> AbstractAsyncContextManager[DurableStore]:
         """A store on this backend, closed when the block ends."""
-        store = self.stores(namespace)
-        try:
-            yield store
-        finally:
-            await store.close()
+        return _closing(self.stores(namespace))
 
-    @asynccontextmanager
-    async def events(self, namespace: str | None = None) -> AsyncIterator[DurableEventStore]:
+    def reader(self, namespace: str | None = None) -> AbstractAsyncContextManager[DurableStore]:
+        """A store opened with ``create=False`` on this backend, closed when the block ends."""
+        if self.readers is None:
+            raise NotImplementedError(f"the {self.name} harness opens no store without create")
+        return _closing(self.readers(namespace))
+
+    def events(
+        self, namespace: str | None = None
+    ) -> AbstractAsyncContextManager[DurableEventStore]:
         """An event store on this backend, closed when the block ends."""
-        store = self.event_stores(namespace)
-        try:
-            yield store
-        finally:
-            await store.close()
+        return _closing(self.event_stores(namespace))
+
+
+_Store = TypeVar("_Store", DurableStore, DurableEventStore)
+
+
+@asynccontextmanager
+async def _closing(store: _Store) -> AsyncIterator[_Store]:
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 def make_run_definition(**overrides: Any) -> dict[str, Any]:
