@@ -22,6 +22,7 @@ from agentflow.durable.errors import (
     RecoveryRequired,
     RevisionConflict,
 )
+from agentflow.durable.parts import BODY, RunParts
 from agentflow.durable.rows import RunHead, encode_body, encode_entry
 from agentflow.durable.stores.mongodb import MongoDurableStore
 from agentflow.durable.stores.mongodb_events import MongoRunEventStore
@@ -242,8 +243,11 @@ async def test_a_run_is_one_document_under_its_namespace_and_key(scratch: Scratc
         "body",
         "journal",
     }
-    assert mine["body"] == encode_body(record) and mine["status"] == "running"
-    assert mine["journal"] == {"model": [], "tool": [encode_entry(entry)]}
+    parts = RunParts("tenant-a")
+    assert mine["body"] == parts.seal("shared", BODY, encode_body(record))
+    assert mine["status"] == "running"
+    stored_entry = parts.seal("shared", "tool.0", encode_entry(entry))
+    assert mine["journal"] == {"model": [], "tool": [stored_entry]}
     assert (mine["revision"], mine["claim_token"], mine["claimed_cycle"]) == (2, "owner-a", 1)
 
 

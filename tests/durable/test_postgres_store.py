@@ -19,6 +19,7 @@ from agentflow.durable.errors import (
     RecoveryRequired,
     RevisionConflict,
 )
+from agentflow.durable.parts import RunParts
 from agentflow.durable.rows import encode_entry
 from agentflow.durable.stores.postgres import PostgresDurableStore
 from agentflow.durable.stores.postgres_events import PostgresRunEventStore
@@ -173,7 +174,7 @@ async def test_claims_renewals_and_journal_writes_leave_the_body_and_other_entri
         moved = await _rows(admin, table, "journal", "idx, xmin::text, entry, xmax::text")
         assert moved[1] == entries[1]  # only the entry that moved was written
         assert moved[0][1] != entries[0][1]
-        assert moved[0][2] == encode_entry(first.start())
+        assert moved[0][2] == RunParts("").seal("run-1", "tool.0", encode_entry(first.start()))
         record.shared_state = {"notes": "y"}
         record = await store.progress(record, claim_token="owner-a")
         assert await _rows(admin, table, "bodies", "key, xmin::text") != body

@@ -10,9 +10,12 @@ statement, script or command, and inherits the eight.
 from __future__ import annotations
 
 import abc
+import functools
+from typing import TYPE_CHECKING
 
 from agentflow.durable.events import EventCursor
 from agentflow.durable.journal import OperationJournalEntry
+from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.transitions import (
     Write,
@@ -26,11 +29,26 @@ from agentflow.durable.transitions import (
     plan_suspend,
 )
 
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
+
 __all__ = ["PlannedWrites"]
 
 
 class PlannedWrites(abc.ABC):
-    """The planned-write operations of a durable store, over one hook."""
+    """The planned-write operations of a durable store, over one hook.
+
+    Each write's body and journal bytes are put in their stored form
+    (:class:`~agentflow.durable.parts.RunParts`: checked, or sealed with the
+    key ring a subclass keeps in ``_sealing``) before ``_apply`` sees them.
+    """
+
+    _namespace: str
+    _sealing: KeyRing | None = None
+
+    @functools.cached_property
+    def _parts(self) -> RunParts:
+        return RunParts(self._namespace, self._sealing)
 
     @abc.abstractmethod
     async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:
@@ -39,33 +57,36 @@ class PlannedWrites(abc.ABC):
         raise :func:`~agentflow.durable.transitions.refusal` of it. ``operation``
         is the public method's name, for error messages."""
 
+    async def _apply_planned(self, operation: str, write: Write) -> DurableCheckpoint:
+        return await self._apply(operation, self._parts.write(write))
+
     async def progress(
         self, checkpoint: DurableCheckpoint, *, claim_token: str
     ) -> DurableCheckpoint:
-        return await self._apply("progress", plan_progress(checkpoint, claim_token))
+        return await self._apply_planned("progress", plan_progress(checkpoint, claim_token))
 
     async def record_operation(
         self, checkpoint: DurableCheckpoint, entry: OperationJournalEntry, *, claim_token: str
     ) -> DurableCheckpoint:
         write = plan_record_operation(checkpoint, entry, claim_token)
-        return await self._apply("record_operation", write)
+        return await self._apply_planned("record_operation", write)
 
     async def suspend(
         self, checkpoint: DurableCheckpoint, *, claim_token: str
     ) -> DurableCheckpoint:
-        return await self._apply("suspend", plan_suspend(checkpoint, claim_token))
+        return await self._apply_planned("suspend", plan_suspend(checkpoint, claim_token))
 
     async def commit(self, checkpoint: DurableCheckpoint, *, claim_token: str) -> DurableCheckpoint:
-        return await self._apply("commit", plan_commit(checkpoint, claim_token))
+        return await self._apply_planned("commit", plan_commit(checkpoint, claim_token))
 
     async def finalize_claimed(
         self, checkpoint: DurableCheckpoint, *, claim_token: str
     ) -> DurableCheckpoint:
         write = plan_finalize_claimed(checkpoint, claim_token)
-        return await self._apply("finalize_claimed", write)
+        return await self._apply_planned("finalize_claimed", write)
 
     async def finalize(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
-        return await self._apply("finalize", plan_finalize(checkpoint))
+        return await self._apply_planned("finalize", plan_finalize(checkpoint))
 
     async def record_event_delivery(
         self,
@@ -77,7 +98,7 @@ class PlannedWrites(abc.ABC):
         cursor: EventCursor,
     ) -> DurableCheckpoint:
         write = plan_event_delivery(checkpoint, claim_token, event_id, payload_digest, cursor)
-        return await self._apply("record_event_delivery", write)
+        return await self._apply_planned("record_event_delivery", write)
 
     async def acknowledge_terminal(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
-        return await self._apply("acknowledge_terminal", plan_acknowledge(checkpoint))
+        return await self._apply_planned("acknowledge_terminal", plan_acknowledge(checkpoint))

@@ -16,8 +16,9 @@ from typing import Any, Final
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunRow, decode_row
+from agentflow.durable.rows import RunHead, RunRow
 from agentflow.durable.stores.postgres_sql import HEAD_COLUMNS, WriteShape
 from agentflow.durable.transitions import JournalPut, JournalReplace, Write
 
@@ -75,7 +76,7 @@ def _journals(
 
 
 def decode_run(
-    key: str, head: Sequence[Any], body: object, journal: Sequence[Any]
+    parts: RunParts, key: str, head: Sequence[Any], body: object, journal: Sequence[Any]
 ) -> DurableCheckpoint:
     """The record of ``key`` from its head columns, body and journal arrays (kind, idx, entry)."""
     if not isinstance(body, bytes):
@@ -88,7 +89,7 @@ def decode_run(
         tuple(journals[OperationKind.MODEL]),
         tuple(journals[OperationKind.TOOL]),
     )
-    return decode_row(row)
+    return parts.decode_row(row)
 
 
 def head_params(head: RunHead) -> dict[str, Any]:

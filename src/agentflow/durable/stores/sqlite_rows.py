@@ -15,8 +15,9 @@ from typing import Any
 from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
+from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunRow, decode_row
+from agentflow.durable.rows import RunHead, RunRow
 from agentflow.durable.stores.sqlite_sql import HEAD_COLUMNS, write_statement
 from agentflow.durable.transitions import JournalPut, JournalReplace, Write
 
@@ -81,22 +82,24 @@ def run_row(key: str, head: Sequence[Any], journals: Sequence[Any], body: object
     return RunRow(key, head_from(key, head), body, _entries(key, model), _entries(key, tool))
 
 
-def decode_loaded(key: str, rows: list[Any]) -> DurableCheckpoint | None:
+def decode_loaded(parts: RunParts, key: str, rows: list[Any]) -> DurableCheckpoint | None:
     """The record in the rows ``LOAD`` read (head row, then body row), or None for none."""
     if not rows:
         return None
     if [row[0] for row in rows] != [0, 1]:
         raise DurableCorrupted(_ROW_INVALID, f"stored record {key!r} lacks its head or body row")
     head, body = rows  # part, the head columns, the journals, the body
-    return decode_row(
+    return parts.decode_row(
         run_row(key, head[1 : 1 + _WIDTH], head[1 + _WIDTH : 3 + _WIDTH], body[3 + _WIDTH])
     )
 
 
-def decode_claimed(key: str, claimed: Sequence[Any], bodies: list[Any]) -> DurableCheckpoint:
+def decode_claimed(
+    parts: RunParts, key: str, claimed: Sequence[Any], bodies: list[Any]
+) -> DurableCheckpoint:
     """The record a claim returned (its head columns and journals) with its body row's body."""
     body = bodies[0][0] if bodies else None
-    return decode_row(run_row(key, claimed[:_WIDTH], claimed[_WIDTH:], body))
+    return parts.decode_row(run_row(key, claimed[:_WIDTH], claimed[_WIDTH:], body))
 
 
 def journal_text(entries: tuple[bytes, ...]) -> str:
