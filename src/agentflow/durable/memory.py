@@ -14,7 +14,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
@@ -31,8 +31,9 @@ from agentflow.durable.events import (
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunRow, RunSummary, decode_row, encode_row
+from agentflow.durable.rows import RunRow, RunSummary
 from agentflow.durable.store import RunPage
 from agentflow.durable.transitions import (
     JournalPut,
@@ -50,6 +51,9 @@ from agentflow.durable.transitions import (
 )
 from agentflow.durable.validators import CapabilityRef, require_non_empty, validate_checkpoint_key
 from agentflow.errors import InvalidCursor, StoreNotFound
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = [
     "DurableMemory",
@@ -158,8 +162,10 @@ class MemoryDurableStore(_Closing):
         namespace: str | None = None,
         memory: DurableMemory | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
+        self._parts = RunParts(self._namespace, sealing)
         self._data = (memory or DurableMemory()).runs(self._namespace)
         self._clock = clock
 
@@ -171,14 +177,14 @@ class MemoryDurableStore(_Closing):
         return self._data.rows.get(validate_checkpoint_key(key))
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
-        row = encode_row(checkpoint)
+        row = self._parts.encode_row(checkpoint)
         if row.key in self._data.rows:
             raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
         self._data.put(row)
 
     async def load(self, key: str) -> DurableCheckpoint | None:
         row = self._row(key)
-        return None if row is None else decode_row(row)
+        return None if row is None else self._parts.decode_row(row)
 
     async def claim(
         self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
@@ -196,7 +202,7 @@ class MemoryDurableStore(_Closing):
                 row.head, cycle_index, claim_token, now_ms=now, lease_ms=lease_ms, mode=mode
             ),
         )
-        record = decode_row(claimed)
+        record = self._parts.decode_row(claimed)
         self._data.put(claimed)
         return record
 
@@ -217,6 +223,7 @@ class MemoryDurableStore(_Closing):
         return expiry
 
     def _apply(self, write: Write) -> DurableCheckpoint:
+        write = self._parts.write(write)
         row = self._data.rows.get(write.key)
         if row is None or not write.guard.holds(row.head):
             raise refusal(None if row is None else row.head, write.guard)

@@ -40,7 +40,7 @@ from agentflow.durable.memory import wall_clock_ms
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunSummary, decode_row, encode_row
+from agentflow.durable.rows import RunHead, RunSummary
 from agentflow.durable.store import RunPage
 from agentflow.durable.stores.file_base import FileStoreBase
 from agentflow.durable.stores.file_names import add_entry, drop_entry, key_of, key_path, walk
@@ -117,7 +117,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
     # -- create, load, delete ---------------------------------------------------
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
-        row = encode_row(checkpoint)
+        row = self._parts.encode_row(checkpoint)
         await self._io("create", self._create, *stored_of(row))
 
     def _create(self, stored: StoredHead, files: dict[str, bytes]) -> None:
@@ -142,7 +142,7 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
             stored = None if run is None else read_head(run, key)
             if run is None or stored is None:
                 return None
-            return decode_row(read_row(run, stored, locked=locked))
+            return self._parts.decode_row(read_row(run, stored, locked=locked))
 
     async def delete(self, key: str) -> bool:
         return await self._io("delete", self._delete, validate_checkpoint_key(key))
@@ -202,7 +202,8 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
             assert run is not None and stored is not None
             head = claimed_head(stored.head, cycle, token, now_ms=now, lease_ms=lease_ms, mode=mode)
             claimed = replace(read_row(run, stored, locked=True), head=head)
-            record = decode_row(claimed)  # damaged parts raise before anything is written
+            # Damaged parts raise before anything is written.
+            record = self._parts.decode_row(claimed)
             if mode is ClaimMode.RECOVERY:  # its last holder may have died writing
                 sweep(run, stored)
             self._commit(run, stored, replace(stored, head=head), {})

@@ -20,7 +20,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import ClassVar, Final, Literal, ParamSpec, Self, TypeVar, overload
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, ParamSpec, Self, TypeVar, overload
 
 from agentflow.checkpoint.file import FileCheckpointer
 from agentflow.checkpoint.file.fs import make_dir, open_dir, opened, publish, read_file
@@ -33,6 +33,9 @@ from agentflow.errors import (
     StoreClosed,
     StoreNotFound,
 )
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["DURABLE", "LAYOUT_VERSION", "FileStoreBase"]
 
@@ -65,12 +68,14 @@ class FileStoreBase:
         namespace: str | None = None,
         secure_permissions: bool = True,
         create: bool = True,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._may_create = create
         self._checkpointer = FileCheckpointer(
             root, secure_permissions=secure_permissions, namespace=namespace
         )
         self._namespace = validate_namespace(namespace)
+        self._sealing = sealing
         self._dirs = self._checkpointer._dirs
         self._modes = self._checkpointer._modes
         self._opening = threading.Lock()

@@ -31,7 +31,7 @@ from agentflow.durable.leases import check_claim_request, claim_refusal, claimed
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, decode_row, encode_row
+from agentflow.durable.rows import RunHead
 from agentflow.durable.store import RunPage
 from agentflow.durable.stores.mongodb_client import MongoStoreBase, check_text
 from agentflow.durable.stores.mongodb_documents import (
@@ -73,7 +73,7 @@ class MongoDurableStore(PlannedWrites, MongoStoreBase):
     """
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
-        row = encode_row(checkpoint)
+        row = self._parts.encode_row(checkpoint)
         document = new_run(self._namespace, row)
 
         async def insert() -> bool:
@@ -91,7 +91,7 @@ class MongoDurableStore(PlannedWrites, MongoStoreBase):
         found = await self._call(
             "load", lambda: self._runs.find_one({"_id": run_id(self._namespace, key)})
         )
-        return None if found is None else decode_row(row_from(key, found))
+        return None if found is None else self._parts.decode_row(row_from(key, found))
 
     async def _head(self, operation: str, key: str) -> tuple[RunHead | None, int, bool]:
         """A refused command's second read: the head, the server's now, whether the shape holds."""
@@ -124,7 +124,7 @@ class MongoDurableStore(PlannedWrites, MongoStoreBase):
             ),
         )
         if found is not None:
-            return decode_row(row_from(key, found))
+            return self._parts.decode_row(row_from(key, found))
         head, now, shaped = await self._head("claim", key)
         error = claim_refusal(head, cycle_index, now, mode)
         if error is None and head is not None:

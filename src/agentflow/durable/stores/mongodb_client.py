@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import ClassVar, Final, Self, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Final, Self, TypeVar
 
 from pymongo import AsyncMongoClient, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
@@ -40,6 +40,9 @@ from agentflow.errors import (
     StoreClosed,
     StoreNotFound,
 )
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["LAYOUT_VERSION", "MongoStoreBase", "check_text"]
 
@@ -81,8 +84,10 @@ class MongoStoreBase:
         namespace: str | None = None,
         journal: bool = True,
         create: bool = True,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
+        self._sealing = sealing
         self._may_create = create
         self._server = MongoCheckpointer(
             uri, client=client, database=database, collection=collection, journal=journal

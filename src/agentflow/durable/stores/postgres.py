@@ -29,7 +29,7 @@ from agentflow.durable.leases import check_claim_request, claim_refusal, claimed
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary, encode_row
+from agentflow.durable.rows import RunSummary
 from agentflow.durable.store import RunPage
 from agentflow.durable.stores.postgres_base import PostgresDurableBase
 from agentflow.durable.stores.postgres_rows import (
@@ -64,7 +64,7 @@ class PostgresDurableStore(PlannedWrites, PostgresDurableBase):
         return {"namespace": self._namespace, "key": key}
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
-        row = encode_row(checkpoint)
+        row = self._parts.encode_row(checkpoint)
         params = {
             **self._run(row.key),
             **head_params(row.head),
@@ -80,7 +80,9 @@ class PostgresDurableStore(PlannedWrites, PostgresDurableBase):
         )
         if found is None:
             return None
-        return decode_run(key, found[:HEAD_WIDTH], found[HEAD_WIDTH], found[HEAD_WIDTH + 1 :])
+        return decode_run(
+            self._parts, key, found[:HEAD_WIDTH], found[HEAD_WIDTH], found[HEAD_WIDTH + 1 :]
+        )
 
     async def claim(
         self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
@@ -97,7 +99,7 @@ class PostgresDurableStore(PlannedWrites, PostgresDurableBase):
         head, body, journal = claimed[:HEAD_WIDTH], claimed[HEAD_WIDTH], claimed[HEAD_WIDTH + 1 :]
         if head[0] is not None:
             if seen is not None and seen + 1 == head[0]:
-                return decode_run(key, head, body, journal)
+                return decode_run(self._parts, key, head, body, journal)
             return await self._claimed_record(key, head[0])
         stored = await self._head("claim", key)
         error = claim_refusal(stored, cycle_index, now, mode)

@@ -14,7 +14,7 @@ agentflow's through the checkpointer's mapping, naming the public call.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from agentflow.checkpoint.postgres import DEFAULT_DSN
 from agentflow.checkpoint.postgres.connections import KeptConnections
@@ -30,6 +30,9 @@ from agentflow.errors import (
     StoreClosed,
     StoreNotFound,
 )
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["PostgresDurableBase", "check_schema", "ensure_schema"]
 
@@ -96,8 +99,10 @@ class PostgresDurableBase:
         schema: str | None = None,
         namespace: str | None = None,
         create: bool = True,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
+        self._sealing = sealing
         self._sql = DurableSql(table, schema)
         self._may_create = create
         self._where = address_of(dsn, pool)

@@ -26,7 +26,7 @@ from agentflow.durable.leases import check_claim_request, claim_refusal, claimed
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary, decode_row, encode_row
+from agentflow.durable.rows import RunSummary
 from agentflow.durable.store import RunPage
 from agentflow.durable.stores.redis_client import RedisStoreBase
 from agentflow.durable.stores.redis_rows import (
@@ -90,7 +90,7 @@ class RedisDurableStore(PlannedWrites, RedisStoreBase):
         return run_key(self._prefix, self._namespace, key), key.encode()
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
-        row = encode_row(checkpoint)
+        row = self._parts.encode_row(checkpoint)
         run, member = self._keys(row.key)
         args = create_args(row, write_id(), member)
         created = await self._redis(
@@ -104,7 +104,7 @@ class RedisDurableStore(PlannedWrites, RedisStoreBase):
         stored = cast(
             dict[bytes, bytes], await self._redis("load", lambda: self._client.hgetall(run))
         )
-        return decode_row(run_row(key, stored)) if stored else None
+        return self._parts.decode_row(run_row(key, stored)) if stored else None
 
     async def claim(
         self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
@@ -118,7 +118,7 @@ class RedisDurableStore(PlannedWrites, RedisStoreBase):
             "claim", lambda: self._claim(keys=[run, self._statuses], args=args)
         )
         if reply[0] == _APPLIED:
-            return decode_row(run_row(key, _hash(reply[1])))
+            return self._parts.decode_row(run_row(key, _hash(reply[1])))
         self._check_found(key, reply)
         now, head = int(reply[1]), head_from(key, reply[2])
         error = claim_refusal(head, cycle_index, now, mode)

@@ -12,7 +12,7 @@ answers as the first did and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -29,6 +29,9 @@ from agentflow.errors import (
     StoreClosed,
     StoreNotFound,
 )
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["RedisStoreBase"]
 
@@ -57,8 +60,10 @@ class RedisStoreBase:
         prefix: str = "agentflow",
         namespace: str | None = None,
         create: bool = True,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
+        self._sealing = sealing
         self._prefix = check_prefix(prefix)
         self._may_create = create
         self._server = RedisCheckpointer(url, client=client, prefix=prefix)

@@ -31,7 +31,7 @@ from agentflow.durable.memory import wall_clock_ms
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary, encode_row
+from agentflow.durable.rows import RunSummary
 from agentflow.durable.store import RunPage
 from agentflow.durable.stores.sqlite_file import SqliteFileStore
 from agentflow.durable.stores.sqlite_rows import (
@@ -77,7 +77,7 @@ class SqliteDurableStore(PlannedWrites, SqliteFileStore):
         return {"namespace": self._namespace, "key": key}
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
-        row = encode_row(checkpoint)
+        row = self._parts.encode_row(checkpoint)
         params = {
             **self._run(row.key),
             **head_params(row.head),
@@ -94,7 +94,7 @@ class SqliteDurableStore(PlannedWrites, SqliteFileStore):
     async def load(self, key: str) -> DurableCheckpoint | None:
         run = self._run(validate_checkpoint_key(key))
         found: DurableCheckpoint | None = await self._file.read(
-            "load", lambda conn: decode_loaded(key, conn.execute(LOAD, run).fetchall())
+            "load", lambda conn: decode_loaded(self._parts, key, conn.execute(LOAD, run).fetchall())
         )
         return found
 
@@ -120,7 +120,7 @@ class SqliteDurableStore(PlannedWrites, SqliteFileStore):
 
         now, claimed, found = await self._file.write("claim", apply)
         if claimed is not None:
-            return decode_claimed(key, claimed, found)
+            return decode_claimed(self._parts, key, claimed, found)
         head = head_from(key, found[0]) if found else None
         error = claim_refusal(head, cycle_index, now, mode)
         if error is None and head is not None:  # only an overflow is left: raise it

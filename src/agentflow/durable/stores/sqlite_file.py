@@ -16,7 +16,7 @@ import os
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final, Self, TypeVar
+from typing import TYPE_CHECKING, Final, Self, TypeVar
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.sqlite.workers import Pair, acquire_pair, release_pair
@@ -34,6 +34,9 @@ from agentflow.errors import (
     StoreClosed,
     StoreNotFound,
 )
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["SqliteFile", "SqliteFileStore"]
 
@@ -194,8 +197,10 @@ class SqliteFileStore:
         busy_timeout: float = 5.0,
         secure_permissions: bool = True,
         create: bool = True,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
+        self._sealing = sealing
         self._file = SqliteFile(
             path,
             synchronous=synchronous,
