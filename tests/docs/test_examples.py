@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +127,29 @@ def test_every_block_of_the_document_runs(document: Path, tmp_path: Path) -> Non
                 f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}",
                 pytrace=False,
             )
+
+
+def test_the_readme_starts_a_mongod_when_none_is_named(tmp_path: Path) -> None:
+    """The README's MongoDB block with no ``MONGODB_URI``, as a newcomer runs it.
+
+    The document run above names the test server, so the branch that starts
+    a throwaway mongod would otherwise never run.
+    """
+    [block] = [b for b in _runnable(ROOT / "README.md") if "MONGODB_URI:-" in b.code]
+    cwd = _scratch(tmp_path)
+    variables = _environment(needs_mongodb=False)
+    with socket.socket() as probe:  # a free port, so no other mongod is met
+        probe.bind(("127.0.0.1", 0))
+        variables["MONGOD_PORT"] = str(probe.getsockname()[1])
+    variables["PYTHONPATH"] = str(cwd)
+    pid_file = cwd / ".runs" / "mongod" / "mongod.pid"
+    try:
+        done = _run(_command(block, _script(cwd, block)), cwd, variables)
+    finally:
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    assert done.returncode == 0, f"{block}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert pid_file.exists(), "the block started no mongod of its own"
 
 
 def test_every_python_block_passes_mypy_strict(tmp_path: Path) -> None:
