@@ -121,7 +121,7 @@ def main(argv: list[str]) -> None:
     elif not argv:
         session_id = asyncio.run(start())
         print(f"[start]  process {os.getpid()} exits; a new process resumes the run")
-        subprocess.run([sys.executable, __file__, "resume", session_id, "approved"], check=True)
+        subprocess.run([sys.executable, __file__, "resume", session_id, "approve"], check=True)
     else:
         raise SystemExit(__doc__)
 
