@@ -11,19 +11,21 @@ accepted id is an identity conflict and is refused, never overwritten.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentflow.durable.canonical import validate_i_json
+from agentflow.durable.canonical import parse_json, validate_i_json
 from agentflow.durable.digests import event_payload_digest
-from agentflow.durable.errors import DurableError
+from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.validators import (
     CapabilityRef,
     is_blank,
     require_non_empty,
     validate_sha256,
 )
+from agentflow.errors import InvalidCursor
 
 __all__ = [
     "EVENT_CURSOR_SCHEMA",
@@ -34,6 +36,9 @@ __all__ = [
     "EventPage",
     "check_append",
     "resolve_append",
+    "run_member",
+    "sequence_of",
+    "stored_event",
 ]
 
 EVENT_CURSOR_SCHEMA = "vv-agent.event-cursor.v1"
@@ -220,3 +225,49 @@ def resolve_append(
             "event_payload_digest_mismatch", "payload_digest does not match the canonical event"
         )
     return "insert" if stored_digest is None else "duplicate"
+
+
+def run_member(event: Mapping[str, Any], member: str) -> str | None:
+    """The run an event names in ``member`` (``run_id``, ``parent_run_id``), None for none.
+
+    Only a non-empty string names a run; an event without one is accepted but
+    belongs to no run's replay.
+    """
+    value = event.get(member)
+    return value if isinstance(value, str) and value else None
+
+
+def sequence_of(after: Mapping[str, Any] | None) -> int:
+    """The sequence a ``{"sequence": n}`` event cursor resumes after (0 for None)."""
+    if after is None:
+        return 0
+    value = after.get("sequence") if isinstance(after, Mapping) else None
+    if (
+        not isinstance(after, Mapping)
+        or set(after) != {"sequence"}
+        or isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < 0
+    ):
+        raise InvalidCursor("an event cursor of this store is {'sequence': n}")
+    return value
+
+
+def stored_event(
+    event_id: str, digest: object, data: object, cursor: dict[str, Any], where: str
+) -> AcceptedEvent:
+    """An event read back from a store: ``data`` must be the bytes ``digest`` names and a
+    JSON object, else :class:`DurableCorrupted` naming ``where``. Damage never replays."""
+    if (
+        not isinstance(digest, str)
+        or not isinstance(data, bytes)
+        or hashlib.sha256(data).hexdigest() != digest
+    ):
+        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
+    try:
+        event = parse_json(data)
+    except DurableError as exc:
+        raise DurableCorrupted(exc.code, f"{where}: {exc.message}") from exc
+    if not isinstance(event, dict):
+        raise DurableCorrupted("event_payload_invalid", f"{where} is not an object")
+    return AcceptedEvent(event_id, digest, event, cursor)

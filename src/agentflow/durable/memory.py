@@ -14,7 +14,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
@@ -24,17 +24,17 @@ from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
     EventCursor,
-    EventPage,
     check_append,
     resolve_append,
+    run_member,
+    sequence_of,
 )
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
-from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.paged import ListedRuns, ReplayedEvents
 from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunRow, RunSummary
-from agentflow.durable.store import RunPage
 from agentflow.durable.transitions import (
     JournalPut,
     JournalReplace,
@@ -49,8 +49,8 @@ from agentflow.durable.transitions import (
     plan_suspend,
     refusal,
 )
-from agentflow.durable.validators import CapabilityRef, require_non_empty, validate_checkpoint_key
-from agentflow.errors import InvalidCursor, StoreNotFound
+from agentflow.durable.validators import CapabilityRef, validate_checkpoint_key
+from agentflow.errors import StoreNotFound
 
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing
@@ -62,8 +62,6 @@ __all__ = [
     "from_url",
     "named_memory",
 ]
-
-_KIND = "memory"
 
 
 def wall_clock_ms() -> int:
@@ -148,13 +146,15 @@ class _Closing:
         await self.close()
 
 
-class MemoryDurableStore(_Closing):
+class MemoryDurableStore(ListedRuns, _Closing):
     """A :class:`~agentflow.durable.DurableStore` in process memory.
 
     ``clock`` returns epoch milliseconds; it is the lease clock (tests pass
     a fake one to move time). Pass one :class:`DurableMemory` to several
     stores to share it across namespaces.
     """
+
+    kind: ClassVar[str] = "memory"
 
     def __init__(
         self,
@@ -288,28 +288,16 @@ class MemoryDurableStore(_Closing):
     async def delete(self, key: str) -> bool:
         return self._data.remove(validate_checkpoint_key(key))
 
-    async def list_runs(
-        self,
-        *,
-        status: CheckpointStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> RunPage:
-        check_limit(limit)
-        status = None if status is None else CheckpointStatus(status)
-        after = (
-            None if cursor is None else decode_run_cursor(_KIND, self._namespace, status, cursor)
-        )
+    async def _list(
+        self, status: CheckpointStatus | None, after: str | None, limit: int
+    ) -> tuple[list[RunSummary], str | None]:
         index = self._data.keys if status is None else self._data.by_status.get(status)
         keys = [] if index is None else index.after(after, limit + 1)
-        more = len(keys) > limit
-        keys = keys[:limit]
-        runs = [RunSummary.of(key, self._data.rows[key].head) for key in keys]
-        next_cursor = encode_run_cursor(_KIND, self._namespace, status, keys[-1]) if more else None
-        return RunPage(runs, next_cursor)
+        runs = [RunSummary.of(key, self._data.rows[key].head) for key in keys[:limit]]
+        return runs, keys[limit - 1] if len(keys) > limit else None
 
 
-class InMemoryRunEventStore(_Closing):
+class InMemoryRunEventStore(ReplayedEvents, _Closing):
     """A :class:`~agentflow.durable.DurableEventStore` in process memory.
 
     Cursors are ``{"sequence": n}``, one sequence per namespace starting at 1.
@@ -343,48 +331,24 @@ class InMemoryRunEventStore(_Closing):
             (self._data.by_run, "run_id"),
             (self._data.by_parent, "parent_run_id"),
         ):
-            run = copy.get(member)
-            if isinstance(run, str) and run:
+            run = run_member(copy, member)
+            if run is not None:
                 index.setdefault(run, []).append((sequence, event_id))
         return AppendOnceResult(True, {"sequence": sequence})
 
-    async def replay(
-        self,
-        run_id: str,
-        *,
-        after: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        include_children: bool = False,
-    ) -> EventPage:
-        require_non_empty(run_id, "run_id")
-        check_limit(limit)
-        start = _sequence_of(after)
+    async def _replay(
+        self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool
+    ) -> list[AcceptedEvent]:
+        start = sequence_of(after)
         lists = [self._data.by_run.get(run_id, [])]
         if include_children:
             lists.append(self._data.by_parent.get(run_id, []))
         picked: list[AcceptedEvent] = []
         for _, event_id in _dedupe(heapq.merge(*(_from(items, start) for items in lists))):
-            if len(picked) > limit:
+            if len(picked) == count:
                 break
             picked.append(self._data.by_id[event_id])
-        more = len(picked) > limit
-        events = [replace(e, event=parse_json(canonical_json(e.event))) for e in picked[:limit]]
-        return EventPage(events, dict(events[-1].cursor) if more else None)
-
-
-def _sequence_of(after: Mapping[str, Any] | None) -> int:
-    if after is None:
-        return 0
-    value = after.get("sequence") if isinstance(after, Mapping) else None
-    if (
-        not isinstance(after, Mapping)
-        or set(after) != {"sequence"}
-        or isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < 0
-    ):
-        raise InvalidCursor("an in-memory event cursor is {'sequence': n}")
-    return value
+        return [replace(e, event=parse_json(canonical_json(e.event))) for e in picked]
 
 
 def _from(items: list[tuple[int, str]], start: int) -> Iterator[tuple[int, str]]:

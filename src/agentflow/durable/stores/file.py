@@ -37,11 +37,10 @@ from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.memory import wall_clock_ms
-from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.paged import ListedRuns
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunHead, RunSummary
-from agentflow.durable.store import RunPage
 from agentflow.durable.stores.file_base import FileStoreBase
 from agentflow.durable.stores.file_names import add_entry, drop_entry, key_of, key_path, walk
 from agentflow.durable.stores.file_rows import StoredHead, planned, stored_of
@@ -65,7 +64,7 @@ _TRASH: Final = "trash"
 _UNLOCKED_READS: Final = 2
 
 
-class FileDurableStore(PlannedWrites, FileStoreBase):
+class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
     """Durable records of runs as files under ``root``, beside its checkpoints.
 
     Takes the arguments of :class:`~agentflow.checkpoint.file.FileCheckpointer`
@@ -252,27 +251,13 @@ class FileDurableStore(PlannedWrites, FileStoreBase):
 
     # -- listing ------------------------------------------------------------------
 
-    async def list_runs(
-        self,
-        *,
-        status: CheckpointStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> RunPage:
-        check_limit(limit)
-        status = None if status is None else CheckpointStatus(status)
-        after = None
-        if cursor is not None:
-            after = decode_run_cursor(self.kind, self._namespace, status, cursor)
-        runs = await self._io("list_runs", self._list, status, after, limit)
-        more = len(runs) > limit
-        runs = runs[:limit]
-        next_cursor = (
-            encode_run_cursor(self.kind, self._namespace, status, runs[-1].key) if more else None
-        )
-        return RunPage(runs, next_cursor)
+    async def _list(
+        self, status: CheckpointStatus | None, after: str | None, limit: int
+    ) -> tuple[list[RunSummary], str | None]:
+        runs = await self._io("list_runs", self._read_runs, status, after, limit)
+        return runs[:limit], runs[limit - 1].key if len(runs) > limit else None
 
-    def _list(
+    def _read_runs(
         self, status: CheckpointStatus | None, after: str | None, limit: int
     ) -> list[RunSummary]:
         """Names from one index walk, then one head per run returned (and one peek)."""

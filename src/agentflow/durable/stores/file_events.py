@@ -48,15 +48,15 @@ from agentflow.durable.errors import DurableConflict, DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
-    EventPage,
     check_append,
     resolve_append,
+    run_member,
+    sequence_of,
 )
-from agentflow.durable.memory import _sequence_of
-from agentflow.durable.paging import check_limit
+from agentflow.durable.paged import ReplayedEvents
 from agentflow.durable.stores.file_base import FileStoreBase
-from agentflow.durable.stores.sqlite_events import _accepted, _run_member
-from agentflow.durable.validators import CapabilityRef, require_non_empty
+from agentflow.durable.stores.sqlite_events import _accepted
+from agentflow.durable.validators import CapabilityRef
 from agentflow.errors import InvalidArgument
 
 __all__ = ["FileRunEventStore"]
@@ -100,7 +100,7 @@ def _header(data: bytes, where: str) -> tuple[dict[str, Any], bytes]:
     return header, data[end + 1 :]
 
 
-class FileRunEventStore(FileStoreBase):
+class FileRunEventStore(ReplayedEvents, FileStoreBase):
     """A :class:`~agentflow.durable.DurableEventStore` as files under ``root``.
 
     Takes the arguments of :class:`~agentflow.durable.stores.file.FileDurableStore`.
@@ -128,7 +128,7 @@ class FileRunEventStore(FileStoreBase):
             runs = {
                 index: run
                 for index, member in _MEMBERS.items()
-                if (run := _run_member(event, member)) is not None
+                if (run := run_member(event, member)) is not None
             }
             found = await self._io(
                 "append_once", self._append, event_id, payload_digest, data, runs
@@ -230,25 +230,15 @@ class FileRunEventStore(FileStoreBase):
             low, high = (middle, high) if drawn(middle) else (low, middle)
         return low
 
-    async def replay(
-        self,
-        run_id: str,
-        *,
-        after: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        include_children: bool = False,
-    ) -> EventPage:
-        require_non_empty(run_id, "run_id")
-        check_limit(limit)
-        start = _sequence_of(after)
+    async def _replay(
+        self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool
+    ) -> list[AcceptedEvent]:
+        start = sequence_of(after)
         indexes = ("runs", "parents") if include_children else ("runs",)
-        events = await self._io("replay", self._replay, run_id, start, limit, indexes)
-        more = len(events) > limit
-        events = events[:limit]
-        return EventPage(events, dict(events[-1].cursor) if more else None)
+        return await self._io("replay", self._read_events, run_id, start, count, indexes)
 
-    def _replay(
-        self, run_id: str, start: int, limit: int, indexes: tuple[str, ...]
+    def _read_events(
+        self, run_id: str, start: int, count: int, indexes: tuple[str, ...]
     ) -> list[AcceptedEvent]:
         found: list[AcceptedEvent] = []
         with self._within((_EVENTS,), create=False) as events, contextlib.ExitStack() as held:
@@ -269,7 +259,7 @@ class FileRunEventStore(FileStoreBase):
                 accepted = _read(members[index], ids[0], index, run_id, sequence)
                 if accepted is not None:
                     found.append(accepted)
-                    if len(found) > limit:
+                    if len(found) == count:
                         break
         return found
 

@@ -28,11 +28,10 @@ from agentflow.durable.errors import (
     DurableError,
 )
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
-from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.paged import ListedRuns
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead
-from agentflow.durable.store import RunPage
+from agentflow.durable.rows import RunHead, RunSummary
 from agentflow.durable.stores.mongodb_client import MongoStoreBase, check_text
 from agentflow.durable.stores.mongodb_documents import (
     HEAD_READ,
@@ -64,7 +63,7 @@ __all__ = ["MongoDurableStore", "from_url"]
 _CLAIM = "checkpoint_claim_invalid"
 
 
-class MongoDurableStore(PlannedWrites, MongoStoreBase):
+class MongoDurableStore(PlannedWrites, ListedRuns, MongoStoreBase):
     """Durable records of runs in MongoDB, beside a checkpointer's collection.
 
     Takes the arguments of :class:`~agentflow.checkpoint.mongodb.MongoCheckpointer`
@@ -182,20 +181,9 @@ class MongoDurableStore(PlannedWrites, MongoStoreBase):
         )
         return deleted.deleted_count == 1
 
-    async def list_runs(
-        self,
-        *,
-        status: CheckpointStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> RunPage:
-        check_limit(limit)
-        status = None if status is None else CheckpointStatus(status)
-        after = (
-            None
-            if cursor is None
-            else decode_run_cursor(self.kind, self._namespace, status, cursor)
-        )
+    async def _list(
+        self, status: CheckpointStatus | None, after: str | None, limit: int
+    ) -> tuple[list[RunSummary], str | None]:
         index = LISTING_INDEX if status is None else STATUS_INDEX
 
         async def read() -> list[Document]:
@@ -210,11 +198,7 @@ class MongoDurableStore(PlannedWrites, MongoStoreBase):
 
         documents = await self._call("list_runs", read)
         runs = [summary_from(document) for document in documents[:limit]]
-        more = len(documents) > limit
-        next_cursor = (
-            encode_run_cursor(self.kind, self._namespace, status, runs[-1].key) if more else None
-        )
-        return RunPage(runs, next_cursor)
+        return runs, runs[-1].key if len(documents) > limit else None
 
 
 def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> MongoDurableStore:

@@ -27,7 +27,6 @@ checked against its digest.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -37,20 +36,20 @@ from typing import Any, Final
 from pymongo.errors import DuplicateKeyError
 
 from agentflow.checkpoint.mongodb.documents import Document, plain
-from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json
+from agentflow.durable.errors import DurableConflict, DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
-    EventPage,
     check_append,
     resolve_append,
+    run_member,
+    stored_event,
 )
-from agentflow.durable.paging import check_limit
+from agentflow.durable.paged import ReplayedEvents
 from agentflow.durable.stores.mongodb_client import MongoStoreBase, check_text
 from agentflow.durable.stores.mongodb_documents import RUN_EVENTS_INDEX
-from agentflow.durable.stores.sqlite_events import _run_member
-from agentflow.durable.validators import CapabilityRef, require_non_empty
+from agentflow.durable.validators import CapabilityRef
 from agentflow.errors import InvalidCursor
 
 __all__ = ["MongoRunEventStore"]
@@ -116,24 +115,16 @@ def _stored(doc: Document, *, child: bool = False) -> _Stored:
         ps, po = (_number(doc.get("ps")), _number(doc.get("po"))) if "p" in doc else (0, 0)
     except ValueError as exc:
         raise DurableCorrupted(_ROW_INVALID, f"{where} is damaged") from exc
-    if not isinstance(digest, str) or hashlib.sha256(data).hexdigest() != digest:
-        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
-    try:
-        event = parse_json(data)
-    except DurableError as exc:
-        raise DurableCorrupted(exc.code, f"{where}: {exc.message}") from exc
-    if not isinstance(event, dict):
-        raise DurableCorrupted("event_payload_invalid", f"{where} is not an object")
-    run, parent = _family(event)
+    accepted = stored_event(event_id, digest, data, {}, where)
+    run, parent = _family(accepted.event)
     if doc.get("r", _ROW_INVALID) != run or doc.get("p") != parent:
         raise DurableCorrupted(_ROW_INVALID, f"{where} is filed under another run")
-    accepted = AcceptedEvent(event_id, digest, event, _cursor(run, rs, rc))
-    return _Stored(accepted, rs, rc, ps, po, child)
+    return _Stored(replace(accepted, cursor=_cursor(run, rs, rc)), rs, rc, ps, po, child)
 
 
 def _family(event: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """The event's run and its parent run (None when it names none, or its own run)."""
-    run, parent = _run_member(event, "run_id"), _run_member(event, "parent_run_id")
+    run, parent = run_member(event, "run_id"), run_member(event, "parent_run_id")
     return run, None if parent == run else parent
 
 
@@ -160,7 +151,7 @@ def _merge(own: list[_Stored], children: list[_Stored], count: int) -> list[_Sto
     return picked
 
 
-class MongoRunEventStore(MongoStoreBase):
+class MongoRunEventStore(ReplayedEvents, MongoStoreBase):
     """A :class:`~agentflow.durable.DurableEventStore` in MongoDB.
 
     Takes the arguments of :class:`~agentflow.durable.stores.mongodb.MongoDurableStore`.
@@ -248,29 +239,22 @@ class MongoRunEventStore(MongoStoreBase):
             f"event {event_id!r} lost the race for a sequence number {_ATTEMPTS} times"
         )
 
-    async def replay(
-        self,
-        run_id: str,
-        *,
-        after: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        include_children: bool = False,
-    ) -> EventPage:
-        require_non_empty(run_id, "run_id")
+    async def _replay(
+        self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool
+    ) -> list[AcceptedEvent]:
         check_text(run_id, _VALUE, "run_id")
-        check_limit(limit)
         own_after, children_after = _positions(run_id, after)
         own: list[Document] = [
             {"$match": {"_id.n": self._namespace, "r": run_id, "rs": {"$gt": own_after}}},
             {"$sort": {"rs": 1}},
-            {"$limit": limit + 1},
+            {"$limit": count},
             {"$set": {"w": {"$literal": "own"}}},
         ]
         if include_children:
             children = [
                 {"$match": {"_id.n": self._namespace, "p": run_id, "ps": {"$gt": children_after}}},
                 {"$sort": {"ps": 1}},
-                {"$limit": limit + 1},
+                {"$limit": count},
                 {"$set": {"w": {"$literal": "child"}}},
             ]
             # the children are read after the run's own events, so every child a
@@ -286,14 +270,12 @@ class MongoRunEventStore(MongoStoreBase):
         theirs = [item for item in read_events if item.child]
         _gapless(mine, own_after, "rs", run_id)
         _gapless(theirs, children_after, "ps", run_id)
-        picked = _merge(mine, theirs, limit + 1)
         events: list[AcceptedEvent] = []
         sequence, seen = own_after, children_after
-        for item in picked[:limit]:  # each event's cursor: this replay, resumed after it
+        for item in _merge(mine, theirs, count):  # cursors: this replay, resumed after each
             if item.child:
                 seen = max(seen, item.ps)
             else:
                 sequence, seen = item.rs, max(seen, item.rc)
             events.append(replace(item.accepted, cursor=_cursor(run_id, sequence, seen)))
-        more = len(picked) > limit
-        return EventPage(events, dict(events[-1].cursor) if more else None)
+        return events

@@ -15,7 +15,7 @@ agree on who holds a run.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from agentflow.checkpoint.stores import safe_url, scheme_of
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
@@ -26,11 +26,10 @@ from agentflow.durable.errors import (
     DurableError,
 )
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
-from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.paged import ListedRuns
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunSummary
-from agentflow.durable.store import RunPage
 from agentflow.durable.stores.postgres_base import PostgresDurableBase
 from agentflow.durable.stores.postgres_rows import (
     HEAD_WIDTH,
@@ -49,16 +48,16 @@ from agentflow.errors import InvalidStoreUrl
 
 __all__ = ["PostgresDurableStore", "from_url"]
 
-_KIND = "postgres"
 
-
-class PostgresDurableStore(PlannedWrites, PostgresDurableBase):
+class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
     """Durable records of runs in PostgreSQL, beside a checkpointer's tables.
 
     Takes the arguments of :class:`~agentflow.checkpoint.postgres.PostgresCheckpointer`
     (``dsn`` or ``pool``, ``table``, ``schema``, ``namespace``); the durable
     tables are created on first use.
     """
+
+    kind: ClassVar[str] = "postgres"
 
     def _run(self, key: str) -> dict[str, Any]:
         return {"namespace": self._namespace, "key": key}
@@ -159,27 +158,20 @@ class PostgresDurableStore(PlannedWrites, PostgresDurableBase):
         run = self._run(validate_checkpoint_key(key))
         return bool(await self._fixed("delete", "fetchval", "delete", run))
 
-    async def list_runs(
-        self,
-        *,
-        status: CheckpointStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> RunPage:
-        check_limit(limit)
-        status = None if status is None else CheckpointStatus(status)
-        after = "" if cursor is None else decode_run_cursor(_KIND, self._namespace, status, cursor)
-        params: dict[str, Any] = {"namespace": self._namespace, "after": after, "limit": limit + 1}
+    async def _list(
+        self, status: CheckpointStatus | None, after: str | None, limit: int
+    ) -> tuple[list[RunSummary], str | None]:
+        params: dict[str, Any] = {
+            "namespace": self._namespace,
+            "after": after or "",
+            "limit": limit + 1,
+        }
         name = "list_after"
         if status is not None:
             name, params["status"] = "list_status_after", status.value
         rows = await self._fixed("list_runs", "fetch", name, params)
         runs = [RunSummary.of(row[0], head_from(row[0], row[1:])) for row in rows[:limit]]
-        more = len(rows) > limit
-        next_cursor = (
-            encode_run_cursor(_KIND, self._namespace, status, runs[-1].key) if more else None
-        )
-        return RunPage(runs, next_cursor)
+        return runs, runs[-1].key if len(rows) > limit else None
 
 
 def from_url(

@@ -23,16 +23,17 @@ from typing import Any
 from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableConflict
 from agentflow.durable.events import (
+    AcceptedEvent,
     AppendOnceResult,
-    EventPage,
     check_append,
     resolve_append,
+    run_member,
+    sequence_of,
 )
-from agentflow.durable.memory import _sequence_of
-from agentflow.durable.paging import check_limit
+from agentflow.durable.paged import ReplayedEvents
 from agentflow.durable.stores.postgres_base import PostgresDurableBase
-from agentflow.durable.stores.sqlite_events import _accepted, _run_member, _stored
-from agentflow.durable.validators import CapabilityRef, require_non_empty
+from agentflow.durable.stores.sqlite_events import _accepted, _stored
+from agentflow.durable.validators import CapabilityRef
 
 __all__ = ["PostgresRunEventStore"]
 
@@ -44,7 +45,7 @@ def run_lock(namespace: str, run_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-class PostgresRunEventStore(PostgresDurableBase):
+class PostgresRunEventStore(ReplayedEvents, PostgresDurableBase):
     """A :class:`~agentflow.durable.DurableEventStore` in PostgreSQL.
 
     Takes the arguments of :class:`~agentflow.durable.stores.postgres.PostgresDurableStore`.
@@ -61,7 +62,7 @@ class PostgresRunEventStore(PostgresDurableBase):
         ids = {"namespace": self._namespace, "event_id": event_id}
         rows: list[Any] = []
         if computed == payload_digest:
-            run, parent = _run_member(event, "run_id"), _run_member(event, "parent_run_id")
+            run, parent = run_member(event, "run_id"), run_member(event, "parent_run_id")
             locks = sorted({run_lock(self._namespace, r) for r in (run, parent) if r})
             first_lock, second_lock = (*locks, None, None)[:2]
             params = {
@@ -83,25 +84,15 @@ class PostgresRunEventStore(PostgresDurableBase):
             raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
         return AppendOnceResult(False, {"sequence": sequence})
 
-    async def replay(
-        self,
-        run_id: str,
-        *,
-        after: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        include_children: bool = False,
-    ) -> EventPage:
-        require_non_empty(run_id, "run_id")
-        check_limit(limit)
+    async def _replay(
+        self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool
+    ) -> list[AcceptedEvent]:
         params = {
             "namespace": self._namespace,
             "run_id": run_id,
-            "after": _sequence_of(after),
-            "limit": limit + 1,
+            "after": sequence_of(after),
+            "limit": count,
         }
         name = "replay_family" if include_children else "replay"
         rows = await self._fixed("replay", "fetch", name, params)
-        events = [_accepted(row) for row in rows]
-        more = len(events) > limit
-        events = events[:limit]
-        return EventPage(events, dict(events[-1].cursor) if more else None)
+        return [_accepted(row) for row in rows]

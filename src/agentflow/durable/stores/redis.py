@@ -23,11 +23,10 @@ from agentflow.durable.errors import (
     DurableCorrupted,
 )
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
-from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.paged import ListedRuns
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunSummary
-from agentflow.durable.store import RunPage
 from agentflow.durable.stores.redis_client import RedisStoreBase
 from agentflow.durable.stores.redis_rows import (
     create_args,
@@ -66,7 +65,7 @@ def _hash(reply: list[Any]) -> dict[bytes, bytes]:
     return dict(zip(reply[::2], reply[1::2], strict=True))
 
 
-class RedisDurableStore(PlannedWrites, RedisStoreBase):
+class RedisDurableStore(PlannedWrites, ListedRuns, RedisStoreBase):
     """Durable records of runs in Redis, beside the checkpointer's threads.
 
     Takes the connection arguments of
@@ -170,20 +169,9 @@ class RedisDurableStore(PlannedWrites, RedisStoreBase):
         removed = await self._redis("delete", lambda: self._delete(keys=keys, args=args))
         return bool(removed)
 
-    async def list_runs(
-        self,
-        *,
-        status: CheckpointStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> RunPage:
-        check_limit(limit)
-        status = None if status is None else CheckpointStatus(status)
-        after = (
-            None
-            if cursor is None
-            else decode_run_cursor(self.kind, self._namespace, status, cursor)
-        )
+    async def _list(
+        self, status: CheckpointStatus | None, after: str | None, limit: int
+    ) -> tuple[list[RunSummary], str | None]:
         index, start, stop, skip = self._range(status, after)
 
         async def read() -> tuple[list[bytes], list[Any]]:
@@ -205,11 +193,7 @@ class RedisDurableStore(PlannedWrites, RedisStoreBase):
             for key, values in zip(keys, heads, strict=False)
             if values != 0  # left the index between the two reads
         ]
-        more = len(keys) > limit
-        next_cursor = (
-            encode_run_cursor(self.kind, self._namespace, status, keys[limit - 1]) if more else None
-        )
-        return RunPage(runs, next_cursor)
+        return runs, keys[limit - 1] if len(keys) > limit else None
 
     def _range(
         self, status: CheckpointStatus | None, after: str | None

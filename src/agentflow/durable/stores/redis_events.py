@@ -12,32 +12,27 @@ children's) from a sequence on: a page costs O(log n + page). Cursors are
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any, cast
 
-from agentflow.durable.canonical import canonical_json, parse_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.canonical import canonical_json
+from agentflow.durable.errors import DurableConflict, DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
-    EventPage,
     check_append,
     resolve_append,
+    run_member,
+    sequence_of,
+    stored_event,
 )
-from agentflow.durable.memory import _sequence_of
-from agentflow.durable.paging import check_limit
+from agentflow.durable.paged import ReplayedEvents
 from agentflow.durable.stores.redis_client import RedisStoreBase
 from agentflow.durable.stores.redis_rows import encode_text, write_id
 from agentflow.durable.stores.redis_scripts import LUA_APPEND, LUA_REPLAY, event_index, event_keys
-from agentflow.durable.validators import CapabilityRef, require_non_empty
+from agentflow.durable.validators import CapabilityRef
 
 __all__ = ["RedisRunEventStore"]
-
-
-def _run_member(event: Mapping[str, Any], member: str) -> str | None:
-    value = event.get(member)
-    return value if isinstance(value, str) and value else None
 
 
 def _stored(event_id: str, found: bytes) -> tuple[int, str]:
@@ -57,18 +52,11 @@ def _accepted(sequence: bytes, data: bytes | None, meta: bytes | None) -> Accept
     where = f"stored event {event_id!r} (sequence {sequence.decode('ascii', 'replace')})"
     if not event_id or not isinstance(data, bytes) or not sequence.isdigit():
         raise DurableCorrupted("checkpoint_row_invalid", f"{where} is damaged")
-    if hashlib.sha256(data).hexdigest().encode() != digest:
-        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
-    try:
-        event = parse_json(data)
-    except DurableError as exc:
-        raise DurableCorrupted(exc.code, f"{where}: {exc.message}") from exc
-    if not isinstance(event, dict):
-        raise DurableCorrupted("event_payload_invalid", f"{where} is not an object")
-    return AcceptedEvent(event_id, digest.decode(), event, {"sequence": int(sequence)})
+    cursor = {"sequence": int(sequence)}
+    return stored_event(event_id, digest.decode("ascii", "replace"), data, cursor, where)
 
 
-class RedisRunEventStore(RedisStoreBase):
+class RedisRunEventStore(ReplayedEvents, RedisStoreBase):
     """A :class:`~agentflow.durable.DurableEventStore` in Redis.
 
     Takes the arguments of :class:`~agentflow.durable.stores.redis.RedisDurableStore`.
@@ -77,7 +65,7 @@ class RedisRunEventStore(RedisStoreBase):
     def _register(self) -> None:
         self._events = event_keys(self._prefix, self._namespace)
         self._append = self._script(LUA_APPEND)
-        self._replay = self._script(LUA_REPLAY)
+        self._replay_script = self._script(LUA_REPLAY)
 
     @property
     def store_ref(self) -> CapabilityRef:
@@ -95,7 +83,7 @@ class RedisRunEventStore(RedisStoreBase):
             indexes = [
                 self._index(run, parent=parent)
                 for member, parent in (("run_id", False), ("parent_run_id", True))
-                if (run := _run_member(event, member)) is not None
+                if (run := run_member(event, member)) is not None
             ]
             data = canonical_json(event, what="event payload")
             args = [name, payload_digest.encode(), data, write_id()]
@@ -116,24 +104,14 @@ class RedisRunEventStore(RedisStoreBase):
             raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
         return AppendOnceResult(False, {"sequence": stored[0]})
 
-    async def replay(
-        self,
-        run_id: str,
-        *,
-        after: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        include_children: bool = False,
-    ) -> EventPage:
-        require_non_empty(run_id, "run_id")
-        check_limit(limit)
-        start = _sequence_of(after)
+    async def _replay(
+        self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool
+    ) -> list[AcceptedEvent]:
+        start = sequence_of(after)
         encode_text(run_id, "checkpoint_value_invalid", "run_id")
         keys = [self._events[2], self._index(run_id, parent=False)]
         if include_children:
             keys.append(self._index(run_id, parent=True))
-        args = [b"%d" % start, b"%d" % (limit + 1)]
-        reply = await self._redis("replay", lambda: self._replay(keys=keys, args=args))
-        events = [_accepted(reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)]
-        more = len(events) > limit
-        events = events[:limit]
-        return EventPage(events, dict(events[-1].cursor) if more else None)
+        args = [b"%d" % start, b"%d" % count]
+        reply = await self._redis("replay", lambda: self._replay_script(keys=keys, args=args))
+        return [_accepted(reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)]

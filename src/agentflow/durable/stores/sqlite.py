@@ -28,11 +28,10 @@ from agentflow.durable.errors import (
 )
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.memory import wall_clock_ms
-from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.paged import ListedRuns
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunSummary
-from agentflow.durable.store import RunPage
 from agentflow.durable.stores.sqlite_file import SqliteFileStore
 from agentflow.durable.stores.sqlite_rows import (
     decode_claimed,
@@ -63,7 +62,7 @@ from agentflow.durable.validators import validate_checkpoint_key
 __all__ = ["SqliteDurableStore", "from_url"]
 
 
-class SqliteDurableStore(PlannedWrites, SqliteFileStore):
+class SqliteDurableStore(PlannedWrites, ListedRuns, SqliteFileStore):
     """Durable records of runs in a SQLite file, beside its checkpoints.
 
     Takes the arguments of :class:`~agentflow.checkpoint.sqlite.SqliteCheckpointer`
@@ -177,19 +176,14 @@ class SqliteDurableStore(PlannedWrites, SqliteFileStore):
         )
         return removed > 0
 
-    async def list_runs(
-        self,
-        *,
-        status: CheckpointStatus | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> RunPage:
-        check_limit(limit)
-        status = None if status is None else CheckpointStatus(status)
-        after = (
-            "" if cursor is None else decode_run_cursor(self.kind, self._namespace, status, cursor)
-        )
-        params: dict[str, Any] = {"namespace": self._namespace, "after": after, "limit": limit + 1}
+    async def _list(
+        self, status: CheckpointStatus | None, after: str | None, limit: int
+    ) -> tuple[list[RunSummary], str | None]:
+        params: dict[str, Any] = {
+            "namespace": self._namespace,
+            "after": after or "",
+            "limit": limit + 1,
+        }
         statement = LIST_AFTER
         if status is not None:
             statement, params["status"] = LIST_STATUS_AFTER, status.value
@@ -197,11 +191,7 @@ class SqliteDurableStore(PlannedWrites, SqliteFileStore):
             "list_runs", lambda conn: conn.execute(statement, params).fetchall()
         )
         runs = [RunSummary.of(row[0], head_from(row[0], row[1:])) for row in rows[:limit]]
-        more = len(rows) > limit
-        next_cursor = (
-            encode_run_cursor(self.kind, self._namespace, status, runs[-1].key) if more else None
-        )
-        return RunPage(runs, next_cursor)
+        return runs, runs[-1].key if len(rows) > limit else None
 
 
 def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> SqliteDurableStore:

@@ -11,32 +11,27 @@ is checked against its digest, so damaged bytes raise instead of replaying.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from agentflow.durable.canonical import canonical_json, parse_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.canonical import canonical_json
+from agentflow.durable.errors import DurableConflict, DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
-    EventPage,
     check_append,
     resolve_append,
+    run_member,
+    sequence_of,
+    stored_event,
 )
-from agentflow.durable.memory import _sequence_of
-from agentflow.durable.paging import check_limit
+from agentflow.durable.paged import ReplayedEvents
 from agentflow.durable.stores.sqlite_file import SqliteFileStore
 from agentflow.durable.stores.sqlite_sql import EVENT_BY_ID, INSERT_EVENT, REPLAY, REPLAY_FAMILY
-from agentflow.durable.validators import CapabilityRef, require_non_empty
+from agentflow.durable.validators import CapabilityRef
 
 __all__ = ["SqliteRunEventStore"]
-
-
-def _run_member(event: Mapping[str, Any], member: str) -> str | None:
-    value = event.get(member)
-    return value if isinstance(value, str) and value else None
 
 
 def _stored(event_id: str, rows: list[Any]) -> tuple[str | None, int | None]:
@@ -49,23 +44,14 @@ def _stored(event_id: str, rows: list[Any]) -> tuple[str | None, int | None]:
 
 
 def _accepted(row: Any) -> AcceptedEvent:
+    """An event row ``(sequence, event_id, digest, data)`` checked; the SQL stores' one."""
     sequence, event_id, digest, data = row
-    if not isinstance(data, bytes) or hashlib.sha256(data).hexdigest() != digest:
-        raise DurableCorrupted(
-            "event_payload_digest_mismatch", f"stored event {event_id!r} fails its digest"
-        )
-    try:
-        event = parse_json(data)
-    except DurableError as exc:
-        raise DurableCorrupted(exc.code, f"stored event {event_id!r}: {exc.message}") from exc
-    if not isinstance(event, dict):
-        raise DurableCorrupted(
-            "event_payload_invalid", f"stored event {event_id!r} is not an object"
-        )
-    return AcceptedEvent(event_id, digest, event, {"sequence": sequence})
+    return stored_event(
+        event_id, digest, data, {"sequence": sequence}, f"stored event {event_id!r}"
+    )
 
 
-class SqliteRunEventStore(SqliteFileStore):
+class SqliteRunEventStore(ReplayedEvents, SqliteFileStore):
     """A :class:`~agentflow.durable.DurableEventStore` in a SQLite file.
 
     Takes the arguments of :class:`~agentflow.durable.stores.sqlite.SqliteDurableStore`;
@@ -86,8 +72,8 @@ class SqliteRunEventStore(SqliteFileStore):
             params = {
                 **ids,
                 "payload_digest": payload_digest,
-                "run_id": _run_member(event, "run_id"),
-                "parent_run_id": _run_member(event, "parent_run_id"),
+                "run_id": run_member(event, "run_id"),
+                "parent_run_id": run_member(event, "parent_run_id"),
                 "event": canonical_json(event, what="event payload"),
             }
 
@@ -107,21 +93,14 @@ class SqliteRunEventStore(SqliteFileStore):
             raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
         return AppendOnceResult(False, {"sequence": sequence})
 
-    async def replay(
-        self,
-        run_id: str,
-        *,
-        after: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        include_children: bool = False,
-    ) -> EventPage:
-        require_non_empty(run_id, "run_id")
-        check_limit(limit)
+    async def _replay(
+        self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool
+    ) -> list[AcceptedEvent]:
         params = {
             "namespace": self._namespace,
             "run_id": run_id,
-            "after": _sequence_of(after),
-            "limit": limit + 1,
+            "after": sequence_of(after),
+            "limit": count,
         }
         statement = REPLAY_FAMILY if include_children else REPLAY
 
@@ -129,6 +108,4 @@ class SqliteRunEventStore(SqliteFileStore):
             return [_accepted(row) for row in conn.execute(statement, params)]
 
         events: list[AcceptedEvent] = await self._file.read("replay", read)
-        more = len(events) > limit
-        events = events[:limit]
-        return EventPage(events, dict(events[-1].cursor) if more else None)
+        return events
