@@ -14,7 +14,9 @@ key (a repeated call lands nothing new); ``calls`` holds every invocation of
 every call, written before its effect. A non-idempotent request that reaches
 the ledger later than :data:`DEADLINE` after it was sent is refused (as a
 provider refuses an expired request), so nothing a stalled holder sent can
-land after its lease lapsed; see docs/durable.md, "Chaos".
+land after its lease lapsed (the runtime sends a call only on a lease it knows is
+live for a third of its length more, so DEADLINE must be shorter than that);
+see docs/durable.md, "Chaos".
 
 The trace (``AGENTFLOW_CHAOS_TRACE``, one file per process) gets a line at
 every point a kill is classified by: the last line before a SIGKILL says

@@ -125,3 +125,27 @@ async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
     assert len(ledger_lines(ledger)) == 1
     assert fenced.value.holder != compiled.owner
     assert latest is not None and latest.done and len(outcomes) == 1
+
+
+async def test_a_holder_that_stalled_past_its_lease_sends_no_call_even_if_nobody_took_over(
+    durable_backend: RuntimeBackend, tmp_path: Path
+) -> None:
+    ledger, stalls = tmp_path / "ledger", [True]
+
+    async def charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        if stalls.pop() if stalls else False:
+            time.sleep(4 * LEASE.total_seconds())  # noqa: ASYNC251 - a GC pause: no heartbeat
+        arguments = {"ledger": str(ledger), "thread": ctx.thread, "cents": 1}
+        return {"receipt": await ctx.tool("charge", arguments, ledger_entry)}
+
+    graph = Graph("stalled").add_node("charge", charge).add_edge(START, "charge")
+    async with durable_backend.open() as (store, durable):
+        compiled = graph.compile(store, durable=durable, claim_ttl=LEASE)
+        with pytest.raises(StepClaimed):  # its lease lapsed: the renewal before the call fails
+            await compiled.run({}, thread="t")
+        record = await durable.load("t")
+        assert record is not None and record.tool_journal == []  # nothing was started
+        assert ledger_lines(ledger) == []
+        result = await compiled.resume("t")  # a recovery claim: the call is made once
+    assert result.status == "done"
+    assert len(ledger_lines(ledger)) == 1

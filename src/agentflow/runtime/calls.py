@@ -282,7 +282,9 @@ class NodeCalls:
                 f"call {entry.operation_id} is {entry.state.value}; it cannot be made now",
             )
         started = entry.start()
+        await journal.lease.ensure_live()  # a stalled holder starts nothing
         await journal.write(started)
+        await journal.lease.ensure_live()  # nor sends what it journaled before a stall
         try:
             outcome = invoke(started)
             if inspect.isawaitable(outcome):

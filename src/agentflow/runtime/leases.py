@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -117,6 +118,9 @@ class Lease:
         #: True when this claim took the run over (a lapsed lease, an ambiguity).
         self.recovery = recovery
         self.lost: LeaseLost | None = None
+        #: Until when (``time.monotonic()``) the lease is known to be live: the
+        #: send time of the last claim or renewal the store granted, plus its length.
+        self.live_until = time.monotonic() + lease_ms / 1000
         self._released = released
         self._heartbeat: asyncio.Task[None] | None = None
         self._ended = False
@@ -147,6 +151,7 @@ class Lease:
             or record.has_ambiguous_operation()
             or record.status.value == "reconciliation_required"
         )
+        sent = time.monotonic()
         try:
             claimed = await store.claim(
                 record.checkpoint_key,
@@ -160,6 +165,7 @@ class Lease:
                 store, record.checkpoint_key, step, record.revision, active
             ) from active
         lease = cls(store, claimed, lease_ms, recovery=recovery, released=released)
+        lease.live_until = sent + lease_ms / 1000
         lease._heartbeat = asyncio.create_task(lease._beat())
         return lease
 
@@ -205,13 +211,38 @@ class Lease:
         if self.lost is not None:
             raise LeaseLost(f"the lease on {self.record.checkpoint_key!r} was lost: {self.lost}")
 
+    async def ensure_live(self) -> None:
+        """Raise :class:`LeaseLost` unless the lease is surely live for a third of its length.
+
+        Called before a call goes out. A holder that stalled (a GC pause, a
+        starved process) past its heartbeat may hold a lease that lapsed
+        although no one took it over yet; a write of its own would still be
+        accepted, but a call sent now could land after another process took
+        the run over and found it ambiguous. So a lease not known to be live
+        (by this process's monotonic clock: the last grant's send time plus
+        the lease length) is renewed first, and a refused renewal fences.
+        """
+        self.check()
+        if time.monotonic() < self.live_until - self.lease_ms / 3000:
+            return
+        try:
+            await self._renew(self.lease_ms)
+        except LeaseLost as lost:
+            self.lost = lost
+            raise
+
+    async def _renew(self, lease_ms: int) -> None:
+        sent = time.monotonic()
+        key = self.record.checkpoint_key
+        await self.store.renew_claim(key, claim_token=self.token, lease_ms=lease_ms)
+        self.live_until = sent + lease_ms / 1000
+
     async def _beat(self) -> None:
         interval = self.lease_ms / 3000
-        key = self.record.checkpoint_key
         while True:
             await asyncio.sleep(interval)
             try:
-                await self.store.renew_claim(key, claim_token=self.token, lease_ms=self.lease_ms)
+                await self._renew(self.lease_ms)
             except LeaseLost as lost:
                 self.lost = lost
                 return
