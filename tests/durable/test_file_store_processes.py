@@ -1,8 +1,7 @@
 """Processes on one file durable store: racing claims and appends have one winner each,
 and a writer killed at any instant leaves every run readable and every index whole.
 
-Racing workers are spawned processes with their own stores, meeting at a
-barrier before every race; they share only the directory and its flocks.
+Racing workers share only the directory and its flocks (tests/durable/racing.py).
 The kill test runs a churning writer (claims, journal writes, progress,
 commits, finalizes, deletes, appends) and SIGKILLs it at random moments:
 ``AGENTFLOW_FILE_KILLS`` of them (8 by default; the full soak is 100).
@@ -11,126 +10,35 @@ commits, finalizes, deletes, appends) and SIGKILLs it at random moments:
 from __future__ import annotations
 
 import asyncio
-import importlib
 import multiprocessing
 import os
 import random
 import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from threading import Barrier
-from typing import Any
 
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.errors import DurableConflict, DurableError
-from agentflow.durable.store import DurableStore
+from agentflow.durable.errors import DurableConflict
 from agentflow.durable.stores.file import FileDurableStore
 from agentflow.durable.stores.file_events import FileRunEventStore
 from agentflow.durable.stores.file_names import key_of
 from agentflow.durable.testing import make_record, make_tool_entry
-from agentflow.durable.testing.claims import LAPSED_MS, lapse, take
+from agentflow.durable.testing.claims import take
+from tests.durable.racing import race_processes
 
-WORKERS = 4
-ROUNDS = 6
 KILLS = int(os.environ.get("AGENTFLOW_FILE_KILLS", "8"))
 RUNS = [f"run-{n}" for n in range(4)]
-#: How long a worker waits for its peers (a hung peer fails the test).
-_BARRIER_TIMEOUT = 120.0
-_shared: dict[str, Barrier] = {}
-
-
-def _init(barrier: Barrier) -> None:
-    _shared["barrier"] = barrier
-
-
-async def _meet() -> None:
-    await asyncio.to_thread(_shared["barrier"].wait, _BARRIER_TIMEOUT)
-
-
-#: How a worker opens its stores: the durable and the event store class (``module:Class``)
-#: and the arguments both take. Any backend's stores can race here.
-Recipe = tuple[str, str, tuple[Any, ...], dict[str, Any]]
-
-
-def _class(path: str) -> Any:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-async def _race(recipe: Recipe, worker: int, keys: list[str]) -> list[str]:
-    durable, event_store, args, kwargs = recipe
-    outcomes: list[str] = []
-    async with (
-        _class(durable)(*args, **kwargs) as store,
-        _class(event_store)(*args, **kwargs) as events,
-    ):
-        await store.load(keys[0])  # opened and checked before any race
-        for key in keys:
-            await _meet()
-            try:
-                await take(store, f"worker-{worker}", key=key, mode=ClaimMode.RECOVERY)
-                outcomes.append("claimed")
-            except DurableError as exc:
-                outcomes.append(exc.code)
-        for event_id, n in (("same", 0), ("different", worker)):
-            event = {"type": "step", "run_id": "run-a", "n": n}
-            await _meet()
-            try:
-                result = await events.append_once(event_id, event_payload_digest(event), event)
-                kind = "inserted" if result.inserted else "duplicate"
-                outcomes.append(f"{kind} {result.cursor['sequence']}")
-            except DurableError as exc:
-                outcomes.append(exc.code)
-    return outcomes
-
-
-def race(recipe: Recipe, worker: int, keys: list[str]) -> list[str]:
-    """Child entry point: one worker's outcome of every race, in order."""
-    return asyncio.run(_race(recipe, worker, keys))
-
-
-async def race_processes(store: DurableStore, recipe: Recipe) -> None:
-    """Spawned workers race recovery claims of runs whose holder died, then appends
-    of one event id and of one id with different payloads: one winner each."""
-    keys = [f"run-{n}" for n in range(ROUNDS)]
-    for key in keys:
-        await store.create(make_record(key))
-        await take(store, "dead-holder", key=key, lease_ms=LAPSED_MS)
-    await lapse()
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        WORKERS, mp_context=ctx, initializer=_init, initargs=(ctx.Barrier(WORKERS),)
-    ) as pool:
-        loop = asyncio.get_running_loop()
-        per_worker = await asyncio.gather(
-            *(loop.run_in_executor(pool, race, recipe, w, keys) for w in range(WORKERS))
-        )
-    for round_, key in enumerate(keys):
-        outcomes = [worker[round_] for worker in per_worker]
-        assert sorted(outcomes) == ["checkpoint_claim_active"] * (WORKERS - 1) + ["claimed"]
-        record = await store.load(key)
-        assert record is not None and (record.revision, record.resume_attempt) == (2, 2)
-        assert record.claim_token == f"worker-{outcomes.index('claimed')}", key
-    same = sorted(worker[ROUNDS] for worker in per_worker)
-    sequence = same[-1].split()[1]
-    assert same == [f"duplicate {sequence}"] * (WORKERS - 1) + [f"inserted {sequence}"]
-    different = sorted(worker[ROUNDS + 1].split()[0] for worker in per_worker)
-    assert different == ["event_identity_conflict"] * (WORKERS - 1) + ["inserted"]
 
 
 async def test_racing_processes_claim_and_append_exactly_once(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
-    recipe: Recipe = (
-        "agentflow.durable.stores.file:FileDurableStore",
-        "agentflow.durable.stores.file_events:FileRunEventStore",
-        (root,),
-        {},
-    )
     async with FileDurableStore(root) as store:
-        await race_processes(store, recipe)
+        await race_processes(
+            store, (partial(FileDurableStore, root), partial(FileRunEventStore, root))
+        )
 
 
 async def _cycle(store: FileDurableStore, events: FileRunEventStore, rng: random.Random) -> None:
