@@ -14,15 +14,18 @@ import pytest
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 
+from agentflow.checkpoint.base import Checkpoint as Record
 from agentflow.checkpoint.testing import BackendHarness
 from agentflow.errors import (
     CheckpointConflict,
     CheckpointCorrupted,
     CheckpointNotSerializable,
     InvalidArgument,
+    StoreUnavailable,
 )
 from agentflow.integrations.langgraph import AgentflowSaver, StrictSerializer, copy_checkpoints
 from agentflow.integrations.langgraph.records import checkpoint_step
+from tests.integrations.agent_framework_stores import Recording
 
 
 class Colour(enum.Enum):
@@ -192,6 +195,87 @@ async def test_concurrent_writes_to_one_checkpoint_are_all_kept(harness: Backend
         got = await savers[1].aget_tuple(stored)
         assert got is not None
         assert sorted(w[2] for w in got.pending_writes or []) == list(range(12))
+
+
+class _Held(Recording):
+    """Holds checkpoint puts while ``gate`` is clear; records the kind of every put, in order."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.kinds: list[str] = []
+        self.gate = asyncio.Event()
+        self.holding = asyncio.Event()
+
+    async def put(self, cp: Record, *, if_revision: int | None = None) -> str:
+        kind = cp.extra["langgraph"]["kind"]
+        self.kinds.append(kind)
+        if kind == "checkpoint" and not self.gate.is_set():
+            self.holding.set()
+            await self.gate.wait()
+        return await super().put(cp, if_revision=if_revision)
+
+    async def __aenter__(self) -> _Held:
+        return self
+
+
+async def _writes_while_held(held: _Held, saver: AgentflowSaver) -> tuple[Any, list[Any]]:
+    """A checkpoint put held in the store, two tasks' writes made meanwhile; then released."""
+    first = _checkpoint({"n": 1})
+    putting = asyncio.create_task(saver.aput(_config("t"), first, {"step": 0}, {}))
+    await held.holding.wait()
+    stored = _config("t", first["id"])
+    writing = [
+        asyncio.create_task(saver.aput_writes(stored, [("ch", task)], task)) for task in "ab"
+    ]
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert held.kinds == ["checkpoint"]  # the writes wait for the checkpoint
+    assert not any(task.done() for task in writing)
+    held.gate.set()
+    await putting
+    return stored, writing
+
+
+async def test_writes_made_while_a_checkpoint_is_stored_go_with_the_next_one(
+    harness: BackendHarness,
+) -> None:
+    async with harness.open() as checkpointer:
+        held = _Held(checkpointer)
+        saver = AgentflowSaver(held)
+        stored, writing = await _writes_while_held(held, saver)
+        await saver.aput(stored, _checkpoint({"n": 2}), {"step": 1}, {})
+        await asyncio.gather(*writing)
+        # Both tasks' writes in one put, sent just before the next checkpoint's.
+        assert held.kinds == ["checkpoint", "writes", "checkpoint"]
+        got = await saver.aget_tuple(stored)
+        assert got is not None and got.pending_writes == [("a", "ch", "a"), ("b", "ch", "b")]
+
+
+async def test_writes_made_while_a_checkpoint_is_stored_land_when_no_other_follows(
+    harness: BackendHarness,
+) -> None:
+    async with harness.open() as checkpointer:
+        held = _Held(checkpointer)
+        saver = AgentflowSaver(held)
+        stored, writing = await _writes_while_held(held, saver)
+        await asyncio.wait_for(asyncio.gather(*writing), timeout=10)
+        assert held.kinds == ["checkpoint", "writes"]
+        got = await saver.aget_tuple(stored)
+        assert got is not None and [w[0] for w in got.pending_writes or []] == ["a", "b"]
+
+
+async def test_a_failed_write_that_waited_for_a_checkpoint_fails_its_callers(
+    harness: BackendHarness,
+) -> None:
+    async with harness.open() as checkpointer:
+        held = _Held(checkpointer)
+        held.lose_next_put(lambda cp: cp.extra["langgraph"]["kind"] == "writes", "before")
+        saver = AgentflowSaver(held)
+        stored, writing = await _writes_while_held(held, saver)
+        outcomes = await asyncio.gather(*writing, return_exceptions=True)
+        assert all(isinstance(outcome, StoreUnavailable) for outcome in outcomes)
+        got = await saver.aget_tuple(stored)
+        assert got is not None and got.pending_writes == []
 
 
 async def test_copy_checkpoints_from_a_stock_saver(harness: BackendHarness) -> None:

@@ -7,7 +7,12 @@ Costs, in protocol calls (each one round trip):
 - ``put_writes``: one conditional ``put`` of the step's writes record, merged
   in memory with what this process last wrote there; a race with another
   writer costs a ``get`` and a retry. Calls for one checkpoint are serialized
-  in the process, so parallel branches never lose a write.
+  in the process, so parallel branches never lose a write. Writes that arrive
+  while their thread's checkpoint put is in flight wait for the next
+  checkpoint put of that thread (LangGraph chains them, so one follows at
+  once) and are sent in the same loop turn, so a group-committing backend
+  (SQLite) commits them with it; if none comes within a few loop turns after
+  the chain goes idle, they are written alone.
 - ``get_tuple`` by id: two ``get`` calls at once (checkpoint, writes).
 - ``get_tuple`` latest: one ``get``, two when the latest record is writes.
 - ``list``: one ``history`` of the (thread, namespace): the protocol has no
@@ -19,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
@@ -44,6 +50,40 @@ Pair = tuple[Record, Record | None]
 #: Writes records this process remembers (revision and entries), per store.
 _CACHED_WRITES: Final = 4096
 _LOCK_STRIPES: Final = 64
+#: Loop turns parked writes wait, once their thread's chain went idle, for the next
+#: checkpoint put (LangGraph starts it two turns after the previous one returns).
+_IDLE_TURNS: Final = 4
+
+
+@dataclass(slots=True)
+class _Parked:
+    """One ``put_writes`` call waiting to be sent with its thread's next checkpoint."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    entries: list[Any]
+    done: asyncio.Future[None]
+
+
+class _LoopState:
+    """What the writers on one event loop share."""
+
+    __slots__ = ("committing", "locks", "parked", "tasks")
+
+    def __init__(self) -> None:
+        self.locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
+        #: Checkpoint puts in flight, per agentflow thread.
+        self.committing: Counter[str] = Counter()
+        #: Writes that arrived meanwhile, per agentflow thread, in arrival order.
+        self.parked: dict[str, list[_Parked]] = {}
+        #: Writing tasks started here, kept alive until they finish.
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
 
 class RecordStore:
@@ -54,15 +94,15 @@ class RecordStore:
         self.codec = codec
         self._namespaces: set[tuple[str, str]] = set()
         self._writes: OrderedDict[tuple[str, int], tuple[int, list[Any]]] = OrderedDict()
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[asyncio.Lock]]
-        self._locks = weakref.WeakKeyDictionary()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState]
+        self._loops = weakref.WeakKeyDictionary()
 
-    def _lock(self, key: tuple[str, int]) -> asyncio.Lock:
+    def _state(self) -> _LoopState:
         loop = asyncio.get_running_loop()
-        stripes = self._locks.get(loop)
-        if stripes is None:
-            stripes = self._locks[loop] = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
-        return stripes[hash(key) % _LOCK_STRIPES]
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopState()
+        return state
 
     async def read(self, thread: str, step: int | None) -> Record | None:
         cp = await self.checkpointer.get(thread, step)
@@ -117,7 +157,28 @@ class RecordStore:
     # -- writing -------------------------------------------------------------
 
     async def put_checkpoint(self, cp: Checkpoint, checkpoint_id: str) -> None:
-        """Store a checkpoint record; a re-put of its id replaces it, another id is refused."""
+        """Store a checkpoint record; a re-put of its id replaces it, another id is refused.
+
+        Writes of the thread parked while its previous checkpoint was in flight
+        are sent first, in the same loop turn.
+        """
+        state = self._state()
+        thread = cp.thread
+        parked = state.parked.pop(thread, None)
+        state.committing[thread] += 1
+        try:
+            if parked is not None:
+                self._send(state, thread, parked)
+                await asyncio.sleep(0)  # the writes' tasks reach the backend first
+            await self._put_checkpoint(cp, checkpoint_id)
+        finally:
+            state.committing[thread] -= 1
+            if not state.committing[thread]:
+                del state.committing[thread]
+                if thread in state.parked:
+                    state.start(self._send_when_idle(state, thread))
+
+    async def _put_checkpoint(self, cp: Checkpoint, checkpoint_id: str) -> None:
         expected = 0
         while True:
             try:
@@ -135,9 +196,58 @@ class RecordStore:
     async def put_writes(
         self, thread: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str, new: list[Any]
     ) -> None:
+        """Store pending writes; returns once they are stored (see the module's costs)."""
+        state = self._state()
+        if not state.committing[thread]:
+            await self._put_writes(thread, thread_id, checkpoint_ns, checkpoint_id, new)
+            return
+        done = asyncio.get_running_loop().create_future()
+        parked = _Parked(thread_id, checkpoint_ns, checkpoint_id, new, done)
+        state.parked.setdefault(thread, []).append(parked)
+        await done
+
+    def _send(self, state: _LoopState, thread: str, parked: list[_Parked]) -> None:
+        """Start writing parked calls: one task per checkpoint, its calls merged in order."""
+        by_checkpoint: dict[str, list[_Parked]] = {}
+        for call in parked:
+            if not call.done.cancelled():
+                by_checkpoint.setdefault(call.checkpoint_id, []).append(call)
+        for calls in by_checkpoint.values():
+            state.start(self._put_parked(thread, calls))
+
+    async def _send_when_idle(self, state: _LoopState, thread: str) -> None:
+        for _ in range(_IDLE_TURNS):
+            await asyncio.sleep(0)
+            if state.committing[thread] or thread not in state.parked:
+                return  # a checkpoint put took them, or will
+        self._send(state, thread, state.parked.pop(thread))
+
+    async def _put_parked(self, thread: str, calls: list[_Parked]) -> None:
+        first = calls[0]
+        entries = [entry for call in calls for entry in call.entries]
+        try:
+            await self._put_writes(
+                thread, first.thread_id, first.checkpoint_ns, first.checkpoint_id, entries
+            )
+        except asyncio.CancelledError:
+            for call in calls:
+                call.done.cancel()
+            raise
+        except Exception as exc:
+            for call in calls:
+                if not call.done.done():
+                    call.done.set_exception(exc)
+        else:
+            for call in calls:
+                if not call.done.done():
+                    call.done.set_result(None)
+
+    async def _put_writes(
+        self, thread: str, thread_id: str, checkpoint_ns: str, checkpoint_id: str, new: list[Any]
+    ) -> None:
         step = 2 * (checkpoint_key(checkpoint_id) or 0) + 1
         key = (thread, step)
-        async with self._lock(key):
+        async with self._state().locks[hash(key) % _LOCK_STRIPES]:
             revision, entries = self._writes.get(key, (0, []))
             while True:
                 merged = merge_writes(entries, new)
