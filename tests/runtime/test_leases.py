@@ -90,18 +90,24 @@ def _in_another_process(backend: RuntimeBackend, work: Any) -> threading.Thread:
     return thread
 
 
-async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
-    durable_backend: RuntimeBackend, tmp_path: Path
-) -> None:
-    ledger, stalls = tmp_path / "ledger", [True]
+def _stalls_once_then_charges(name: str, ledger: Path) -> Graph:
+    """One node that first stalls past its lease (a GC pause: no heartbeat), then charges."""
+    stalls = [True]
 
     async def charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
         if stalls.pop() if stalls else False:
-            time.sleep(4 * LEASE.total_seconds())  # noqa: ASYNC251 - a GC pause: no heartbeat
+            time.sleep(4 * LEASE.total_seconds())  # noqa: ASYNC251
         arguments = {"ledger": str(ledger), "thread": ctx.thread, "cents": 1}
         return {"receipt": await ctx.tool("charge", arguments, ledger_entry)}
 
-    graph = Graph("fenced").add_node("charge", charge).add_edge(START, "charge")
+    return Graph(name).add_node("charge", charge).add_edge(START, "charge")
+
+
+async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
+    durable_backend: RuntimeBackend, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    graph = _stalls_once_then_charges("fenced", ledger)
     outcomes: list[object] = []
 
     async def take_over(store: Any, durable: Any) -> None:
@@ -130,15 +136,8 @@ async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
 async def test_a_holder_that_stalled_past_its_lease_sends_no_call_even_if_nobody_took_over(
     durable_backend: RuntimeBackend, tmp_path: Path
 ) -> None:
-    ledger, stalls = tmp_path / "ledger", [True]
-
-    async def charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
-        if stalls.pop() if stalls else False:
-            time.sleep(4 * LEASE.total_seconds())  # noqa: ASYNC251 - a GC pause: no heartbeat
-        arguments = {"ledger": str(ledger), "thread": ctx.thread, "cents": 1}
-        return {"receipt": await ctx.tool("charge", arguments, ledger_entry)}
-
-    graph = Graph("stalled").add_node("charge", charge).add_edge(START, "charge")
+    ledger = tmp_path / "ledger"
+    graph = _stalls_once_then_charges("stalled", ledger)
     async with durable_backend.open() as (store, durable):
         compiled = graph.compile(store, durable=durable, claim_ttl=LEASE)
         with pytest.raises(StepClaimed):  # its lease lapsed: the renewal before the call fails
