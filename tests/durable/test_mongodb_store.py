@@ -7,20 +7,18 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, TypeVar
 
 import pytest
 from pymongo import AsyncMongoClient
 
-from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
     ClaimActive,
     DurableError,
     LeaseLost,
     RecoveryRequired,
-    RevisionConflict,
 )
 from agentflow.durable.parts import BODY, RunParts
 from agentflow.durable.rows import RunHead, encode_body, encode_entry
@@ -28,10 +26,10 @@ from agentflow.durable.stores.mongodb import MongoDurableStore
 from agentflow.durable.stores.mongodb_events import MongoRunEventStore
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
-from agentflow.durable.validators import CapabilityRef
 from agentflow.errors import InvalidArgument
 from tests.durable.backends.mongodb import Commands, Doc, Scratch, replica_set
 from tests.durable.backends.mongodb import scratch as scratch_body
+from tests.durable.operations import every_operation
 
 T = TypeVar("T")
 scratch = pytest.fixture(scratch_body)
@@ -56,45 +54,7 @@ async def test_each_operation_is_one_command(scratch: Scratch) -> None:
             finally:
                 seen[name] = commands.names()
 
-        pending = EventOutboxEntry.pending("evt-1", {"type": "run_completed"})
-        await op("create", store.create(make_record(event_outbox=[pending])))
-        record = await op("claim", take(store, "owner-a"))
-        await op("renew", store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS))
-        entry = make_tool_entry("run-1", 1)
-        record = await op(
-            "record_operation", store.record_operation(record, entry, claim_token="owner-a")
-        )
-        with pytest.raises(RevisionConflict):
-            await op("refused", store.progress(replace(record, revision=1), claim_token="owner-a"))
-        record = await op("progress", store.progress(record, claim_token="owner-a"))
-        terminal = replace(
-            record, status=CheckpointStatus.COMPLETED, terminal_result={"status": "completed"}
-        )
-        record = await op(
-            "finalize_claimed", store.finalize_claimed(terminal, claim_token="owner-a")
-        )
-        cursor = EventCursor(CapabilityRef("events.mongodb", "1"), {"sequence": 1}, "evt-1")
-        record = await op(
-            "record_event_delivery",
-            store.record_event_delivery(
-                record,
-                claim_token=None,
-                event_id="evt-1",
-                payload_digest=pending.payload_digest,
-                cursor=cursor,
-            ),
-        )
-        await op("acknowledge_terminal", store.acknowledge_terminal(record))
-        await op("load", store.load("run-1"))
-        for key in ("run-2", "run-3", "run-4"):
-            await store.create(make_record(key))
-        await op("list_runs", store.list_runs(status=CheckpointStatus.RUNNING, limit=2))
-        await op("delete", store.delete("run-1"))
-        event = {"type": "step", "run_id": "run-1", "parent_run_id": "root"}
-        digest = event_payload_digest(event)
-        await op("append_once", events.append_once("e", digest, event))
-        await op("append_once again", events.append_once("e", digest, event))
-        await op("replay", events.replay("run-1", include_children=True))
+        await every_operation(store, events, op, "events.mongodb")
         writes = [body for name, body in commands.sent if name in ("findAndModify", "insert")]
     finally:
         await store.close()

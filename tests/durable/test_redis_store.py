@@ -18,16 +18,14 @@ import redis.asyncio as aioredis
 
 from agentflow.checkpoint.redis import RedisCheckpointer
 from agentflow.checkpoint.testing import make_checkpoint
-from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
-from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.errors import ClaimActive, RecoveryRequired, RevisionConflict
+from agentflow.durable.enums import ClaimMode
+from agentflow.durable.errors import ClaimActive, RecoveryRequired
 from agentflow.durable.stores import redis_scripts
 from agentflow.durable.stores.redis import RedisDurableStore, from_url
 from agentflow.durable.stores.redis_events import RedisRunEventStore
 from agentflow.durable.stores.redis_scripts import namespace_keys, run_key
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
-from agentflow.durable.validators import CapabilityRef
 from agentflow.errors import (
     CheckpointCorrupted,
     IncompatibleSchema,
@@ -42,6 +40,7 @@ from tests.backends.redis import (
     scratch_prefix,
     stored_keys,
 )
+from tests.durable.operations import every_operation
 
 T = TypeVar("T")
 admin = pytest.fixture(admin_session)
@@ -135,46 +134,7 @@ async def test_each_operation_is_one_command(tmp_path: Path) -> None:
                 raise result
             return result
 
-        pending = EventOutboxEntry.pending("evt-1", {"type": "run_completed"})
-        await op("create", store.create(make_record(event_outbox=[pending])))
-        record = await op("claim", take(store, "owner-a"))
-        await op("renew", store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS))
-        entry = make_tool_entry("run-1", 1)
-        record = await op(
-            "record_operation", store.record_operation(record, entry, claim_token="owner-a")
-        )
-        with pytest.raises(RevisionConflict):
-            stale = replace(record, revision=1)
-            await op("refused", store.progress(stale, claim_token="owner-a"))
-        record = await op("progress", store.progress(record, claim_token="owner-a"))
-        terminal = replace(
-            record, status=CheckpointStatus.COMPLETED, terminal_result={"status": "completed"}
-        )
-        record = await op(
-            "finalize_claimed", store.finalize_claimed(terminal, claim_token="owner-a")
-        )
-        cursor = EventCursor(CapabilityRef("events.redis", "1"), {"sequence": 1}, "evt-1")
-        record = await op(
-            "record_event_delivery",
-            store.record_event_delivery(
-                record,
-                claim_token=None,
-                event_id="evt-1",
-                payload_digest=pending.payload_digest,
-                cursor=cursor,
-            ),
-        )
-        await op("acknowledge_terminal", store.acknowledge_terminal(record))
-        await op("load", store.load("run-1"))
-        for key in ("run-2", "run-3", "run-4"):
-            await store.create(make_record(key))
-        await op("list_runs", store.list_runs(status=CheckpointStatus.RUNNING, limit=2))
-        await op("delete", store.delete("run-1"))
-        event = {"type": "step", "run_id": "run-1"}
-        digest = event_payload_digest(event)
-        await op("append_once", events.append_once("e", digest, event))
-        await op("append_once again", events.append_once("e", digest, event))
-        await op("replay", events.replay("run-1", include_children=True))
+        await every_operation(store, events, op, "events.redis")
     assert {name: _by_client(sent) for name, sent in seen.items()} == {
         **{
             name: ["EVALSHA"]

@@ -17,8 +17,8 @@ import pytest
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.sqlite.workers import acquire_pair, release_pair
 from agentflow.checkpoint.testing.harness import make_checkpoint
-from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
-from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable import event_payload_digest
+from agentflow.durable.enums import ClaimMode
 from agentflow.durable.errors import ClaimActive, LeaseLost, RecoveryRequired, RevisionConflict
 from agentflow.durable.stores import open_durable_store, sqlite_sql
 from agentflow.durable.stores.sqlite import SqliteDurableStore, from_url
@@ -26,7 +26,6 @@ from agentflow.durable.stores.sqlite_events import SqliteRunEventStore
 from agentflow.durable.stores.sqlite_file import SqliteFileStore
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, take
-from agentflow.durable.validators import CapabilityRef
 from agentflow.errors import (
     CheckpointCorrupted,
     IncompatibleSchema,
@@ -34,6 +33,7 @@ from agentflow.errors import (
     StoreClosed,
     StoreNotFound,
 )
+from tests.durable.operations import every_operation
 
 T = TypeVar("T")
 #: Bytes of one WAL frame: a header and a page of the default size.
@@ -86,60 +86,13 @@ async def test_each_operation_is_one_statement(tmp_path: Path) -> None:
                 finally:
                     ran[name] = _verbs(seen)
 
-            pending = EventOutboxEntry.pending("evt-1", {"type": "run_completed"})
-            await op("create", store.create(make_record(event_outbox=[pending])))
-            record = await op("claim", take(store, "owner-a"))
-            await op(
-                "renew_claim", store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS)
-            )
-            entry = make_tool_entry("run-1", 1)
-            record = await op(
-                "record_operation", store.record_operation(record, entry, claim_token="owner-a")
-            )
-            with pytest.raises(RevisionConflict):
-                await op(
-                    "refused write",
-                    store.progress(replace(record, revision=1), claim_token="owner-a"),
-                )
-            record = await op("progress", store.progress(record, claim_token="owner-a"))
-            record = await op(
-                "finalize_claimed",
-                store.finalize_claimed(
-                    replace(
-                        record,
-                        status=CheckpointStatus.COMPLETED,
-                        terminal_result={"status": "completed"},
-                    ),
-                    claim_token="owner-a",
-                ),
-            )
-            cursor = EventCursor(CapabilityRef("events.sqlite", "1"), {"sequence": 1}, "evt-1")
-            record = await op(
-                "record_event_delivery",
-                store.record_event_delivery(
-                    record,
-                    claim_token=None,
-                    event_id="evt-1",
-                    payload_digest=pending.payload_digest,
-                    cursor=cursor,
-                ),
-            )
-            await op("acknowledge_terminal", store.acknowledge_terminal(record))
-            await op("load", store.load("run-1"))
-            await op("list_runs", store.list_runs(status=CheckpointStatus.COMPLETED))
-            await op("delete", store.delete("run-1"))
-            event = {"type": "step", "run_id": "run-1"}
-            await op("append_once", events.append_once("e", event_payload_digest(event), event))
-            await op(
-                "append_once again", events.append_once("e", event_payload_digest(event), event)
-            )
-            await op("replay", events.replay("run-1", include_children=True))
+            await every_operation(store, events, op, "events.sqlite")
     assert ran == {
         "create": ["INSERT"],
         "claim": ["UPDATE", "SELECT"],  # the claim, then the body it returns
-        "renew_claim": ["UPDATE"],
+        "renew": ["UPDATE"],
         "record_operation": ["UPDATE"],
-        "refused write": ["UPDATE", "SELECT"],  # the head, to name the refusal
+        "refused": ["UPDATE", "SELECT"],  # the head, to name the refusal
         "progress": ["UPDATE"],
         "finalize_claimed": ["UPDATE"],
         "record_event_delivery": ["UPDATE"],
