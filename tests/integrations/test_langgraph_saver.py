@@ -25,6 +25,7 @@ from agentflow.errors import (
 )
 from agentflow.integrations.langgraph import AgentflowSaver, StrictSerializer, copy_checkpoints
 from agentflow.integrations.langgraph.records import checkpoint_step
+from agentflow.integrations.langgraph.values import is_exact_json
 from tests.integrations.agent_framework_stores import Recording
 
 
@@ -102,6 +103,25 @@ async def test_a_type_off_the_allowlist_is_refused_at_write_and_nothing_is_store
             await _put(saver, "refused", {"p": Point(1, 2)})
         assert await checkpointer.get("refused") is None
         assert saver.with_allowlist([(Point.__module__, "Point")]) is not saver
+
+
+@pytest.mark.parametrize(
+    ("value", "exact"),
+    [
+        ({"text": "\u0100\u0150\u0190", "n": 196, "f": 1e-300, "deep": [[{"x": -59}]]}, True),
+        ({"plain": ["ascii", 1, True, None, {}]}, True),
+        ({"deep": [[{"x": b"\x00"}]]}, False),
+        ([bytearray(b"raw")], False),
+        ({"view": memoryview(b"raw")}, False),
+        ([1.5, float("nan")], False),
+        ({"k": [(1, 2)]}, False),
+        ({1: "int key"}, False),
+        (2**64, False),
+        ([2**64 - 1, -(2**63)], True),
+    ],
+)
+def test_only_values_json_gives_back_exactly_are_stored_as_json(value: Any, exact: bool) -> None:
+    assert is_exact_json(value) is exact
 
 
 def _ext(code: int, payload: Any) -> bytes:

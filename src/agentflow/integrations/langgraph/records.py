@@ -23,6 +23,7 @@ channel values that are exact JSON, so agentflow's own tools show them.
 from __future__ import annotations
 
 import functools
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -48,6 +49,9 @@ FORMAT: Final = 1
 SEPARATOR: Final = "\x1f"
 #: Where a record keeps its LangGraph fields.
 KEY: Final = "langgraph"
+
+#: A UUID as ``str(uuid.UUID(...))`` spells it, which is how LangGraph makes ids.
+_CANONICAL_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 Kind = Literal["checkpoint", "writes", "deleted", "namespaces"]
 _KINDS: Final = frozenset({"checkpoint", "writes", "deleted", "namespaces"})
@@ -98,12 +102,9 @@ def checkpoint_key(checkpoint_id: Any) -> int | None:
 @functools.lru_cache(maxsize=4096)
 def _key_of(checkpoint_id: str) -> int | None:
     # Each put and read parses the same few ids several times.
-    try:
-        number = uuid.UUID(checkpoint_id).int
-    except ValueError:
+    if _CANONICAL_UUID.fullmatch(checkpoint_id) is None:
         return None
-    if str(uuid.UUID(int=number)) != checkpoint_id:
-        return None
+    number = int(checkpoint_id.replace("-", ""), 16)
     return ((number >> 80) << 12) | ((number >> 64) & 0xFFF)
 
 

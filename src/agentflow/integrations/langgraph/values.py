@@ -59,15 +59,18 @@ def is_exact_json(value: Any) -> bool:
 
     It runs on every value written, so the walk is done in C: ormsgpack with
     every passthrough option refuses tuples, enums, UUIDs, datetimes,
-    dataclasses, subclasses, big ints and non-str keys; orjson then refuses
-    bytes. Both encode NaN and infinities, so output that may hold one is
-    walked in Python, which answers exactly.
+    dataclasses, subclasses, big ints and non-str keys; of what it packs, only
+    bytes-likes are not JSON, so orjson (which refuses them) runs only when the
+    output holds a byte of msgpack's bin headers (0xc4-0xc6; floats and
+    non-ASCII text may hold them too). NaN and infinities pack too, so output
+    that may hold one is walked in Python, which answers exactly.
     """
     try:
         packed = ormsgpack.packb(value, default=_refuse, option=_PRECHECK)
         if b"\xcb" in packed and _MAYBE_NON_FINITE.search(packed):
             return _walk(value)
-        orjson.dumps(value, default=_refuse)
+        if b"\xc4" in packed or b"\xc5" in packed or b"\xc6" in packed:
+            orjson.dumps(value, default=_refuse)
     except (TypeError, ormsgpack.MsgpackEncodeError, orjson.JSONEncodeError):
         return False
     return True
@@ -156,10 +159,12 @@ class ValueCodec:
             # anywhere) makes agentflow's codec walk the whole record for NaN.
             if value is None:
                 packed[key] = []
-            elif is_exact_json(value):
-                plain[key] = value
             else:
-                packed[key] = self.pack(value)
+                plain[key] = value
+        if is_exact_json(plain):  # the common case: one check for the whole mapping
+            return plain, packed
+        for key in [key for key, value in plain.items() if not is_exact_json(value)]:
+            packed[key] = self.pack(plain.pop(key))
         return plain, packed
 
     def join(self, plain: Any, packed: Any) -> dict[str, Any]:
