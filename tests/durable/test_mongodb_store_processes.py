@@ -19,9 +19,6 @@ from tests.durable.backends.mongodb import scratch as scratch_body
 from tests.durable.racing import resume_each, resume_processes
 
 scratch = pytest.fixture(scratch_body)
-#: A loser names its refusal from the head it reads after its claim failed; by then
-#: the winner may have committed the cycle too.
-LOST = frozenset({"checkpoint_claim_active", "checkpoint_cycle_conflict"})
 
 
 async def _resume(uri: str, database: str, worker: int) -> list[str]:
@@ -51,6 +48,4 @@ async def test_racing_processes_resume_each_run_exactly_once(scratch: Scratch) -
         return [(entry["run"], entry["by"]) for entry in made]
 
     async with scratch.store() as store:
-        await resume_processes(
-            store, resume, scratch.uri, scratch.database, effects=effects, lost=LOST
-        )
+        await resume_processes(store, resume, scratch.uri, scratch.database, effects=effects)

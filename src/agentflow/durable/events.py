@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from agentflow.durable.canonical import parse_json, validate_i_json
 from agentflow.durable.digests import event_payload_digest
-from agentflow.durable.errors import DurableCorrupted, DurableError
+from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
 from agentflow.durable.validators import (
     CapabilityRef,
     is_blank,
@@ -35,6 +35,7 @@ __all__ = [
     "EventOutboxEntry",
     "EventPage",
     "check_append",
+    "repeated_append",
     "resolve_append",
     "run_member",
     "sequence_of",
@@ -225,6 +226,22 @@ def resolve_append(
             "event_payload_digest_mismatch", "payload_digest does not match the canonical event"
         )
     return "insert" if stored_digest is None else "duplicate"
+
+
+def repeated_append(
+    event_id: str, payload_digest: str, computed_digest: str, stored: tuple[str, int] | None
+) -> AppendOnceResult:
+    """The answer to an append that inserted nothing, from what the store holds under
+    the id: ``stored`` = (digest, sequence) of a ``{"sequence": n}`` store, or None.
+
+    A duplicate gets the first acceptance's cursor; otherwise
+    :func:`resolve_append` raises its refusal, and an id the store neither
+    accepted nor holds is a :class:`DurableConflict` (a re-read decides).
+    """
+    digest = None if stored is None else stored[0]
+    if resolve_append(payload_digest, computed_digest, digest) == "insert" or stored is None:
+        raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
+    return AppendOnceResult(False, {"sequence": stored[1]})
 
 
 def run_member(event: Mapping[str, Any], member: str) -> str | None:

@@ -14,7 +14,7 @@ import heapq
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
@@ -23,30 +23,21 @@ from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
-    EventCursor,
     check_append,
     resolve_append,
     run_member,
     sequence_of,
 )
-from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
+from agentflow.durable.lifecycle import ClosingStore
 from agentflow.durable.paged import ListedRuns, ReplayedEvents
-from agentflow.durable.parts import RunParts
+from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunRow, RunSummary
 from agentflow.durable.transitions import (
     JournalPut,
     JournalReplace,
     Write,
-    plan_acknowledge,
-    plan_commit,
-    plan_event_delivery,
-    plan_finalize,
-    plan_finalize_claimed,
-    plan_progress,
-    plan_record_operation,
-    plan_suspend,
     refusal,
 )
 from agentflow.durable.validators import CapabilityRef, validate_checkpoint_key
@@ -135,18 +126,12 @@ class DurableMemory:
         return self._events.setdefault(namespace, _Events())
 
 
-class _Closing:
+class _Closing(ClosingStore):
     async def close(self) -> None:
         """Nothing to release; safe to call twice."""
 
-    async def __aenter__(self) -> Self:
-        return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-
-class MemoryDurableStore(ListedRuns, _Closing):
+class MemoryDurableStore(PlannedWrites, ListedRuns, _Closing):
     """A :class:`~agentflow.durable.DurableStore` in process memory.
 
     ``clock`` returns epoch milliseconds; it is the lease clock (tests pass
@@ -165,7 +150,7 @@ class MemoryDurableStore(ListedRuns, _Closing):
         sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
-        self._parts = RunParts(self._namespace, sealing)
+        self._sealing = sealing
         self._data = (memory or DurableMemory()).runs(self._namespace)
         self._clock = clock
 
@@ -222,8 +207,7 @@ class MemoryDurableStore(ListedRuns, _Closing):
         self._data.put(replace(row, head=replace(row.head, lease_expires_at_ms=expiry)))
         return expiry
 
-    def _apply(self, write: Write) -> DurableCheckpoint:
-        write = self._parts.write(write)
+    async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:
         row = self._data.rows.get(write.key)
         if row is None or not write.guard.holds(row.head):
             raise refusal(None if row is None else row.head, write.guard)
@@ -243,47 +227,6 @@ class MemoryDurableStore(ListedRuns, _Closing):
         body = row.body if write.body is None else write.body
         self._data.put(RunRow(write.key, head, body, model, tool))
         return replace(write.record, lease_expires_at_ms=head.lease_expires_at_ms)
-
-    async def progress(
-        self, checkpoint: DurableCheckpoint, *, claim_token: str
-    ) -> DurableCheckpoint:
-        return self._apply(plan_progress(checkpoint, claim_token))
-
-    async def record_operation(
-        self, checkpoint: DurableCheckpoint, entry: OperationJournalEntry, *, claim_token: str
-    ) -> DurableCheckpoint:
-        return self._apply(plan_record_operation(checkpoint, entry, claim_token))
-
-    async def suspend(
-        self, checkpoint: DurableCheckpoint, *, claim_token: str
-    ) -> DurableCheckpoint:
-        return self._apply(plan_suspend(checkpoint, claim_token))
-
-    async def commit(self, checkpoint: DurableCheckpoint, *, claim_token: str) -> DurableCheckpoint:
-        return self._apply(plan_commit(checkpoint, claim_token))
-
-    async def finalize_claimed(
-        self, checkpoint: DurableCheckpoint, *, claim_token: str
-    ) -> DurableCheckpoint:
-        return self._apply(plan_finalize_claimed(checkpoint, claim_token))
-
-    async def finalize(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
-        return self._apply(plan_finalize(checkpoint))
-
-    async def record_event_delivery(
-        self,
-        checkpoint: DurableCheckpoint,
-        *,
-        claim_token: str | None,
-        event_id: str,
-        payload_digest: str,
-        cursor: EventCursor,
-    ) -> DurableCheckpoint:
-        write = plan_event_delivery(checkpoint, claim_token, event_id, payload_digest, cursor)
-        return self._apply(write)
-
-    async def acknowledge_terminal(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
-        return self._apply(plan_acknowledge(checkpoint))
 
     async def delete(self, key: str) -> bool:
         return self._data.remove(validate_checkpoint_key(key))

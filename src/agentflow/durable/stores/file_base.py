@@ -20,12 +20,13 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, ClassVar, Final, Literal, ParamSpec, Self, TypeVar, overload
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, ParamSpec, TypeVar, overload
 
 from agentflow.checkpoint.file import FileCheckpointer
 from agentflow.checkpoint.file.fs import make_dir, open_dir, opened, publish, read_file
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.errors import DurableCorrupted, DurableError
+from agentflow.durable.lifecycle import ClosingStore
 from agentflow.errors import (
     AgentflowError,
     CheckpointCorrupted,
@@ -48,7 +49,7 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
-class FileStoreBase:
+class FileStoreBase(ClosingStore):
     """Namespace, directories, layout check and lifecycle of a file durable store.
 
     ``root`` is the file checkpointer's store directory (one ``root`` holds
@@ -201,9 +202,3 @@ class FileStoreBase:
         fd, self._durable_fd = self._durable_fd, None
         if fd is not None:
             os.close(fd)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()

@@ -44,12 +44,12 @@ from agentflow.checkpoint.file.fs import (
     write_all,
 )
 from agentflow.durable.canonical import canonical_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted
+from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
     check_append,
-    resolve_append,
+    repeated_append,
     run_member,
     sequence_of,
 )
@@ -139,10 +139,7 @@ class FileRunEventStore(ReplayedEvents, FileStoreBase):
         if inserted:
             assert stored is not None
             return AppendOnceResult(True, {"sequence": stored[1]})
-        digest = None if stored is None else stored[0]
-        if resolve_append(payload_digest, computed, digest) == "insert" or stored is None:
-            raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
-        return AppendOnceResult(False, {"sequence": stored[1]})
+        return repeated_append(event_id, payload_digest, computed, stored)
 
     def _stored(self, event_id: str) -> tuple[bool, tuple[str, int] | None]:
         with self._within((_EVENTS, "ids"), create=False) as ids:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, ClassVar, Final, Self, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Final, TypeVar
 
 from pymongo import AsyncMongoClient, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
@@ -31,6 +31,7 @@ from agentflow.checkpoint.mongodb.documents import Document, plain
 from agentflow.checkpoint.mongodb.errors import driver_error
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.errors import DurableCorrupted, DurableError
+from agentflow.durable.lifecycle import ClosingStore
 from agentflow.durable.stores.mongodb_documents import EVENT_INDEXES, LAYOUT_ID, RUN_INDEXES
 from agentflow.errors import (
     AgentflowError,
@@ -60,7 +61,7 @@ def check_text(text: str, code: str, what: str) -> str:
     return text
 
 
-class MongoStoreBase:
+class MongoStoreBase(ClosingStore):
     """Namespace, collections, layout check and lifecycle of a MongoDB durable store.
 
     ``uri`` (the store creates, owns and closes the client) or ``client`` (an
@@ -175,9 +176,3 @@ class MongoStoreBase:
         """Close the client if this store created it; safe to call twice."""
         self._closed = True
         await self._server.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()

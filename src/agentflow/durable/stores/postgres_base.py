@@ -14,7 +14,7 @@ agentflow's through the checkpointer's mapping, naming the public call.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow.checkpoint.postgres import DEFAULT_DSN
 from agentflow.checkpoint.postgres.connections import KeptConnections
@@ -22,6 +22,7 @@ from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
 from agentflow.checkpoint.postgres.schema import prepare
 from agentflow.checkpoint.postgres.sql import LZ4_AVAILABLE, SETUP_LOCK_KEY
 from agentflow.checkpoint.validation import validate_namespace
+from agentflow.durable.lifecycle import ClosingStore
 from agentflow.durable.stores.postgres_sql import DURABLE_SCHEMA_VERSION, DurableSql, Statement
 from agentflow.errors import (
     AgentflowError,
@@ -79,7 +80,7 @@ def _check_version(version: object, sql: DurableSql) -> None:
     raise CheckpointCorrupted(f"{sql.table} holds an invalid durable schema version {version!r}")
 
 
-class PostgresDurableBase:
+class PostgresDurableBase(ClosingStore):
     """Namespace, statements, connections and lifecycle of a PostgreSQL durable store.
 
     ``dsn`` or ``pool``, ``table`` and ``schema`` are those of
@@ -154,9 +155,3 @@ class PostgresDurableBase:
         """Release connections (an injected pool stays open); safe to call twice."""
         self._closed = True
         await self._connections.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()

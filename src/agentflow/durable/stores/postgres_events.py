@@ -21,12 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.durable.canonical import canonical_json
-from agentflow.durable.errors import DurableConflict
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
     check_append,
-    resolve_append,
+    repeated_append,
     run_member,
     sequence_of,
 )
@@ -79,10 +78,7 @@ class PostgresRunEventStore(ReplayedEvents, PostgresDurableBase):
                 return AppendOnceResult(True, {"sequence": rows[0][1]})
         if not rows:  # refused either way, or accepted by a racer our snapshot missed
             rows = await self._fixed("append_once", "fetch", "event_by_id", ids)
-        stored, sequence = _stored(event_id, rows)
-        if resolve_append(payload_digest, computed, stored) == "insert" or sequence is None:
-            raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
-        return AppendOnceResult(False, {"sequence": sequence})
+        return repeated_append(event_id, payload_digest, computed, _stored(event_id, rows))
 
     async def _replay(
         self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool

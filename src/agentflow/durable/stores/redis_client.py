@@ -12,7 +12,7 @@ answers as the first did and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -21,6 +21,7 @@ from agentflow.checkpoint.redis import RedisCheckpointer
 from agentflow.checkpoint.redis.scripts import check_prefix
 from agentflow.checkpoint.validation import validate_namespace
 from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.lifecycle import ClosingStore
 from agentflow.durable.stores.redis_scripts import LAYOUT_VERSION, namespace_keys
 from agentflow.errors import (
     AgentflowError,
@@ -38,7 +39,7 @@ __all__ = ["RedisStoreBase"]
 T = TypeVar("T")
 
 
-class RedisStoreBase:
+class RedisStoreBase(ClosingStore):
     """Namespace, client, layout check and lifecycle of a Redis durable store.
 
     ``url`` (the store creates, owns and closes the client) or ``client`` (an
@@ -130,9 +131,3 @@ class RedisStoreBase:
         """Close the client if this store created it; safe to call twice."""
         self._closed = True
         await self._server.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()

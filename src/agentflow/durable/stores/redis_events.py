@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from agentflow.durable.canonical import canonical_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted
+from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
     check_append,
-    resolve_append,
+    repeated_append,
     run_member,
     sequence_of,
     stored_event,
@@ -35,12 +35,14 @@ from agentflow.durable.validators import CapabilityRef
 __all__ = ["RedisRunEventStore"]
 
 
-def _stored(event_id: str, found: bytes) -> tuple[int, str]:
-    """The sequence and digest the id index holds for ``event_id``."""
+def _stored(event_id: str, found: bytes | None) -> tuple[str, int] | None:
+    """The digest and sequence the id index holds for ``event_id``, None for none."""
+    if found is None:
+        return None
     parts = found.split(b":")
     if len(parts) != 3 or not parts[0].isdigit() or len(parts[1]) != 64:
         raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
-    return int(parts[0]), parts[1].decode("ascii", "replace")
+    return parts[1].decode("ascii", "replace"), int(parts[0])
 
 
 def _accepted(sequence: bytes, data: bytes | None, meta: bytes | None) -> AcceptedEvent:
@@ -98,11 +100,7 @@ class RedisRunEventStore(ReplayedEvents, RedisStoreBase):
                 bytes | None,
                 await self._redis("append_once", lambda: self._client.hget(ids, name)),
             )
-        stored = None if found is None else _stored(event_id, found)
-        outcome = resolve_append(payload_digest, computed, None if stored is None else stored[1])
-        if outcome == "insert" or stored is None:
-            raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
-        return AppendOnceResult(False, {"sequence": stored[0]})
+        return repeated_append(event_id, payload_digest, computed, _stored(event_id, found))
 
     async def _replay(
         self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool

@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.durable.canonical import canonical_json
-from agentflow.durable.errors import DurableConflict, DurableCorrupted
+from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
     check_append,
-    resolve_append,
+    repeated_append,
     run_member,
     sequence_of,
     stored_event,
@@ -34,9 +34,10 @@ from agentflow.durable.validators import CapabilityRef
 __all__ = ["SqliteRunEventStore"]
 
 
-def _stored(event_id: str, rows: list[Any]) -> tuple[str | None, int | None]:
+def _stored(event_id: str, rows: list[Any]) -> tuple[str, int] | None:
+    """The digest and sequence of an event row ``(digest, sequence)``, None for no row."""
     if not rows:
-        return None, None
+        return None
     digest, sequence = rows[0]
     if not isinstance(digest, str) or type(sequence) is not int:
         raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
@@ -88,10 +89,7 @@ class SqliteRunEventStore(ReplayedEvents, SqliteFileStore):
             )
         if inserted:
             return AppendOnceResult(True, {"sequence": inserted[0][0]})
-        stored, sequence = _stored(event_id, found)
-        if resolve_append(payload_digest, computed, stored) == "insert" or sequence is None:
-            raise DurableConflict(f"event {event_id!r} was neither accepted nor found")
-        return AppendOnceResult(False, {"sequence": sequence})
+        return repeated_append(event_id, payload_digest, computed, _stored(event_id, found))
 
     async def _replay(
         self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool

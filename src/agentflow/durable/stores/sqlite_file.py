@@ -16,11 +16,12 @@ import os
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Self, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.sqlite.workers import Pair, acquire_pair, release_pair
 from agentflow.checkpoint.validation import validate_namespace
+from agentflow.durable.lifecycle import ClosingStore
 from agentflow.durable.stores.sqlite_sql import (
     DURABLE_SCHEMA_VERSION,
     READ_VERSION,
@@ -178,7 +179,7 @@ def _version(conn: sqlite3.Connection) -> object:
     return rows[0][0] if rows else None
 
 
-class SqliteFileStore:
+class SqliteFileStore(ClosingStore):
     """What the SQLite durable stores share: namespace, file handle and lifecycle.
 
     Constructed from the checkpointer's arguments (``path``, ``synchronous``,
@@ -226,9 +227,3 @@ class SqliteFileStore:
     async def close(self) -> None:
         """Release this store's use of the file's threads; safe to call twice."""
         await self._file.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
