@@ -161,11 +161,8 @@ class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
     async def _list(
         self, status: CheckpointStatus | None, after: str | None, limit: int
     ) -> tuple[list[RunSummary], str | None]:
-        params: dict[str, Any] = {
-            "namespace": self._namespace,
-            "after": after or "",
-            "limit": limit + 1,
-        }
+        start = "" if after is None else after  # every key sorts after ""
+        params: dict[str, Any] = {"namespace": self._namespace, "after": start, "limit": limit + 1}
         name = "list_after"
         if status is not None:
             name, params["status"] = "list_status_after", status.value

@@ -179,11 +179,8 @@ class SqliteDurableStore(PlannedWrites, ListedRuns, SqliteFileStore):
     async def _list(
         self, status: CheckpointStatus | None, after: str | None, limit: int
     ) -> tuple[list[RunSummary], str | None]:
-        params: dict[str, Any] = {
-            "namespace": self._namespace,
-            "after": after or "",
-            "limit": limit + 1,
-        }
+        start = "" if after is None else after  # every key sorts after ""
+        params: dict[str, Any] = {"namespace": self._namespace, "after": start, "limit": limit + 1}
         statement = LIST_AFTER
         if status is not None:
             statement, params["status"] = LIST_STATUS_AFTER, status.value
