@@ -26,6 +26,7 @@ _COLUMNS = (
     ("surfaced", "ambiguous surfaced"),
     ("retried", "operator retry"),
     ("replayed", "operator replay"),
+    ("raced", "operator raced"),
     ("idempotent_calls", "idem calls"),
     ("idempotent_landed", "idem landed"),
     ("model_calls", "model calls"),

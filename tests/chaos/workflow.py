@@ -155,7 +155,12 @@ async def _pause() -> None:
 
 
 def _tool(name: str, thread: str, ledger: str) -> Any:
-    """The function behind ``ctx.tool(name, ...)``: invocation, pause, effect, pause."""
+    """The function behind ``ctx.tool(name, ...)``: invocation, pause, effect, pause.
+
+    Traced as ``sent`` (before the effect), ``landed`` (after it) and
+    ``returned``: a process killed before ``returned`` died before the
+    runtime could journal a receipt, so the call must come back ambiguous.
+    """
 
     async def call(request: ToolCall) -> dict[str, Any]:
         sent = time.monotonic()
@@ -169,6 +174,7 @@ def _tool(name: str, thread: str, ledger: str) -> Any:
             receipt = {"reserved": books.reserve(request, thread)}
         mark("call", name, thread, request.operation_id, request.attempt, "landed")
         await _pause()
+        mark("call", name, thread, request.operation_id, request.attempt, "returned")
         return receipt
 
     return call
@@ -180,6 +186,8 @@ def _model(name: str, thread: str, ledger: str) -> Any:
         mark("call", name, thread, request.operation_id, request.attempt, "sent")
         await _pause()
         mark("call", name, thread, request.operation_id, request.attempt, "landed")
+        await _pause()
+        mark("call", name, thread, request.operation_id, request.attempt, "returned")
         return {"text": f"{name} for {thread}"}
 
     return call
