@@ -53,7 +53,7 @@ _REGISTERED: dict[str, StoreOpener] = {}
 
 def register_scheme(scheme: str, opener: StoreOpener) -> None:
     """Let :func:`open_store` open ``scheme://...`` URLs with ``opener(url, namespace=)``
-    (and ``codec=`` when one is given)."""
+    (and ``codec=`` when one is given, ``create=False`` when asked)."""
     if not scheme.isascii() or not scheme.replace("+", "").isalnum() or scheme.lower() != scheme:
         raise InvalidStoreUrl(f"a scheme is lower-case letters, digits and '+', not {scheme!r}")
     _REGISTERED[scheme] = opener
@@ -129,7 +129,11 @@ def _opener(scheme: str, url: str) -> StoreOpener:
 
 
 def open_store(
-    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+    url: str,
+    *,
+    namespace: str | None = None,
+    codec: CheckpointCodec | None = None,
+    create: bool = True,
 ) -> Checkpointer:
     """A checkpointer for ``url``, bound to ``namespace``, encoding with ``codec``
     (default JSON; a sealing codec seals every record); the caller closes it.
@@ -137,8 +141,16 @@ def open_store(
     ``memory://NAME`` (one in-process store per name), ``sqlite:///PATH``
     (``sqlite:////abs/path`` for an absolute one), ``file://DIR``,
     ``postgresql://...``, ``redis://...`` and ``mongodb://...``.
+
+    With ``create=False`` (read-only callers) a store whose file, directory,
+    tables, keys or collection do not exist raises
+    :class:`~agentflow.errors.StoreNotFound`, on its first call at the latest,
+    and nothing is created.
     """
     opener = _opener(scheme_of(url), url)
-    if codec is None:  # a registered third-party opener need not take one
-        return opener(url, namespace=namespace)
-    return opener(url, namespace=namespace, codec=codec)
+    options: dict[str, object] = {"namespace": namespace}
+    if codec is not None:  # a registered third-party opener need take neither
+        options["codec"] = codec
+    if not create:
+        options["create"] = False
+    return opener(url, **options)

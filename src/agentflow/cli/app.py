@@ -13,10 +13,11 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal
 
 from rich.console import Console
 
-from agentflow.checkpoint.stores import has_password
+from agentflow.checkpoint.stores import has_password, local_path
 from agentflow.cli import commands, records, run_commands
 from agentflow.cli.copy_command import copy
 from agentflow.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_status
@@ -26,27 +27,30 @@ from agentflow.cli.rekey_command import rekey
 from agentflow.cli.render import dump_json
 from agentflow.cli.session import Session, StoreTarget, command_line, open_cli_store
 from agentflow.cli.text import inert
-from agentflow.errors import AgentflowError, CheckpointConflict, StoreUnavailable
+from agentflow.errors import AgentflowError, CheckpointConflict, StoreNotFound, StoreUnavailable
 from agentflow.runtime import NodeFailed, NotDue, StepClaimed
 
 __all__ = ["build_parser", "main"]
 
 Command = Callable[[Session], Awaitable[int]]
+#: What a command may create: the store, durable records beside an existing one, nothing.
+Creates = Literal["store", "records", "nothing"]
 #: Subcommands on one store. Only those that start runs may create the store;
-#: every other one refuses a store that is not there.
-COMMANDS: dict[str, tuple[Command, bool]] = {
-    "threads": (commands.threads, False),
-    "history": (commands.history, False),
-    "show": (commands.show, False),
-    "diff": (commands.diff, False),
-    "prune": (commands.prune, False),
-    "delete": (commands.delete, False),
-    "journal": (records.journal, False),
-    "reconcile": (records.reconcile, False),
-    "resume": (run_commands.resume, False),
-    "fork": (run_commands.fork, False),
-    "worker": (run_commands.worker, True),
-    "demo": (run_commands.demo, True),
+#: every other one refuses a store that is not there. Those that run nodes of an
+#: existing thread ("records") may add the durable store's tables beside it.
+COMMANDS: dict[str, tuple[Command, Creates]] = {
+    "threads": (commands.threads, "nothing"),
+    "history": (commands.history, "nothing"),
+    "show": (commands.show, "nothing"),
+    "diff": (commands.diff, "nothing"),
+    "prune": (commands.prune, "nothing"),
+    "delete": (commands.delete, "nothing"),
+    "journal": (records.journal, "nothing"),
+    "reconcile": (records.reconcile, "nothing"),
+    "resume": (run_commands.resume, "records"),
+    "fork": (run_commands.fork, "records"),
+    "worker": (run_commands.worker, "store"),
+    "demo": (run_commands.demo, "store"),
 }
 
 
@@ -61,8 +65,9 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
         return await rekey(args)
     handler, creates = COMMANDS[args.command]
     target = _target(args)
-    store = open_cli_store(target, create=creates, codec=store_codec(keyring_from_args(args)))
-    session = Session(args, store, console, target)
+    codec = store_codec(keyring_from_args(args))
+    store = open_cli_store(target, create=creates == "store", codec=codec)
+    session = Session(args, store, console, target, creates_records=creates != "nothing")
     try:
         return await handler(session)
     finally:
@@ -72,8 +77,16 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
             await store.close()
 
 
+#: What to do about a store that is not there (only demo and worker create one).
+_NO_STORE_HINT = (
+    "; a run creates it (agentflow demo), or name another with --store or $AGENTFLOW_STORE"
+)
+
+
 def _hint(args: argparse.Namespace, exc: BaseException) -> str:
     """What to do next, from the error's own fields."""
+    if isinstance(exc, StoreNotFound):
+        return "" if args.command == "copy" else _NO_STORE_HINT
     thread = getattr(exc, "thread", None)
     if not isinstance(thread, str) or args.command == "copy":
         return ""
@@ -104,10 +117,20 @@ def _where(args: argparse.Namespace) -> str:
     return f"the {target.scheme} store at {target.where}"
 
 
+def _is_local(args: argparse.Namespace) -> bool:
+    """Whether the command's store is a path (its errors name it already)."""
+    try:
+        return args.command != "copy" and local_path(_target(args).url) is not None
+    except AgentflowError:
+        return False
+
+
 def _message(args: argparse.Namespace, exc: BaseException) -> str:
     message = str(exc) or type(exc).__name__
     if isinstance(exc, StoreUnavailable):
         message = f"cannot reach {_where(args)} (agentflow {args.command}): {message}"
+    elif isinstance(exc, StoreNotFound) and not _is_local(args):
+        message = f"{message} (in {_where(args)})"
     message += _hint(args, exc)
     for flag in ("store", "source", "destination"):  # a driver may quote the URL
         url = getattr(args, flag, None)

@@ -22,7 +22,6 @@ __all__ = [
     "InvalidGraphSpec",
     "SealingKeysInvalid",
     "SealingUnavailable",
-    "StoreNotFound",
     "UsageError",
     "exit_status",
 ]
@@ -49,13 +48,6 @@ class AnswerNeeded(UsageError):
     """``resume`` of a run that waits for a human, without ``--value``."""
 
     code = "answer_needed"
-
-
-class StoreNotFound(AgentflowError):
-    """A command that only reads was pointed at a store that does not exist;
-    it is never created by such a command."""
-
-    code = "store_not_found"
 
 
 class SealingUnavailable(AgentflowError):

@@ -28,7 +28,7 @@ from agentflow.durable import (
     ReconciliationDecisionKind,
     ReconciliationError,
 )
-from agentflow.errors import InvalidStoreUrl
+from agentflow.errors import InvalidStoreUrl, StoreNotFound
 from agentflow.runtime import ThreadNotFound, UnknownOperation, record_decision
 from agentflow.runtime.calls import operation_step
 from agentflow.runtime.engine import read_checkpoint
@@ -51,10 +51,9 @@ _D = ReconciliationDecisionKind
 async def record_of(s: Session, thread: str) -> DurableCheckpoint | None:
     """``thread``'s durable record; None when it has none, or the backend has no durable store."""
     try:
-        durable = s.durable
-    except InvalidStoreUrl:
+        return await s.durable.load(thread)
+    except (InvalidStoreUrl, StoreNotFound):  # no durable store here, or none yet
         return None
-    return await durable.load(thread)
 
 
 def lease_of(record: DurableCheckpoint | None) -> dict[str, Any] | None:
@@ -82,11 +81,18 @@ def durable_line(s: Session, record: DurableCheckpoint | None) -> str | None:
 
 async def awaiting_reconciliation(s: Session) -> int:
     """``threads --status reconciliation_required``: one page of the runs awaiting a decision."""
-    page = await s.durable.list_runs(
-        status=CheckpointStatus.RECONCILIATION_REQUIRED, limit=s.args.limit, cursor=s.args.cursor
-    )
+    try:
+        page = await s.durable.list_runs(
+            status=CheckpointStatus.RECONCILIATION_REQUIRED,
+            limit=s.args.limit,
+            cursor=s.args.cursor,
+        )
+        runs, next_cursor = page.runs, page.next_cursor
+    except StoreNotFound:  # no durable tables yet: no run waits, if the store itself is there
+        await s.store.list_threads_page(limit=1)
+        runs, next_cursor = [], None
     rows = []
-    for run in page.runs:
+    for run in runs:
         latest = await s.store.get(run.key)
         rows.append(
             {
@@ -99,7 +105,7 @@ async def awaiting_reconciliation(s: Session) -> int:
             }
         )
     if s.json:
-        s.emit({"threads": rows, "next_cursor": page.next_cursor})
+        s.emit({"threads": rows, "next_cursor": next_cursor})
         return 0
     if not rows:
         s.say("no reconciliation_required threads")
@@ -118,9 +124,9 @@ async def awaiting_reconciliation(s: Session) -> int:
             ],
         )
         s.say("see what each waits for with: ", s.command("journal", "THREAD"))
-    if page.next_cursor is not None:
+    if next_cursor is not None:
         more = ["threads", "--status", "reconciliation_required", "--limit", str(s.args.limit)]
-        s.say("more: ", s.command(*more, "--cursor", page.next_cursor))
+        s.say("more: ", s.command(*more, "--cursor", next_cursor))
     return 0
 
 

@@ -30,11 +30,12 @@ from agentflow.checkpoint.stores import (
     server_hosts,
 )
 from agentflow.cli import render
-from agentflow.cli.errors import StoreNotFound, UsageError
+from agentflow.cli.errors import UsageError
 from agentflow.cli.registry import GraphRegistry, graph_specs_from_env
 from agentflow.cli.text import inert, shell_word
 from agentflow.durable import DurableStore
 from agentflow.durable.stores import open_durable_store
+from agentflow.errors import StoreNotFound
 
 __all__ = [
     "STORE_ENV",
@@ -137,27 +138,31 @@ def open_cli_store(
 ) -> Checkpointer:
     """Open ``target`` for a command, encoding with ``codec`` (the command's
     sealing, :func:`~agentflow.cli.keys.store_codec`); ``create=False``
-    refuses a missing local store.
+    refuses a missing store.
 
     Commands that only read (and those that need an existing thread) pass
-    ``create=False``: pointed at a path with no store, they say so instead
-    of creating an empty store there.
+    ``create=False``: pointed at a path, database, key prefix or collection
+    with no store, they say so instead of creating an empty store there. A
+    local path is checked here, before anything opens; a server store is
+    refused by its backend on the first call.
     """
     path = local_path(target.url)
     if path is not None and not create and not path.exists():
-        raise StoreNotFound(
-            f"no store at {inert(str(path))} ({inert(target.safe)}); a run creates it "
-            "(agentflow demo), or name another with --store or $AGENTFLOW_STORE"
-        )
+        raise StoreNotFound(f"no store at {inert(str(path))} ({inert(target.safe)})")
     opened = open_store(
-        _with_timeouts(target.url, target.scheme), namespace=target.namespace, codec=codec
+        _with_timeouts(target.url, target.scheme),
+        namespace=target.namespace,
+        codec=codec,
+        create=create,
     )
     return with_defaults(opened)
 
 
-def open_cli_durable(target: StoreTarget) -> DurableStore:
-    """The durable store (leases, journals) in ``target``'s database and namespace."""
-    return open_durable_store(_with_timeouts(target.url, target.scheme), namespace=target.namespace)
+def open_cli_durable(target: StoreTarget, *, create: bool) -> DurableStore:
+    """The durable store (leases, journals) in ``target``'s database and namespace;
+    ``create=False`` refuses one whose tables, keys or layout are not there."""
+    url = _with_timeouts(target.url, target.scheme)
+    return open_durable_store(url, namespace=target.namespace, create=create)
 
 
 def command_line(args: Any, target: StoreTarget, *words: str) -> str:
@@ -177,6 +182,8 @@ class Session:
     store: Checkpointer
     console: Console
     target: StoreTarget
+    #: Whether the durable store's tables may be created (commands that run nodes).
+    creates_records: bool = False
     _durable: DurableStore | None = None
 
     @property
@@ -187,7 +194,7 @@ class Session:
     def durable(self) -> DurableStore:
         """The durable store beside :attr:`store`, opened on first use."""
         if self._durable is None:
-            self._durable = open_cli_durable(self.target)
+            self._durable = open_cli_durable(self.target, create=self.creates_records)
         return self._durable
 
     async def close(self) -> None:

@@ -77,7 +77,10 @@ class FileCheckpointer(CheckpointerBase):
     from the first call); ``secure_permissions=False`` leaves modes to the
     umask. A thread id must be one file name: no leading ``.``, no ``/`` or
     ``\\``, at most 255 bytes of UTF-8. A namespace may be at most 127 bytes
-    of UTF-8 (its directory name is its hex).
+    of UTF-8 (its directory name is its hex). With ``create=False`` a missing
+    ``root`` raises :class:`~agentflow.errors.StoreNotFound` on the first call
+    and nothing is created; reading writes no layout file into a directory
+    that holds no threads.
     """
 
     kind = "file"
@@ -90,9 +93,11 @@ class FileCheckpointer(CheckpointerBase):
         secure_permissions: bool = True,
         namespace: str | None = None,
         codec: CheckpointCodec | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__(namespace=namespace, redact=redact, codec=codec)
         self._root = os.path.abspath(os.fspath(root))
+        self._may_create = bool(create)
         self._secure = secure_permissions
         self._modes = Modes(0o700, 0o600) if secure_permissions else Modes(0o777, 0o666)
         self._parts: tuple[str, ...] = ()
@@ -101,7 +106,9 @@ class FileCheckpointer(CheckpointerBase):
             if len(encoded) > NAME_MAX:
                 raise InvalidArgument(f"namespace over {NAME_MAX // 2} bytes of UTF-8")
             self._parts = (_NAMESPACES, encoded)
-        self._dirs = StoreDirectories(self._root, self._parts, self._modes, secure_permissions)
+        self._dirs = StoreDirectories(
+            self._root, self._parts, self._modes, secure_permissions, create_root=self._may_create
+        )
         #: Whether this checkpointer has checked (or migrated) the namespace's layout.
         self._ready = False
 
@@ -140,6 +147,8 @@ class FileCheckpointer(CheckpointerBase):
     def _check_layout(self, base: int) -> None:
         version = index.layout_version(base)
         if version is None:
+            if not self._may_create and not self._thread_names(base):
+                return  # nothing to index, and a reader writes no layout file
             self._migrate(base)
         elif version > LAYOUT_VERSION:
             raise IncompatibleSchema(
@@ -409,10 +418,14 @@ class FileCheckpointer(CheckpointerBase):
 
 
 def from_url(
-    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+    url: str,
+    *,
+    namespace: str | None = None,
+    codec: CheckpointCodec | None = None,
+    create: bool = True,
 ) -> FileCheckpointer:
     """``file://DIR``: the directory follows the scheme directly (``file:///abs/dir``)."""
     path = local_path(url)
     if path is None:
         raise InvalidStoreUrl(f"store URL {url!r} is not a file:// URL")
-    return FileCheckpointer(path, namespace=namespace, codec=codec)
+    return FileCheckpointer(path, namespace=namespace, codec=codec, create=create)

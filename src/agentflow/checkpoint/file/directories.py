@@ -22,7 +22,7 @@ from typing import Final, Literal, TypeVar, overload
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.file.fs import create_file, make_dir, open_dir, publish, read_file
 from agentflow.checkpoint.file.index import Modes
-from agentflow.errors import CheckpointCorrupted, InvalidArgument, StoreClosed
+from agentflow.errors import CheckpointCorrupted, InvalidArgument, StoreClosed, StoreNotFound
 
 __all__ = ["StoreDirectories"]
 
@@ -35,10 +35,20 @@ _T = TypeVar("_T")
 
 class StoreDirectories:
     """Descriptors of ``root``, of ``root/parts...`` (the namespace) and of its
-    lock directory, each opened (or created) on first use."""
+    lock directory, each opened (or created) on first use. Without
+    ``create_root`` a missing root raises StoreNotFound, whatever the call."""
 
-    def __init__(self, root: str, parts: tuple[str, ...], modes: Modes, secure: bool) -> None:
+    def __init__(
+        self,
+        root: str,
+        parts: tuple[str, ...],
+        modes: Modes,
+        secure: bool,
+        *,
+        create_root: bool = True,
+    ) -> None:
         self._path = root
+        self._create_root = create_root
         self._parts = parts
         self._modes = modes
         self._secure = secure
@@ -93,6 +103,8 @@ class StoreDirectories:
         try:
             fd = os.open(self._path, _ROOT_FLAGS)
         except FileNotFoundError:
+            if not self._create_root:
+                raise StoreNotFound(f"no store at {self._path}") from None
             if not create:
                 return None
             parent, name = os.path.split(self._path)

@@ -11,6 +11,7 @@ from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, St
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.errors import StoreNotFound
 
 __all__ = ["MemoryCheckpointer", "MemoryStore", "from_url"]
 
@@ -33,11 +34,16 @@ class _Namespace:
 
 
 class MemoryStore:
-    """Shared storage for several :class:`MemoryCheckpointer` (one per namespace)."""
+    """Shared storage for several :class:`MemoryCheckpointer` (one per namespace).
+
+    Until a checkpointer that may create it opens it, it is absent to those
+    opened with ``create=False``, as a database without agentflow's tables is.
+    """
 
     def __init__(self) -> None:
         self._namespaces: dict[str, _Namespace] = {}
         self.cursor_secret = os.urandom(SECRET_BYTES)
+        self.created = False
 
     def namespace(self, name: str) -> _Namespace:
         """The data of namespace ``name`` ("" for the default one)."""
@@ -51,6 +57,8 @@ class MemoryCheckpointer(CheckpointerBase):
     so a caller mutating its state after ``put`` changes nothing stored, and
     non-JSON state fails here exactly as it would on disk. Pass one
     :class:`MemoryStore` to several checkpointers to share it across namespaces.
+    With ``create=False`` a store no other checkpointer created raises
+    :class:`~agentflow.errors.StoreNotFound` here.
     """
 
     kind = "memory"
@@ -62,9 +70,14 @@ class MemoryCheckpointer(CheckpointerBase):
         namespace: str | None = None,
         store: MemoryStore | None = None,
         codec: CheckpointCodec | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__(namespace=namespace, redact=redact, codec=codec)
         self._store = store or MemoryStore()
+        if create:
+            self._store.created = True
+        elif not self._store.created:
+            raise StoreNotFound("no store: this MemoryStore was never opened with create=True")
         self._data = self._store.namespace(self._namespace)
 
     def __repr__(self) -> str:
@@ -191,10 +204,16 @@ _NAMED_STORES: dict[str, MemoryStore] = {}
 
 
 def from_url(
-    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+    url: str,
+    *,
+    namespace: str | None = None,
+    codec: CheckpointCodec | None = None,
+    create: bool = True,
 ) -> MemoryCheckpointer:
     """``memory://NAME``: every checkpointer opened on one name in this process
     shares one store (``memory://`` is the name "")."""
     name = url.split("://", 1)[1]
-    store = _NAMED_STORES.setdefault(name, MemoryStore())
-    return MemoryCheckpointer(namespace=namespace, store=store, codec=codec)
+    store = _NAMED_STORES.setdefault(name, MemoryStore()) if create else _NAMED_STORES.get(name)
+    if store is None:
+        raise StoreNotFound(f"no memory store named {name!r} in this process")
+    return MemoryCheckpointer(namespace=namespace, store=store, codec=codec, create=create)

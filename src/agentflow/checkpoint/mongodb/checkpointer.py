@@ -68,7 +68,9 @@ class MongoCheckpointer(CheckpointerBase):
     client's write concern as it is, faster but losing the last ~100 ms of
     acknowledged writes in a crash. ``ttl`` (seconds) makes a thread expire as a
     whole once it has not been written for that long (give or take MongoDB's
-    60 s TTL pass).
+    60 s TTL pass). With ``create=False`` a missing collection raises
+    :class:`~agentflow.errors.StoreNotFound` on the first call and nothing is
+    created.
     """
 
     kind = "mongodb"
@@ -85,8 +87,10 @@ class MongoCheckpointer(CheckpointerBase):
         codec: CheckpointCodec | None = None,
         ttl: float | None = None,
         journal: bool = True,
+        create: bool = True,
     ) -> None:
         super().__init__(namespace=namespace, redact=redact, codec=codec)
+        self._may_create = bool(create)
         if ttl is not None and not (
             isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl < math.inf
         ):
@@ -139,7 +143,7 @@ class MongoCheckpointer(CheckpointerBase):
             return
         async with self._setup_lock:
             if not self._set_up:
-                await schema.prepare(self._coll, self._ttl is not None)
+                await schema.prepare(self._coll, self._ttl is not None, create=self._may_create)
                 self._set_up = True
 
     # -- writes ------------------------------------------------------------
@@ -242,7 +246,13 @@ class MongoCheckpointer(CheckpointerBase):
 
     # -- reads -------------------------------------------------------------
 
+    async def _checked(self) -> None:
+        """Reads need no setup, but one that may not create refuses a missing store."""
+        if not self._may_create:
+            await self._ready()
+
     async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
+        await self._checked()
         if step is not None:
             doc = await self._coll.find_one({"_id": self._key(thread, step)}, PAYLOAD)
         else:
@@ -251,6 +261,7 @@ class MongoCheckpointer(CheckpointerBase):
         return None if doc is None else stored_row(doc)
 
     async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
+        await self._checked()
         every = {"_id": steps(self._namespace, thread)}
         cursor = self._coll.find(every, PAYLOAD, sort=[("_id", 1)], batch_size=_HISTORY_BATCH)
         try:
@@ -273,6 +284,7 @@ class MongoCheckpointer(CheckpointerBase):
         return await self._summaries.due(now_us, after, limit)
 
     async def _cursor_secret(self) -> bytes:
+        await self._checked()
         doc = await self._coll.find_one_and_update(
             {"_id": _CURSOR_SECRET_ID},
             {"$setOnInsert": {"secret": Binary(os.urandom(SECRET_BYTES))}},
@@ -300,7 +312,11 @@ def _revision_of(doc: Document | None, thread: str, step: int) -> int:
 
 
 def from_url(
-    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+    url: str,
+    *,
+    namespace: str | None = None,
+    codec: CheckpointCodec | None = None,
+    create: bool = True,
 ) -> MongoCheckpointer:
     """``mongodb://...`` or ``mongodb+srv://...``: a checkpointer that owns its client."""
-    return MongoCheckpointer(url, namespace=namespace, codec=codec)
+    return MongoCheckpointer(url, namespace=namespace, codec=codec, create=create)

@@ -26,7 +26,7 @@ from agentflow.checkpoint.mongodb.documents import (
     newer_wins,
     summary_of_stored,
 )
-from agentflow.errors import IncompatibleSchema, InvalidArgument
+from agentflow.errors import IncompatibleSchema, InvalidArgument, StoreNotFound
 
 __all__ = ["SCHEMA_VERSION", "prepare"]
 
@@ -40,10 +40,13 @@ _POLL_S: Final = 0.1
 _BATCH: Final = 500
 
 
-async def prepare(coll: AsyncCollection[Document], ttl: bool) -> None:
-    """Check the collation, create the indexes, and bring the layout to this version."""
+async def prepare(coll: AsyncCollection[Document], ttl: bool, *, create: bool = True) -> None:
+    """Check the collation, create the indexes, and bring the layout to this version;
+    with ``create=False`` a missing collection raises StoreNotFound instead."""
     listing = await coll.database.list_collections(filter={"name": coll.name})
     info = await listing.to_list()
+    if not info and not create:
+        raise StoreNotFound(f"no store: collection {coll.full_name} does not exist")
     collation = info[0].get("options", {}).get("collation") if info else None
     if collation and collation.get("locale") != "simple":
         raise InvalidArgument(

@@ -48,7 +48,9 @@ class PostgresCheckpointer(CheckpointerBase):
     are created, or migrated from an older version, by :meth:`setup`, which
     also runs once on first use. A ``namespace`` confines every call to one
     tenant; ``redact`` masks values before they are stored; ``codec`` turns
-    checkpoints into the stored bytes (JSON by default).
+    checkpoints into the stored bytes (JSON by default). With ``create=False``
+    missing tables raise :class:`~agentflow.errors.StoreNotFound` on the first
+    call and nothing is created.
     """
 
     kind = "postgres"
@@ -63,8 +65,10 @@ class PostgresCheckpointer(CheckpointerBase):
         redact: Redactor | None = None,
         namespace: str | None = None,
         codec: CheckpointCodec | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__(namespace=namespace, redact=redact, codec=codec)
+        self._may_create = bool(create)
         names, self._sql = statements(table, schema)
         self._table, self._meta = names["cp"], names["meta"]
         self._where = address_of(dsn, pool)
@@ -88,7 +92,7 @@ class PostgresCheckpointer(CheckpointerBase):
             self._reraise(exc, "setup")
 
     async def _prepare(self, conn: Any) -> None:
-        await prepare(conn, self._sql, self._meta, self._table)
+        await prepare(conn, self._sql, self._meta, self._table, create=self._may_create)
 
     async def _query(self, method: str, key: str, *args: Any) -> Any:
         """Run statement ``key`` of this namespace with ``conn.<method>``."""
@@ -204,7 +208,11 @@ class PostgresCheckpointer(CheckpointerBase):
 
 
 def from_url(
-    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+    url: str,
+    *,
+    namespace: str | None = None,
+    codec: CheckpointCodec | None = None,
+    create: bool = True,
 ) -> PostgresCheckpointer:
     """``postgresql://user@host:port/db`` (or ``postgres://``): the URL is asyncpg's DSN."""
-    return PostgresCheckpointer(url, namespace=namespace, codec=codec)
+    return PostgresCheckpointer(url, namespace=namespace, codec=codec, create=create)

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from agentflow.checkpoint.postgres.sql import LZ4_AVAILABLE, SETUP_LOCK_KEY
 from agentflow.checkpoint.timestamps import parse_instant
-from agentflow.errors import IncompatibleSchema, InvalidArgument
+from agentflow.errors import IncompatibleSchema, InvalidArgument, StoreNotFound
 
 __all__ = ["SCHEMA_VERSION", "prepare"]
 
@@ -41,9 +41,12 @@ async def _to_v2(conn: Any, sql: dict[str, str]) -> None:
 _MIGRATIONS: Final[dict[int, Callable[[Any, dict[str, str]], Awaitable[None]]]] = {1: _to_v2}
 
 
-async def prepare(conn: Any, sql: dict[str, str], meta: str, table: str) -> None:
-    """Create the tables of ``sql`` on ``conn`` if absent, or migrate them to
-    :data:`SCHEMA_VERSION`; raise IncompatibleSchema for a newer store."""
+async def prepare(
+    conn: Any, sql: dict[str, str], meta: str, table: str, *, create: bool = True
+) -> None:
+    """Create the tables of ``sql`` on ``conn`` if absent (``create=False``: raise
+    StoreNotFound instead), or migrate them to :data:`SCHEMA_VERSION`; raise
+    IncompatibleSchema for a newer store."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", SETUP_LOCK_KEY)
         version = None
@@ -52,6 +55,8 @@ async def prepare(conn: Any, sql: dict[str, str], meta: str, table: str) -> None
         if version == SCHEMA_VERSION:
             return
         if version is None:
+            if not create:
+                raise StoreNotFound(f"no store: table {table} does not exist")
             await conn.execute(sql["create"])
             if await conn.fetchval(LZ4_AVAILABLE):
                 await conn.execute(sql["use_lz4"])

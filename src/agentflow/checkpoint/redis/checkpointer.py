@@ -49,6 +49,7 @@ from agentflow.errors import (
     IncompatibleSchema,
     InvalidArgument,
     InvalidStoreUrl,
+    StoreNotFound,
 )
 
 __all__ = ["RedisCheckpointer", "from_url"]
@@ -103,6 +104,10 @@ class RedisCheckpointer(CheckpointerBase):
 
     ``ttl`` (seconds) makes a thread expire that long after its last write by
     a checkpointer with a ttl; a write without ttl makes the thread permanent.
+
+    With ``create=False`` a namespace that has no keys under ``prefix`` raises
+    :class:`~agentflow.errors.StoreNotFound` on the first call, and no key is
+    written (not even the cursor secret).
     """
 
     kind = "redis"
@@ -117,8 +122,10 @@ class RedisCheckpointer(CheckpointerBase):
         namespace: str | None = None,
         ttl: float | None = None,
         codec: CheckpointCodec | None = None,
+        create: bool = True,
     ) -> None:
         super().__init__(namespace=namespace, redact=redact, codec=codec)
+        self._may_create = bool(create)
         self._prefix = check_prefix(prefix)
         self._ttl_ms = _ttl_ms(ttl)
         if client is not None and client.connection_pool.connection_kwargs.get("decode_responses"):
@@ -159,6 +166,12 @@ class RedisCheckpointer(CheckpointerBase):
             if isinstance(version, Exception):
                 raise version
             if version is None:
+                if not self._may_create and not await self._client.exists(self._ns[0]):
+                    ns = (
+                        f"namespace {self._namespace!r}" if self._namespace else "default namespace"
+                    )
+                    where = f"prefix {self._prefix!r}"
+                    raise StoreNotFound(f"no store: the {ns} has no keys under {where}")
                 await migrate_namespace(self._client, self._prefix, self._namespace)
             elif version != LAYOUT_VERSION:
                 raise IncompatibleSchema(
@@ -292,6 +305,8 @@ class RedisCheckpointer(CheckpointerBase):
         return removed
 
     async def _cursor_secret(self) -> bytes:
+        if not self._may_create:
+            await self._setup()  # a reader creates no secret in a store that is not there
         mine = os.urandom(SECRET_BYTES)
         stored = await self._client.set(secret_key(self._prefix), mine, nx=True, get=True)
         if stored is None:
@@ -309,7 +324,11 @@ class RedisCheckpointer(CheckpointerBase):
 
 
 def from_url(
-    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+    url: str,
+    *,
+    namespace: str | None = None,
+    codec: CheckpointCodec | None = None,
+    create: bool = True,
 ) -> RedisCheckpointer:
     """``redis://`` or ``rediss://`` URL (redis-py's query options apply)."""
-    return RedisCheckpointer(url, namespace=namespace, codec=codec)
+    return RedisCheckpointer(url, namespace=namespace, codec=codec, create=create)

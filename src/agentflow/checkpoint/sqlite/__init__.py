@@ -15,10 +15,14 @@ __all__ = ["SCHEMA_VERSION", "SYNCHRONOUS_MODES", "SqliteCheckpointer", "from_ur
 
 
 def from_url(
-    url: str, *, namespace: str | None = None, codec: CheckpointCodec | None = None
+    url: str,
+    *,
+    namespace: str | None = None,
+    codec: CheckpointCodec | None = None,
+    create: bool = True,
 ) -> SqliteCheckpointer:
     """``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``, as in SQLAlchemy."""
     path = local_path(url)
     if path is None:
         raise InvalidStoreUrl(f"store URL {url!r} is not a sqlite:/// URL")
-    return SqliteCheckpointer(path, namespace=namespace, codec=codec)
+    return SqliteCheckpointer(path, namespace=namespace, codec=codec, create=create)

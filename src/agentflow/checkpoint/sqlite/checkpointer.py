@@ -113,7 +113,10 @@ class SqliteCheckpointer(CheckpointerBase):
     another process holding the file's write lock before raising
     :class:`~agentflow.errors.StoreUnavailable`. With ``secure_permissions``
     (default) a new file is created owner-only (0600, and its WAL files with
-    it) in directories created owner-only (0700).
+    it) in directories created owner-only (0700). With ``create=False`` a
+    file that does not exist or holds no agentflow tables raises
+    :class:`~agentflow.errors.StoreNotFound` on the first call, and nothing is
+    created (read-only callers).
 
     The two worker threads and their connections start on first use, are
     shared by every checkpointer open on the same file in this process, and
@@ -135,6 +138,7 @@ class SqliteCheckpointer(CheckpointerBase):
         synchronous: str = "FULL",
         busy_timeout: float = 5.0,
         secure_permissions: bool = True,
+        create: bool = True,
     ) -> None:
         super().__init__(namespace=namespace, redact=redact, codec=codec)
         if not isinstance(path, str | os.PathLike) or str(path) in {"", ":memory:"}:
@@ -149,7 +153,13 @@ class SqliteCheckpointer(CheckpointerBase):
         self.path = Path(path)
         self.synchronous: str = mode
         private = bool(secure_permissions)
-        self._key: PairKey = (os.path.abspath(self.path), mode, float(busy_timeout), private)
+        self._key: PairKey = (
+            os.path.abspath(self.path),
+            mode,
+            float(busy_timeout),
+            private,
+            bool(create),
+        )
         self._pair: Pair | None = None
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ from agentflow.errors import (
     CheckpointError,
     IncompatibleSchema,
     InvalidArgument,
+    StoreNotFound,
 )
 
 __all__ = [
@@ -229,14 +230,42 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
 
 
+def _connect_existing(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    """A connection to the agentflow store at ``path``, opened without creating the
+    file (``mode=rw``); :class:`~agentflow.errors.StoreNotFound` when there is no
+    file or it holds no agentflow tables, and nothing is written."""
+    if not path.exists():
+        raise StoreNotFound(f"no store at {path}")
+    uri = f"{path.absolute().as_uri()}?mode=rw"
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
+    try:
+        if _schema_version(conn) is None:
+            raise StoreNotFound(f"no store at {path}: the file holds no agentflow tables")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def open_connection(
-    path: Path, synchronous: str, busy_timeout: float, *, read_only: bool, private: bool
+    path: Path,
+    synchronous: str,
+    busy_timeout: float,
+    *,
+    read_only: bool,
+    private: bool,
+    create: bool = True,
 ) -> sqlite3.Connection:
-    if private:
-        _create_private(path)
+    """A connection to the store at ``path``, in WAL mode, its tables created or
+    migrated; with ``create=False`` a missing store is refused and nothing made."""
+    if not create:
+        conn = _connect_existing(path, busy_timeout)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+        if private:
+            _create_private(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
     try:
         _use_wal(conn, path, busy_timeout)
         conn.execute(f"PRAGMA synchronous={synchronous}")  # one of SYNCHRONOUS_MODES

@@ -35,8 +35,9 @@ _MAX_GROUP: Final = 128
 #: A queued job: the caller's loop, its future, and the work (None asks the thread to stop).
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any] | None]
 _Outcome = tuple["asyncio.Future[Any]", Any]
-#: What a pair is shared by: (absolute path, synchronous, busy_timeout, owner-only files).
-PairKey = tuple[str, str, float, bool]
+#: What a pair is shared by: (absolute path, synchronous, busy_timeout, owner-only
+#: files, may create the store).
+PairKey = tuple[str, str, float, bool, bool]
 
 
 def _shared(exc: BaseException) -> BaseException:
@@ -141,21 +142,16 @@ class Pair:
     off by sleeping whole milliseconds.
     """
 
-    def __init__(self, path: Path, synchronous: str, busy_timeout: float, private: bool) -> None:
-        self.writer = _Worker(
-            "agentflow-sqlite-writer",
-            lambda: open_connection(
-                path, synchronous, busy_timeout, read_only=False, private=private
-            ),
-            _write_group,
-        )
-        self.reader = _Worker(
-            "agentflow-sqlite-reader",
-            lambda: open_connection(
-                path, synchronous, busy_timeout, read_only=True, private=private
-            ),
-            _read_each,
-        )
+    def __init__(self, key: PairKey) -> None:
+        path, synchronous, busy_timeout, private, create = Path(key[0]), *key[1:]
+
+        def connect(read_only: bool) -> sqlite3.Connection:
+            return open_connection(
+                path, synchronous, busy_timeout, read_only=read_only, private=private, create=create
+            )
+
+        self.writer = _Worker("agentflow-sqlite-writer", lambda: connect(False), _write_group)
+        self.reader = _Worker("agentflow-sqlite-reader", lambda: connect(True), _read_each)
         self.users = 0
 
 
@@ -179,7 +175,7 @@ def acquire_pair(key: PairKey) -> Pair:
     with _PAIRS_LOCK:
         pair = _PAIRS.get(key)
         if pair is None:
-            pair = _PAIRS[key] = Pair(Path(key[0]), key[1], key[2], key[3])
+            pair = _PAIRS[key] = Pair(key)
         pair.users += 1
     return pair
 

@@ -68,11 +68,15 @@ class BackendHarness:
         namespace: str | None = None,
         redact: Redactor | None = None,
         codec: CheckpointCodec | None = None,
+        create: bool = True,
     ) -> Checkpointer:
-        """A new checkpointer on this store (use it with ``async with``)."""
+        """A new checkpointer on this store (use it with ``async with``);
+        ``create=False`` opens it as a read-only caller does."""
         options: dict[str, Any] = {"namespace": namespace, "redact": redact}
         if codec is not None:
             options["codec"] = codec
+        if not create:
+            options["create"] = False
         return self.factory(**self.kwargs, **options)
 
     @property

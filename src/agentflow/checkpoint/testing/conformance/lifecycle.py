@@ -1,4 +1,5 @@
-"""Lifecycle and tenancy: close, async with, use after close, namespaces."""
+"""Lifecycle and tenancy: close, async with, use after close, namespaces, and
+opening without creating."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.base import Checkpointer
+from agentflow.checkpoint.codec import JsonCodec
 from agentflow.checkpoint.testing.conformance._support import history_of, thread_ids
 from agentflow.checkpoint.testing.harness import BackendHarness, make_checkpoint
-from agentflow.errors import CheckpointConflict, InvalidArgument, StoreClosed
+from agentflow.errors import CheckpointConflict, InvalidArgument, StoreClosed, StoreNotFound
 
 __all__ = ["LifecycleConformance"]
 
@@ -26,6 +28,12 @@ CALLS: dict[str, Callable[[Checkpointer], Awaitable[Any]]] = {
     "delete_thread": lambda cp: cp.delete_thread("t"),
     "prune": lambda cp: cp.prune("t", before_step=1),
 }
+
+
+class _BindsStore(JsonCodec):
+    """JSON, but asking for the store's identity first, as a sealing codec does."""
+
+    binds_store = True
 
 
 @pytest.mark.asyncio
@@ -59,6 +67,34 @@ class LifecycleConformance:
         with pytest.raises(StoreClosed):
             await scoped.get("t")
         await scoped.close()
+
+    @pytest.mark.parametrize("codec", ["json", "binds_store"])
+    @pytest.mark.parametrize("call", sorted(CALLS))
+    async def test_without_create_a_missing_store_is_refused_and_nothing_is_created(
+        self, harness: BackendHarness, call: str, codec: str
+    ) -> None:
+        codecs = {"json": JsonCodec(), "binds_store": _BindsStore()}
+        for _ in range(2):  # the first refusal left nothing the second open could find
+            # Refused when opened (nothing to open) or on the first call (the server says).
+            with pytest.raises(StoreNotFound) as info:
+                async with harness.open(create=False, codec=codecs[codec]) as cp:
+                    await CALLS[call](cp)
+            assert info.value.code == "store_not_found"
+        async with harness.open() as creator:
+            assert await creator.get("t") is None
+
+    async def test_without_create_an_existing_store_is_read_and_written(
+        self, harness: BackendHarness
+    ) -> None:
+        async with harness.open() as creator:
+            await creator.put(make_checkpoint("t", 0))
+        async with harness.open(create=False) as cp:
+            assert [c.step for c in await history_of(cp, "t")] == [0]
+            assert await thread_ids(cp) == ["t"]
+            await cp.put(make_checkpoint("t", 1), if_revision=0)
+            latest = await cp.get("t")
+            assert latest is not None and latest.step == 1
+            assert (await cp.list_threads_page(limit=1)).threads[0].thread == "t"
 
     async def test_namespaces_never_see_each_other(self, harness: BackendHarness) -> None:
         async with (
