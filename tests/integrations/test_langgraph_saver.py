@@ -256,32 +256,21 @@ async def _writes_while_held(held: _Held, saver: AgentflowSaver) -> tuple[Any, l
     return stored, writing
 
 
-async def test_writes_made_while_a_checkpoint_is_stored_go_with_the_next_one(
-    harness: BackendHarness,
+@pytest.mark.parametrize("followed", [True, False], ids=["next-checkpoint", "none-follows"])
+async def test_writes_made_while_a_checkpoint_is_stored_wait_for_the_next_one(
+    harness: BackendHarness, followed: bool
 ) -> None:
     async with harness.open() as checkpointer:
         held = _Held(checkpointer)
         saver = AgentflowSaver(held)
         stored, writing = await _writes_while_held(held, saver)
-        await saver.aput(stored, _checkpoint({"n": 2}), {"step": 1}, {})
-        await asyncio.gather(*writing)
-        # Both tasks' writes in one put, sent just before the next checkpoint's.
-        assert held.kinds == ["checkpoint", "writes", "checkpoint"]
+        if followed:
+            await saver.aput(stored, _checkpoint({"n": 2}), {"step": 1}, {})
+        await asyncio.wait_for(asyncio.gather(*writing), timeout=10)
+        # Both tasks' writes in one put: just before the next checkpoint's, or alone.
+        assert held.kinds == ["checkpoint", "writes", *(["checkpoint"] if followed else [])]
         got = await saver.aget_tuple(stored)
         assert got is not None and got.pending_writes == [("a", "ch", "a"), ("b", "ch", "b")]
-
-
-async def test_writes_made_while_a_checkpoint_is_stored_land_when_no_other_follows(
-    harness: BackendHarness,
-) -> None:
-    async with harness.open() as checkpointer:
-        held = _Held(checkpointer)
-        saver = AgentflowSaver(held)
-        stored, writing = await _writes_while_held(held, saver)
-        await asyncio.wait_for(asyncio.gather(*writing), timeout=10)
-        assert held.kinds == ["checkpoint", "writes"]
-        got = await saver.aget_tuple(stored)
-        assert got is not None and [w[0] for w in got.pending_writes or []] == ["a", "b"]
 
 
 async def test_a_failed_write_that_waited_for_a_checkpoint_fails_its_callers(
