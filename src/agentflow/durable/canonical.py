@@ -9,19 +9,21 @@ everything else raw UTF-8), numbers printed as ECMAScript's
 
 The fast path lets orjson write the bytes, which already escapes strings as
 RFC 8785 does, sorts members by code point and refuses integers beyond 2**53
-and lone surrogates. A scan in Python looks only at containers (their
-element types are gathered in C) and replaces each float by its ECMAScript
-spelling as an ``orjson.Fragment``. Code point order differs from UTF-16
-order only between two names that both hold a character at U+E000 or above;
-only such objects are re-ordered by hand. Anything else (subclasses of the
-JSON types, very deep nesting, a value orjson refuses) goes to the per-node
-walk of :mod:`agentflow.durable.canonical_walk`, which also words the error.
+and lone surrogates, and refuses keys that are not exactly ``str``. A scan in
+Python looks only at containers (their element types are gathered in C) and
+replaces each float by its ECMAScript spelling as an ``orjson.Fragment``.
+Code point order differs from UTF-16 order only between two names that both
+hold a character at U+E000 or above, one of them above U+FFFF; only an object
+whose names do is written by hand, member by member in UTF-16 order, as a
+fragment of its own (the rest of the document keeps orjson's sort). Anything
+else (subclasses of the JSON types, very deep nesting, a value orjson
+refuses) goes to the per-node walk of :mod:`agentflow.durable.canonical_walk`,
+which also words the error.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import orjson
@@ -33,7 +35,7 @@ from agentflow.durable.canonical_numbers import (
     es6_number,
     utf16_sort_key,
 )
-from agentflow.durable.canonical_walk import canonical_by_walk, utf16_ordered
+from agentflow.durable.canonical_walk import canonical_by_walk
 from agentflow.durable.errors import DurableError
 from agentflow.durable.strict_json import parse_json
 
@@ -47,8 +49,6 @@ __all__ = [
 ]
 
 _SCALARS = frozenset({str, int, bool, type(None)})
-_STR = frozenset({str})
-_HIGH_BMP = re.compile("[\ue000-\uffff]")
 _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _Fragment: Any = getattr(orjson, "Fragment", None)
 
@@ -79,12 +79,34 @@ class _Handback(Exception):
     """The fast path cannot decide this document; the walk will."""
 
 
+def _utf16_misordered(names: dict[str, Any]) -> bool:
+    """True when the names' UTF-16 order is not their code point order."""
+    if len(names) < 2:
+        return False
+    joined = "".join(names)
+    if joined.isascii() or max(joined) <= "\uffff":
+        return False
+    high = [name for name in names if name and max(name) >= "\ue000"]
+    if len(high) < 2:
+        return False
+    high.sort()
+    return high != sorted(high, key=utf16_sort_key)
+
+
+def _utf16_object(value: dict[str, Any]) -> Any:
+    """``value`` (members prepared) written in UTF-16 member order, as a fragment."""
+    members = (
+        orjson.dumps(name) + b":" + orjson.dumps(value[name], option=_SORTED)
+        for name in sorted(value, key=utf16_sort_key)
+    )
+    return _Fragment(b"{" + b",".join(members) + b"}")
+
+
 class _Scan:
-    __slots__ = ("reorder", "what")
+    __slots__ = ("what",)
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self.reorder = False
 
     def value(self, value: Any) -> Any:
         return value if type(value) in _SCALARS else self.child(value)
@@ -113,27 +135,20 @@ class _Scan:
         raise _Handback
 
     def mapping(self, value: dict[Any, Any]) -> Any:
-        if value and not _STR.issuperset(map(type, value)):
-            raise _Handback
-        names = "".join(value)
-        # Code point and UTF-16 order differ only between a name holding a
-        # character in U+E000..U+FFFF and one holding a character above it.
-        if not names.isascii() and max(names) > "\uffff" and _HIGH_BMP.search(names):
-            high = [key for key in value if not key.isascii() and max(key) >= "\ue000"]
-            if sorted(high) != sorted(high, key=utf16_sort_key):
-                self.reorder = True
-        if _SCALARS.issuperset(map(type, value.values())):
-            return value
-        changed: dict[str, Any] | None = None
-        for key, item in value.items():
-            if type(item) in _SCALARS:
-                continue
-            new = self.child(item)
-            if new is not item:
-                if changed is None:
-                    changed = dict(value)
-                changed[key] = new
-        return value if changed is None else changed
+        prepared = value
+        if not _SCALARS.issuperset(map(type, value.values())):
+            changed: dict[str, Any] | None = None
+            for key, item in value.items():
+                if type(item) in _SCALARS:
+                    continue
+                new = self.child(item)
+                if new is not item:
+                    if changed is None:
+                        changed = dict(value)
+                    changed[key] = new
+            prepared = value if changed is None else changed
+        # A name that is not a str fails the join here, or orjson's key check.
+        return _utf16_object(prepared) if _utf16_misordered(value) else prepared
 
     def sequence(self, value: list[Any] | tuple[Any, ...]) -> Any:
         if _SCALARS.issuperset(map(type, value)):
@@ -163,12 +178,8 @@ def canonical_json(value: object, *, what: str = "value") -> bytes:
     """
     if _Fragment is None:
         return canonical_by_walk(value, what)
-    scan = _Scan(what)
     try:
-        prepared = scan.value(value)
-        if scan.reorder:
-            return orjson.dumps(utf16_ordered(prepared), option=orjson.OPT_STRICT_INTEGER)
-        return orjson.dumps(prepared, option=_SORTED)
+        return orjson.dumps(_Scan(what).value(value), option=_SORTED)
     except (_Handback, RecursionError, TypeError):
         return canonical_by_walk(value, what)
 
