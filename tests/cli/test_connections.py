@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -46,3 +47,16 @@ def test_a_postgres_error_names_the_public_operation_not_an_internal_method(
 ) -> None:
     done = af(tmp_path, "--store", "postgresql://postgres@127.0.0.1:1/test", "threads", check=False)
     assert done.returncode == 1 and "list_after" not in done.stderr
+
+
+def test_a_postgres_server_that_never_answers_is_given_up_within_seconds(tmp_path: Path) -> None:
+    with socket.socket() as listener:  # accepts TCP (the kernel's backlog), never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        port = listener.getsockname()[1]
+        url = f"postgresql://postgres@127.0.0.1:{port}/test"
+        # The CLI gives PostgreSQL a 5 s connect_timeout; asyncpg's own is 60 s.
+        done = af(tmp_path, "--store", url, "threads", check=False, timeout=40)
+    assert done.returncode == 1
+    assert f"cannot reach the postgresql store at 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from agentflow.checkpoint import Checkpoint
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.backends.postgres import DSN, admin_connection
 from tests.cli.hostile import COMBINED, HOSTILE, RAW, graph
-from tests.cli.support import af, af_here, af_json, af_tty, env
+from tests.cli.support import af, af_here, af_json, af_tty, command, env
 
 LONG = "refund-A-1001-" + "x" * 60
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -174,3 +175,25 @@ def test_a_printed_command_names_a_hostile_thread_exactly(hostile: Path) -> None
         ["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True
     ).stdout.split(b"\0")
     assert thread.encode() + b"!" in words
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``agentflow show ... | head``: more output than a pipe holds, so the write
+    meets a closed pipe; the command exits 0 and says nothing."""
+
+    async def fill() -> None:
+        async with SqliteCheckpointer(tmp_path / ".runs" / "checkpoints.db") as store:
+            await store.put(Checkpoint(thread="big", step=0, state={"text": "x" * 300_000}))
+
+    asyncio.run(fill())
+    pipeline = f"set -o pipefail; {shlex.join(command('show', 'big', '--json'))} | head -c 10"
+    done = subprocess.run(
+        ["bash", "-c", pipeline],
+        cwd=tmp_path,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, '{\n  "threa', "")

@@ -171,6 +171,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if debug:
             raise
         status = _fail(args, exc, exc.code, exit_status(exc))
+    except BrokenPipeError:  # the reader of stdout (`| head`) has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        status = EXIT_OK
     except OSError as exc:
         if debug:
             raise

@@ -55,9 +55,12 @@ _MONGODB_TIMEOUTS = {
     "connectTimeoutMS": str(CONNECT_TIMEOUT_S * 1000),
 }
 _REDIS_TIMEOUTS = {"socket_connect_timeout": str(CONNECT_TIMEOUT_S)}
+#: libpq's name, which the PostgreSQL backend hands to asyncpg.
+_POSTGRES_TIMEOUTS = {"connect_timeout": str(CONNECT_TIMEOUT_S)}
 #: URL options, by scheme, that bound how long finding the server may take.
-#: (asyncpg takes no timeout in the URL; a refused connection fails at once.)
 _TIMEOUT_OPTIONS = {
+    "postgresql": _POSTGRES_TIMEOUTS,
+    "postgres": _POSTGRES_TIMEOUTS,
     "mongodb": _MONGODB_TIMEOUTS,
     "mongodb+srv": _MONGODB_TIMEOUTS,
     "redis": _REDIS_TIMEOUTS,

@@ -11,15 +11,21 @@ maps them for the public call they interrupted.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
 from agentflow.checkpoint.postgres.driver_errors import DRIVER_ERRORS
+from agentflow.errors import InvalidStoreUrl
 
-__all__ = ["KeptConnections"]
+__all__ = ["KeptConnections", "split_connect_timeout"]
+
+#: libpq's name for the seconds a connection may take to be made.
+CONNECT_TIMEOUT: Final = "connect_timeout"
 
 _POOL_MAX_SIZE: Final = 10
 #: A kept connection idle longer than this is closed rather than reused, as
@@ -33,12 +39,37 @@ async def _keep_session(conn: Any) -> None:
     state (SET, LISTEN, cursors, session locks). Transactions still roll back."""
 
 
+def split_connect_timeout(dsn: str) -> tuple[str, float | None]:
+    """``dsn`` without libpq's ``connect_timeout`` option, and its seconds (None: absent).
+
+    asyncpg reads no timeout from a DSN: it would send the option to the server
+    as a setting, which the server refuses, and wait its own 60 s for a host
+    that never answers. So the option is taken out here and given to asyncpg.
+    """
+    parts = urlsplit(dsn)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    given = [value for key, value in query if key == CONNECT_TIMEOUT]
+    if not given:
+        return dsn, None
+    try:
+        seconds = float(given[-1])
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise InvalidStoreUrl(
+            f"{CONNECT_TIMEOUT} must be a positive number of seconds, got {given[-1]!r:.40}"
+        )
+    rest = urlencode([(key, value) for key, value in query if key != CONNECT_TIMEOUT])
+    return urlunsplit(parts._replace(query=rest)), seconds
+
+
 class KeptConnections:
     """Hands out connections, creating the pool lazily and running ``prepare``
-    (the schema setup) once before the first call gets one."""
+    (the schema setup) once before the first call gets one. A ``dsn`` may set
+    ``connect_timeout`` (seconds), as libpq's do."""
 
     def __init__(self, dsn: str, pool: Any, prepare: Callable[[Any], Awaitable[None]]) -> None:
-        self._dsn = dsn
+        self._dsn, self._connect_timeout = split_connect_timeout(dsn)
         self._pool: Any = pool
         self._owns_pool = pool is None
         self._prepare = prepare
@@ -71,8 +102,9 @@ class KeptConnections:
     async def _open_pool(self) -> Any:
         """Call with ``self._lock`` held: creating the pool twice would leak one."""
         if self._pool is None:
+            timeout = {} if self._connect_timeout is None else {"timeout": self._connect_timeout}
             self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=1, max_size=_POOL_MAX_SIZE, reset=_keep_session
+                self._dsn, min_size=1, max_size=_POOL_MAX_SIZE, reset=_keep_session, **timeout
             )
         return self._pool
 
