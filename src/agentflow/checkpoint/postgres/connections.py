@@ -26,6 +26,8 @@ __all__ = ["KeptConnections", "split_connect_timeout"]
 
 #: libpq's name for the seconds a connection may take to be made.
 CONNECT_TIMEOUT: Final = "connect_timeout"
+#: asyncpg's own connect timeout, used when the DSN sets none.
+_ASYNCPG_CONNECT_TIMEOUT: Final = 60.0
 
 _POOL_MAX_SIZE: Final = 10
 #: A kept connection idle longer than this is closed rather than reused, as
@@ -102,9 +104,12 @@ class KeptConnections:
     async def _open_pool(self) -> Any:
         """Call with ``self._lock`` held: creating the pool twice would leak one."""
         if self._pool is None:
-            timeout = {} if self._connect_timeout is None else {"timeout": self._connect_timeout}
             self._pool = await asyncpg.create_pool(
-                self._dsn, min_size=1, max_size=_POOL_MAX_SIZE, reset=_keep_session, **timeout
+                self._dsn,
+                min_size=1,
+                max_size=_POOL_MAX_SIZE,
+                reset=_keep_session,
+                timeout=self._connect_timeout or _ASYNCPG_CONNECT_TIMEOUT,
             )
         return self._pool
 
