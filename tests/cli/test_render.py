@@ -67,7 +67,10 @@ def test_cli_timeouts_are_added_unless_the_url_sets_them() -> None:
         "mongodb://h/?serverSelectionTimeoutMS=200&connectTimeoutMS=5000"
     )
     assert "socket_connect_timeout=5" in _with_timeouts("rediss://h:6380/0", "rediss")
-    assert _with_timeouts("postgresql://h/db", "postgresql") == "postgresql://h/db"
+    assert (
+        _with_timeouts("postgresql://h/db", "postgresql") == "postgresql://h/db?connect_timeout=5"
+    )
+    assert _with_timeouts("postgres://h/db?connect_timeout=9", "postgres").endswith("timeout=9")
 
 
 def test_inert_escapes_what_a_terminal_would_act_on_and_nothing_else() -> None:
