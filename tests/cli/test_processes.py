@@ -94,14 +94,15 @@ def test_a_running_worker_finishes_a_demo_killed_during_its_hold(tmp_path: Path)
     )
     try:
         demo = subprocess.Popen(
-            command("demo", "--approve", "--hold", "3", "--thread", "w"),
+            # the hold is long enough for two CLI checks of a loaded machine to see it
+            command("demo", "--approve", "--hold", "8", "--thread", "w"),
             cwd=tmp_path,
             env=env(),
             stdout=subprocess.PIPE,
             text=True,
         )
         assert demo.stdout is not None and "refund agent" in demo.stdout.readline()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while af(tmp_path, "show", "w", check=False).returncode != 0 or (
             af_json(tmp_path, "show", "w")["status"] != "waiting"
         ):
