@@ -127,7 +127,8 @@ def test_a_retired_key_still_opens_and_the_next_write_reseals_with_the_current_o
 
 def test_event_payloads_are_sealed_only_with_sealing() -> None:
     data = b'{"note":"' + SECRET.encode() + b'"}'
-    plain, sealed = RunParts("acme"), RunParts("acme", _ring("k1"))
+    ring = _ring("k1")
+    plain, sealed = RunParts("acme"), RunParts("acme", ring)
     assert plain.seal_event("ev-1", data) == data
     stored = sealed.seal_event("ev-1", data)
     assert SECRET.encode() not in stored
@@ -136,3 +137,8 @@ def test_event_payloads_are_sealed_only_with_sealing() -> None:
         sealed.open_event("ev-2", stored)
     with pytest.raises(DurableCorrupted):
         sealed.open_event("ev-1", data)
+    with pytest.raises(DurableCorrupted, match="no key ring") as caught:
+        plain.open_event("ev-1", stored)
+    assert caught.value.code == "checkpoint_sealing_invalid"
+    with pytest.raises(DurableCorrupted):
+        RunParts("globex", ring).open_event("ev-1", stored)

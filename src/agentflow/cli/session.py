@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -31,11 +31,15 @@ from agentflow.checkpoint.stores import (
 )
 from agentflow.cli import render
 from agentflow.cli.errors import UsageError
+from agentflow.cli.keys import keyring_from_args
 from agentflow.cli.registry import GraphRegistry, graph_specs_from_env
 from agentflow.cli.text import inert, shell_word
 from agentflow.durable import DurableStore
 from agentflow.durable.stores import open_durable_store
 from agentflow.errors import StoreNotFound
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = [
     "STORE_ENV",
@@ -161,11 +165,14 @@ def open_cli_store(
     return with_defaults(opened)
 
 
-def open_cli_durable(target: StoreTarget, *, create: bool) -> DurableStore:
-    """The durable store (leases, journals) in ``target``'s database and namespace;
+def open_cli_durable(
+    target: StoreTarget, *, create: bool, sealing: KeyRing | None = None
+) -> DurableStore:
+    """The durable store (leases, journals) in ``target``'s database and namespace,
+    sealed with the command's keys (``sealing``) as its checkpoints are;
     ``create=False`` refuses one whose tables, keys or layout are not there."""
     url = _with_timeouts(target.url, target.scheme)
-    return open_durable_store(url, namespace=target.namespace, create=create)
+    return open_durable_store(url, namespace=target.namespace, create=create, sealing=sealing)
 
 
 def command_line(args: Any, target: StoreTarget, *words: str) -> str:
@@ -197,7 +204,9 @@ class Session:
     def durable(self) -> DurableStore:
         """The durable store beside :attr:`store`, opened on first use."""
         if self._durable is None:
-            self._durable = open_cli_durable(self.target, create=self.creates_records)
+            self._durable = open_cli_durable(
+                self.target, create=self.creates_records, sealing=keyring_from_args(self.args)
+            )
         return self._durable
 
     async def close(self) -> None:

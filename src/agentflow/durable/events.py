@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow.durable.canonical import parse_json, validate_i_json
 from agentflow.durable.digests import event_payload_digest
@@ -26,6 +26,9 @@ from agentflow.durable.validators import (
     validate_sha256,
 )
 from agentflow.errors import InvalidCursor
+
+if TYPE_CHECKING:
+    from agentflow.durable.parts import RunParts
 
 __all__ = [
     "EVENT_CURSOR_SCHEMA",
@@ -271,15 +274,22 @@ def sequence_of(after: Mapping[str, Any] | None) -> int:
 
 
 def stored_event(
-    event_id: str, digest: object, data: object, cursor: dict[str, Any], where: str
+    parts: RunParts,
+    event_id: str,
+    digest: object,
+    stored: object,
+    *,
+    cursor: dict[str, Any],
+    where: str,
 ) -> AcceptedEvent:
-    """An event read back from a store: ``data`` must be the bytes ``digest`` names and a
-    JSON object, else :class:`DurableCorrupted` naming ``where``. Damage never replays."""
-    if (
-        not isinstance(digest, str)
-        or not isinstance(data, bytes)
-        or hashlib.sha256(data).hexdigest() != digest
-    ):
+    """An event read back from a store: ``stored``, opened by ``parts`` (sealed
+    payloads are bound to the namespace and event id), must be the bytes
+    ``digest`` names and a JSON object, else :class:`DurableCorrupted` naming
+    ``where``. Damage never replays."""
+    if not isinstance(stored, bytes):
+        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
+    data = parts.open_event(event_id, stored)
+    if not isinstance(digest, str) or hashlib.sha256(data).hexdigest() != digest:
         raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
     try:
         event = parse_json(data)

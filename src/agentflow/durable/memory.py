@@ -27,6 +27,7 @@ from agentflow.durable.events import (
     resolve_append,
     run_member,
     sequence_of,
+    stored_event,
 )
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.lifecycle import ClosingStore
@@ -104,9 +105,18 @@ class _Runs:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class _StoredEvent:
+    """An accepted event as a database backend keeps it: digest, stored payload, sequence."""
+
+    payload_digest: str
+    stored: bytes
+    sequence: int
+
+
 @dataclass
 class _Events:
-    by_id: dict[str, AcceptedEvent] = field(default_factory=dict)
+    by_id: dict[str, _StoredEvent] = field(default_factory=dict)
     by_run: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     by_parent: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     sequence: int = 0
@@ -244,12 +254,19 @@ class InMemoryRunEventStore(ReplayedEvents, _Closing):
     """A :class:`~agentflow.durable.DurableEventStore` in process memory.
 
     Cursors are ``{"sequence": n}``, one sequence per namespace starting at 1.
+    Payloads are kept in their stored form (sealed with ``sealing``, a
+    :class:`~agentflow.checkpoint.sealing.KeyRing`), as a database keeps them.
     """
 
     def __init__(
-        self, *, namespace: str | None = None, memory: DurableMemory | None = None
+        self,
+        *,
+        namespace: str | None = None,
+        memory: DurableMemory | None = None,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
+        self._sealing = sealing
         self._data = (memory or DurableMemory()).events(self._namespace)
 
     @property
@@ -264,12 +281,13 @@ class InMemoryRunEventStore(ReplayedEvents, _Closing):
         stored = None if existing is None else existing.payload_digest
         if resolve_append(payload_digest, computed, stored) == "duplicate":
             assert existing is not None
-            return AppendOnceResult(False, dict(existing.cursor))
+            return AppendOnceResult(False, {"sequence": existing.sequence})
+        data = canonical_json(event, what="event payload")
+        sealed = self._parts.seal_event(event_id, data)
         self._data.sequence += 1
         sequence = self._data.sequence
-        copy = parse_json(canonical_json(event, what="event payload"))
-        accepted = AcceptedEvent(event_id, payload_digest, copy, {"sequence": sequence})
-        self._data.by_id[event_id] = accepted
+        self._data.by_id[event_id] = _StoredEvent(payload_digest, sealed, sequence)
+        copy = parse_json(data)
         for index, member in (
             (self._data.by_run, "run_id"),
             (self._data.by_parent, "parent_run_id"),
@@ -287,11 +305,16 @@ class InMemoryRunEventStore(ReplayedEvents, _Closing):
         if include_children:
             lists.append(self._data.by_parent.get(run_id, []))
         picked: list[AcceptedEvent] = []
-        for _, event_id in _dedupe(heapq.merge(*(_from(items, start) for items in lists))):
+        for sequence, event_id in _dedupe(heapq.merge(*(_from(items, start) for items in lists))):
             if len(picked) == count:
                 break
-            picked.append(self._data.by_id[event_id])
-        return [replace(e, event=parse_json(canonical_json(e.event))) for e in picked]
+            found = self._data.by_id[event_id]
+            cursor, where = {"sequence": sequence}, f"stored event {event_id!r}"
+            digest, stored = found.payload_digest, found.stored
+            picked.append(
+                stored_event(self._parts, event_id, digest, stored, cursor=cursor, where=where)
+            )
+        return picked
 
 
 def _from(items: list[tuple[int, str]], start: int) -> Iterator[tuple[int, str]]:
@@ -324,8 +347,14 @@ def named_memory(name: str, *, create: bool = True) -> DurableMemory:
     return memory
 
 
-def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> MemoryDurableStore:
+def from_url(
+    url: str,
+    *,
+    namespace: str | None = None,
+    create: bool = True,
+    sealing: KeyRing | None = None,
+) -> MemoryDurableStore:
     """``memory://NAME``: every store opened on one name in this process shares
     one :class:`DurableMemory`, as ``memory://NAME`` checkpointers share theirs."""
     memory = named_memory(url.split("://", 1)[1], create=create)
-    return MemoryDurableStore(namespace=namespace, memory=memory)
+    return MemoryDurableStore(namespace=namespace, memory=memory, sealing=sealing)

@@ -15,8 +15,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from agentflow.durable.enums import CheckpointStatus
-from agentflow.durable.events import AcceptedEvent, EventPage
+from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.events import AcceptedEvent, EventPage, run_member
 from agentflow.durable.paging import check_limit, decode_run_cursor, encode_run_cursor
+from agentflow.durable.parts import StoredParts
 from agentflow.durable.rows import RunSummary
 from agentflow.durable.store import RunPage
 from agentflow.durable.validators import require_non_empty
@@ -61,8 +63,14 @@ class ListedRuns(abc.ABC):
         return RunPage(runs, next_cursor)
 
 
-class ReplayedEvents(abc.ABC):
-    """``replay`` of an event store over one range read."""
+class ReplayedEvents(StoredParts, abc.ABC):
+    """``replay`` of an event store over one range read.
+
+    Payloads are stored through ``_parts`` (sealed when the store has a key
+    ring). An event read back must name the replayed run as its run (or, with
+    ``include_children``, as its parent): the payload is checked or sealed, the
+    index that found it is not, so an event filed under another run raises.
+    """
 
     @abc.abstractmethod
     async def _replay(
@@ -86,4 +94,12 @@ class ReplayedEvents(abc.ABC):
         events = await self._replay(run_id, after, limit + 1, include_children)
         more = len(events) > limit
         events = events[:limit]
+        for event in events:
+            if run_member(event.event, "run_id") != run_id and not (
+                include_children and run_member(event.event, "parent_run_id") == run_id
+            ):
+                raise DurableCorrupted(
+                    "checkpoint_row_invalid",
+                    f"stored event {event.event_id!r} is filed under run {run_id!r}, not its own",
+                )
         return EventPage(events, dict(events[-1].cursor) if more else None)

@@ -25,6 +25,7 @@ the body.
 from __future__ import annotations
 
 import binascii
+import functools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
@@ -40,7 +41,15 @@ from agentflow.errors import CheckpointCorrupted, InvalidArgument
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing, Sealer
 
-__all__ = ["BODY", "CHECKED_VERSION", "EVENT", "SEALED_VERSION", "RunParts", "entry_part"]
+__all__ = [
+    "BODY",
+    "CHECKED_VERSION",
+    "EVENT",
+    "SEALED_VERSION",
+    "RunParts",
+    "StoredParts",
+    "entry_part",
+]
 
 #: Envelope versions; each is bound into what it checks.
 CHECKED_VERSION: Final = 1
@@ -162,8 +171,18 @@ class RunParts:
         return data if self._sealer is None else self.seal(event_id, EVENT, data)
 
     def open_event(self, event_id: str, stored: bytes) -> bytes:
-        """The canonical JSON of a stored event, opened when sealing is configured."""
-        return stored if self._sealer is None else self.open(event_id, EVENT, stored)
+        """The canonical JSON of a stored event, opened when sealing is configured.
+
+        The payload of a plain event is a JSON object, so one that starts like a
+        sealed part is sealed, and refused by a store without keys.
+        """
+        if self._sealer is not None:
+            return self.open(event_id, EVENT, stored)
+        if isinstance(stored, bytes) and stored.startswith(_SEALED):
+            raise DurableCorrupted(
+                _SEALING, f"stored event {event_id!r} is sealed, and this store has no key ring"
+            )
+        return stored
 
     def _journal(
         self, key: str, kind: OperationKind, entries: tuple[bytes, ...]
@@ -211,3 +230,15 @@ class RunParts:
             journal = replace(journal, entry=self.seal(key, part, journal.entry))
         body = None if write.body is None else self.seal(key, BODY, write.body)
         return replace(write, body=body, journal=journal)
+
+
+class StoredParts:
+    """A store whose parts pass through one :class:`RunParts`, built on first use
+    from the ``_namespace`` and ``_sealing`` (a key ring or None) the store keeps."""
+
+    _namespace: str
+    _sealing: KeyRing | None = None
+
+    @functools.cached_property
+    def _parts(self) -> RunParts:
+        return RunParts(self._namespace, self._sealing)

@@ -10,12 +10,10 @@ statement, script or command, and inherits the eight.
 from __future__ import annotations
 
 import abc
-import functools
-from typing import TYPE_CHECKING
 
 from agentflow.durable.events import EventCursor
 from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.parts import RunParts
+from agentflow.durable.parts import StoredParts
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.transitions import (
     Write,
@@ -29,26 +27,16 @@ from agentflow.durable.transitions import (
     plan_suspend,
 )
 
-if TYPE_CHECKING:
-    from agentflow.checkpoint.sealing import KeyRing
-
 __all__ = ["PlannedWrites"]
 
 
-class PlannedWrites(abc.ABC):
+class PlannedWrites(StoredParts, abc.ABC):
     """The planned-write operations of a durable store, over one hook.
 
     Each write's body and journal bytes are put in their stored form
     (:class:`~agentflow.durable.parts.RunParts`: checked, or sealed with the
     key ring a subclass keeps in ``_sealing``) before ``_apply`` sees them.
     """
-
-    _namespace: str
-    _sealing: KeyRing | None = None
-
-    @functools.cached_property
-    def _parts(self) -> RunParts:
-        return RunParts(self._namespace, self._sealing)
 
     @abc.abstractmethod
     async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:

@@ -6,7 +6,7 @@ registry that opens one from a store URL.
 the same database, so ``--store URL`` opens both. Each backend module is
 imported only when its scheme is used (a missing driver fails only that call,
 with the ``pip install`` that fixes it), and exposes
-``from_url(url, *, namespace=None, create=True)``. A backend registers here, in
+``from_url(url, *, namespace=None, create=True, sealing=None)``. A backend registers here, in
 :data:`_SCHEMES`; a third-party one calls :func:`register_durable_scheme`.
 """
 
@@ -20,6 +20,7 @@ from agentflow.checkpoint.stores import safe_url, scheme_of
 from agentflow.errors import InvalidStoreUrl
 
 if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
     from agentflow.durable.store import DurableStore
 
 __all__ = ["DurableStoreOpener", "open_durable_store", "register_durable_scheme"]
@@ -44,7 +45,7 @@ _REGISTERED: dict[str, DurableStoreOpener] = {}
 
 def register_durable_scheme(scheme: str, opener: DurableStoreOpener) -> None:
     """Let :func:`open_durable_store` open ``scheme://...`` with
-    ``opener(url, namespace=, create=)``."""
+    ``opener(url, namespace=, create=, sealing=)``."""
     if not scheme.isascii() or not scheme.replace("+", "").isalnum() or scheme.lower() != scheme:
         raise InvalidStoreUrl(f"a scheme is lower-case letters, digits and '+', not {scheme!r}")
     _REGISTERED[scheme] = opener
@@ -72,7 +73,11 @@ def _opener(scheme: str, url: str) -> DurableStoreOpener:
 
 
 def open_durable_store(
-    url: str, *, namespace: str | None = None, create: bool = True
+    url: str,
+    *,
+    namespace: str | None = None,
+    create: bool = True,
+    sealing: KeyRing | None = None,
 ) -> DurableStore:
     """A durable store for ``url``, bound to ``namespace``; the caller closes it.
 
@@ -81,6 +86,10 @@ def open_durable_store(
     run's record and its checkpoints are found under one URL. With
     ``create=False`` (read-only callers) a store whose tables, keys or layout
     do not exist raises :class:`~agentflow.errors.StoreNotFound` on its first
-    call and nothing is created.
+    call and nothing is created. With ``sealing`` (a
+    :class:`~agentflow.checkpoint.sealing.KeyRing`, the one the checkpointer's
+    :class:`~agentflow.checkpoint.sealing.SealedCodec` holds) every body and
+    journal entry is sealed, and a part that is not is refused.
     """
-    return _opener(scheme_of(url), url)(url, namespace=namespace, create=create)
+    opener = _opener(scheme_of(url), url)
+    return opener(url, namespace=namespace, create=create, sealing=sealing)

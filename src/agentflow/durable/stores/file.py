@@ -28,7 +28,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from agentflow.checkpoint.file import from_url as checkpointer_from_url
 from agentflow.checkpoint.file.fs import listdir, opened
@@ -54,6 +54,9 @@ from agentflow.durable.stores.file_run import (
 )
 from agentflow.durable.transitions import Write, refusal
 from agentflow.durable.validators import validate_checkpoint_key
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["FileDurableStore", "from_url"]
 
@@ -308,6 +311,14 @@ def _remove_tree(trash: int, name: str) -> None:
     shutil.rmtree(name, dir_fd=trash, onerror=gone)
 
 
-def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> FileDurableStore:
+def from_url(
+    url: str,
+    *,
+    namespace: str | None = None,
+    create: bool = True,
+    sealing: KeyRing | None = None,
+) -> FileDurableStore:
     """``file://DIR``, as the checkpointer's (``file:///abs/dir`` for an absolute directory)."""
-    return FileDurableStore(checkpointer_from_url(url).root, namespace=namespace, create=create)
+    return FileDurableStore(
+        checkpointer_from_url(url).root, namespace=namespace, create=create, sealing=sealing
+    )

@@ -54,6 +54,7 @@ from agentflow.durable.events import (
     sequence_of,
 )
 from agentflow.durable.paged import ReplayedEvents
+from agentflow.durable.parts import RunParts
 from agentflow.durable.stores.file_base import FileStoreBase
 from agentflow.durable.stores.sqlite_events import _accepted
 from agentflow.durable.validators import CapabilityRef
@@ -124,7 +125,7 @@ class FileRunEventStore(ReplayedEvents, FileStoreBase):
             except UnicodeEncodeError as exc:
                 raise InvalidArgument("event_id is not valid Unicode") from exc
         if computed == payload_digest:
-            data = canonical_json(event, what="event payload")
+            data = self._parts.seal_event(event_id, canonical_json(event, what="event payload"))
             runs = {
                 index: run
                 for index, member in _MEMBERS.items()
@@ -253,7 +254,8 @@ class FileRunEventStore(ReplayedEvents, FileStoreBase):
                 if sequence == last:  # in both indexes (its own parent)
                     continue
                 last = sequence
-                accepted = _read(members[index], ids[0], index, run_id, sequence)
+                listed_in = members[index]
+                accepted = _read(self._parts, listed_in, ids[0], index, run_id, sequence=sequence)
                 if accepted is not None:
                     found.append(accepted)
                     if len(found) == count:
@@ -269,7 +271,9 @@ def _sequences(directory: int, index: str, start: int) -> Iterator[tuple[int, st
             yield int(name, 16), index
 
 
-def _read(directory: int, ids: int, index: str, run_id: str, sequence: int) -> AcceptedEvent | None:
+def _read(
+    parts: RunParts, directory: int, ids: int, index: str, run_id: str, *, sequence: int
+) -> AcceptedEvent | None:
     """The event at ``sequence`` of an index, None when it was drawn but never accepted."""
     where = f"{sequence} of run {run_id!r}"
     found = read_file(directory, _seq_name(sequence), f"stored event {where}")
@@ -287,4 +291,4 @@ def _read(directory: int, ids: int, index: str, run_id: str, sequence: int) -> A
         raise link_refused(f"the accepted event {header['event_id']!r}")
     if (named.st_ino, named.st_dev) != (status.st_ino, status.st_dev):
         return None
-    return _accepted((sequence, header["event_id"], header["payload_digest"], body))
+    return _accepted(parts, (sequence, header["event_id"], header["payload_digest"], body))

@@ -14,6 +14,7 @@ second command.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
@@ -57,6 +58,9 @@ from agentflow.durable.stores.mongodb_documents import (
 from agentflow.durable.transitions import Write, refusal
 from agentflow.durable.validators import validate_checkpoint_key
 from agentflow.errors import InvalidStoreUrl
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["MongoDurableStore", "from_url"]
 
@@ -201,9 +205,15 @@ class MongoDurableStore(PlannedWrites, ListedRuns, MongoStoreBase):
         return runs, runs[-1].key if len(documents) > limit else None
 
 
-def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> MongoDurableStore:
+def from_url(
+    url: str,
+    *,
+    namespace: str | None = None,
+    create: bool = True,
+    sealing: KeyRing | None = None,
+) -> MongoDurableStore:
     """``mongodb://...`` or ``mongodb+srv://...``: a store that owns its client, as the
     checkpointer's."""
     if scheme_of(url) not in ("mongodb", "mongodb+srv"):
         raise InvalidStoreUrl(f"not a MongoDB URL: {safe_url(url)!r}")
-    return MongoDurableStore(url, namespace=namespace, create=create)
+    return MongoDurableStore(url, namespace=namespace, create=create, sealing=sealing)

@@ -47,6 +47,7 @@ from agentflow.durable.events import (
     stored_event,
 )
 from agentflow.durable.paged import ReplayedEvents
+from agentflow.durable.parts import RunParts
 from agentflow.durable.stores.mongodb_client import MongoStoreBase, check_text
 from agentflow.durable.stores.mongodb_documents import RUN_EVENTS_INDEX
 from agentflow.durable.validators import CapabilityRef
@@ -103,8 +104,8 @@ def _positions(run_id: str, after: Mapping[str, Any] | None) -> tuple[int, int]:
         raise InvalidCursor("an event cursor's numbers are integers from 0 to 2**53-1") from exc
 
 
-def _stored(doc: Document, *, child: bool = False) -> _Stored:
-    """An event document, every part checked; the digest must match the bytes."""
+def _stored(parts: RunParts, doc: Document, *, child: bool = False) -> _Stored:
+    """An event document, every part checked; the digest must match the opened bytes."""
     ident, data, digest = doc.get("_id"), doc.get("b"), doc.get("d")
     event_id = ident.get("e") if isinstance(ident, dict) else None
     where = f"stored event {event_id!r}"
@@ -115,7 +116,7 @@ def _stored(doc: Document, *, child: bool = False) -> _Stored:
         ps, po = (_number(doc.get("ps")), _number(doc.get("po"))) if "p" in doc else (0, 0)
     except ValueError as exc:
         raise DurableCorrupted(_ROW_INVALID, f"{where} is damaged") from exc
-    accepted = stored_event(event_id, digest, data, {}, where)
+    accepted = stored_event(parts, event_id, digest, data, cursor={}, where=where)
     run, parent = _family(accepted.event)
     if doc.get("r", _ROW_INVALID) != run or doc.get("p") != parent:
         raise DurableCorrupted(_ROW_INVALID, f"{where} is filed under another run")
@@ -212,15 +213,15 @@ class MongoRunEventStore(ReplayedEvents, MongoStoreBase):
             found = await self._call(
                 "append_once", lambda: self._events.find_one({"_id": self._id(event_id)})
             )
-            stored = None if found is None else _stored(found).accepted.payload_digest
+            stored = None if found is None else _stored(self._parts, found).accepted.payload_digest
             resolve_append(payload_digest, computed, stored)
             raise DurableConflict(f"event {event_id!r} was neither accepted nor refused")
         run, parent = _family(event)
-        data = canonical_json(event, what="event payload")
+        data = self._parts.seal_event(event_id, canonical_json(event, what="event payload"))
         for attempt in range(_ATTEMPTS):
             ends = await self._call("append_once", lambda: self._ends(event_id, run, parent))
             if "id" in ends:
-                accepted = _stored(ends["id"]).accepted
+                accepted = _stored(self._parts, ends["id"]).accepted
                 resolve_append(payload_digest, computed, accepted.payload_digest)
                 return AppendOnceResult(False, dict(accepted.cursor))
             try:
@@ -265,7 +266,7 @@ class MongoRunEventStore(ReplayedEvents, MongoStoreBase):
             return await (await self._events.aggregate(own, hint=RUN_EVENTS_INDEX)).to_list()
 
         found = await self._call("replay", read)
-        read_events = [_stored(doc, child=doc.get("w") == "child") for doc in found]
+        read_events = [_stored(self._parts, doc, child=doc.get("w") == "child") for doc in found]
         mine = [item for item in read_events if not item.child]
         theirs = [item for item in read_events if item.child]
         _gapless(mine, own_after, "rs", run_id)

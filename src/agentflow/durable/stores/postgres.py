@@ -15,7 +15,7 @@ agree on who holds a run.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentflow.checkpoint.stores import safe_url, scheme_of
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
@@ -45,6 +45,9 @@ from agentflow.durable.transitions import (
 )
 from agentflow.durable.validators import validate_checkpoint_key
 from agentflow.errors import InvalidStoreUrl
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["PostgresDurableStore", "from_url"]
 
@@ -172,9 +175,13 @@ class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
 
 
 def from_url(
-    url: str, *, namespace: str | None = None, create: bool = True
+    url: str,
+    *,
+    namespace: str | None = None,
+    create: bool = True,
+    sealing: KeyRing | None = None,
 ) -> PostgresDurableStore:
     """``postgresql://user@host:port/db`` (or ``postgres://``), as the checkpointer's."""
     if scheme_of(url) not in ("postgresql", "postgres"):
         raise InvalidStoreUrl(f"not a PostgreSQL URL: {safe_url(url)!r}")
-    return PostgresDurableStore(url, namespace=namespace, create=create)
+    return PostgresDurableStore(url, namespace=namespace, create=create, sealing=sealing)

@@ -69,7 +69,9 @@ class PostgresRunEventStore(ReplayedEvents, PostgresDurableBase):
                 "payload_digest": payload_digest,
                 "run_id": run,
                 "parent_run_id": parent,
-                "event": canonical_json(event, what="event payload"),
+                "event": self._parts.seal_event(
+                    event_id, canonical_json(event, what="event payload")
+                ),
                 "first_lock": first_lock,
                 "second_lock": second_lock,
             }
@@ -91,4 +93,4 @@ class PostgresRunEventStore(ReplayedEvents, PostgresDurableBase):
         }
         name = "replay_family" if include_children else "replay"
         rows = await self._fixed("replay", "fetch", name, params)
-        return [_accepted(row) for row in rows]
+        return [_accepted(self._parts, row) for row in rows]

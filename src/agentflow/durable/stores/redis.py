@@ -13,7 +13,7 @@ its own runs' heads.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -53,6 +53,9 @@ from agentflow.durable.transitions import (
     refusal,
 )
 from agentflow.durable.validators import validate_checkpoint_key
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["RedisDurableStore", "from_url"]
 
@@ -217,6 +220,12 @@ def _key_of(raw: bytes) -> str:
         ) from exc
 
 
-def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> RedisDurableStore:
+def from_url(
+    url: str,
+    *,
+    namespace: str | None = None,
+    create: bool = True,
+    sealing: KeyRing | None = None,
+) -> RedisDurableStore:
     """``redis://`` or ``rediss://`` URL (redis-py's query options apply), as the checkpointer's."""
-    return RedisDurableStore(url, namespace=namespace, create=create)
+    return RedisDurableStore(url, namespace=namespace, create=create, sealing=sealing)

@@ -27,6 +27,7 @@ from agentflow.durable.events import (
     stored_event,
 )
 from agentflow.durable.paged import ReplayedEvents
+from agentflow.durable.parts import RunParts
 from agentflow.durable.stores.redis_client import RedisStoreBase
 from agentflow.durable.stores.redis_rows import encode_text, write_id
 from agentflow.durable.stores.redis_scripts import LUA_APPEND, LUA_REPLAY, event_index, event_keys
@@ -45,7 +46,9 @@ def _stored(event_id: str, found: bytes | None) -> tuple[str, int] | None:
     return parts[1].decode("ascii", "replace"), int(parts[0])
 
 
-def _accepted(sequence: bytes, data: bytes | None, meta: bytes | None) -> AcceptedEvent:
+def _accepted(
+    parts: RunParts, sequence: bytes, data: bytes | None, meta: bytes | None
+) -> AcceptedEvent:
     digest, _, raw_id = (meta or b"").partition(b":")
     try:
         event_id = raw_id.decode()
@@ -55,7 +58,9 @@ def _accepted(sequence: bytes, data: bytes | None, meta: bytes | None) -> Accept
     if not event_id or not isinstance(data, bytes) or not sequence.isdigit():
         raise DurableCorrupted("checkpoint_row_invalid", f"{where} is damaged")
     cursor = {"sequence": int(sequence)}
-    return stored_event(event_id, digest.decode("ascii", "replace"), data, cursor, where)
+    return stored_event(
+        parts, event_id, digest.decode("ascii", "replace"), data, cursor=cursor, where=where
+    )
 
 
 class RedisRunEventStore(ReplayedEvents, RedisStoreBase):
@@ -87,7 +92,7 @@ class RedisRunEventStore(ReplayedEvents, RedisStoreBase):
                 for member, parent in (("run_id", False), ("parent_run_id", True))
                 if (run := run_member(event, member)) is not None
             ]
-            data = canonical_json(event, what="event payload")
+            data = self._parts.seal_event(event_id, canonical_json(event, what="event payload"))
             args = [name, payload_digest.encode(), data, write_id()]
             keys = [*self._events, *indexes]
             reply = await self._redis("append_once", lambda: self._append(keys=keys, args=args))
@@ -112,4 +117,7 @@ class RedisRunEventStore(ReplayedEvents, RedisStoreBase):
             keys.append(self._index(run_id, parent=True))
         args = [b"%d" % start, b"%d" % count]
         reply = await self._redis("replay", lambda: self._replay_script(keys=keys, args=args))
-        return [_accepted(reply[i], reply[i + 1], reply[i + 2]) for i in range(0, len(reply), 3)]
+        return [
+            _accepted(self._parts, reply[i], reply[i + 1], reply[i + 2])
+            for i in range(0, len(reply), 3)
+        ]

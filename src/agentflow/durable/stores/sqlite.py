@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentflow.checkpoint.sqlite import from_url as checkpointer_from_url
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
@@ -58,6 +58,9 @@ from agentflow.durable.transitions import (
     refusal,
 )
 from agentflow.durable.validators import validate_checkpoint_key
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["SqliteDurableStore", "from_url"]
 
@@ -191,6 +194,14 @@ class SqliteDurableStore(PlannedWrites, ListedRuns, SqliteFileStore):
         return runs, runs[-1].key if len(rows) > limit else None
 
 
-def from_url(url: str, *, namespace: str | None = None, create: bool = True) -> SqliteDurableStore:
+def from_url(
+    url: str,
+    *,
+    namespace: str | None = None,
+    create: bool = True,
+    sealing: KeyRing | None = None,
+) -> SqliteDurableStore:
     """``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``, as the checkpointer's."""
-    return SqliteDurableStore(checkpointer_from_url(url).path, namespace=namespace, create=create)
+    return SqliteDurableStore(
+        checkpointer_from_url(url).path, namespace=namespace, create=create, sealing=sealing
+    )

@@ -27,6 +27,7 @@ from agentflow.durable.events import (
     stored_event,
 )
 from agentflow.durable.paged import ReplayedEvents
+from agentflow.durable.parts import RunParts
 from agentflow.durable.stores.sqlite_file import SqliteFileStore
 from agentflow.durable.stores.sqlite_sql import EVENT_BY_ID, INSERT_EVENT, REPLAY, REPLAY_FAMILY
 from agentflow.durable.validators import CapabilityRef
@@ -44,12 +45,12 @@ def _stored(event_id: str, rows: list[Any]) -> tuple[str, int] | None:
     return digest, sequence
 
 
-def _accepted(row: Any) -> AcceptedEvent:
-    """An event row ``(sequence, event_id, digest, data)`` checked; the SQL stores' one."""
-    sequence, event_id, digest, data = row
-    return stored_event(
-        event_id, digest, data, {"sequence": sequence}, f"stored event {event_id!r}"
-    )
+def _accepted(parts: RunParts, row: Any) -> AcceptedEvent:
+    """An event row ``(sequence, event_id, digest, stored payload)`` opened and
+    checked; the SQL stores' one."""
+    sequence, event_id, digest, stored = row
+    where = f"stored event {event_id!r}"
+    return stored_event(parts, event_id, digest, stored, cursor={"sequence": sequence}, where=where)
 
 
 class SqliteRunEventStore(ReplayedEvents, SqliteFileStore):
@@ -75,7 +76,9 @@ class SqliteRunEventStore(ReplayedEvents, SqliteFileStore):
                 "payload_digest": payload_digest,
                 "run_id": run_member(event, "run_id"),
                 "parent_run_id": run_member(event, "parent_run_id"),
-                "event": canonical_json(event, what="event payload"),
+                "event": self._parts.seal_event(
+                    event_id, canonical_json(event, what="event payload")
+                ),
             }
 
             def apply(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
@@ -103,7 +106,7 @@ class SqliteRunEventStore(ReplayedEvents, SqliteFileStore):
         statement = REPLAY_FAMILY if include_children else REPLAY
 
         def read(conn: sqlite3.Connection) -> list[AcceptedEvent]:
-            return [_accepted(row) for row in conn.execute(statement, params)]
+            return [_accepted(self._parts, row) for row in conn.execute(statement, params)]
 
         events: list[AcceptedEvent] = await self._file.read("replay", read)
         return events
