@@ -14,6 +14,7 @@ from typing import Any
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.asynchronous.collection import AsyncCollection
 
+from agentflow.checkpoint.sealing import KeyRing
 from agentflow.durable.stores.mongodb import MongoDurableStore
 from agentflow.durable.stores.mongodb_events import MongoRunEventStore
 from agentflow.durable.testing import DurableHarness
@@ -146,15 +147,51 @@ async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
             changed = await runs.update_one(run, {"$set": {"body": b'{"not": 1}'}})
             assert changed.matched_count == 1, f"no stored run {(namespace, key)}"
 
+        events = client[database][f"{COLLECTION}_durable_events"]
+
+        def part_of(
+            namespace: str | None, key: str, part: str
+        ) -> tuple[AsyncCollection[Doc], Doc, str]:
+            """The collection, document and field path of one stored part."""
+            if part == "event":
+                return events, {"_id": {"n": namespace or "", "e": key}}, "b"
+            run = {"_id": {"n": namespace or "", "k": key}}
+            return runs, run, "body" if part == "body" else f"journal.{part}"
+
+        async def read_part(namespace: str | None, key: str, part: str) -> bytes:
+            collection, doc, path = part_of(namespace, key, part)
+            found = await collection.find_one(doc)
+            assert found is not None, f"no stored {part} for {(namespace, key)}"
+            value: Any = found
+            for name in path.split("."):
+                value = value[int(name)] if isinstance(value, list) else value[name]
+            assert isinstance(value, bytes), f"no stored {part} for {(namespace, key)}"
+            return value
+
+        async def write_part(namespace: str | None, key: str, part: str, data: bytes) -> None:
+            collection, doc, path = part_of(namespace, key, part)
+            changed = await collection.update_one(doc, {"$set": {path: data}})
+            assert changed.matched_count == 1, f"no stored {part} for {(namespace, key)}"
+
+        def stores(namespace: str | None, sealing: KeyRing | None = None) -> MongoDurableStore:
+            return MongoDurableStore(uri, database=database, namespace=namespace, sealing=sealing)
+
+        def event_stores(
+            namespace: str | None, sealing: KeyRing | None = None
+        ) -> MongoRunEventStore:
+            return MongoRunEventStore(uri, database=database, namespace=namespace, sealing=sealing)
+
         yield DurableHarness(
             name="mongodb",
-            stores=lambda namespace: MongoDurableStore(uri, database=database, namespace=namespace),
-            event_stores=lambda namespace: MongoRunEventStore(
-                uri, database=database, namespace=namespace
-            ),
+            stores=stores,
+            event_stores=event_stores,
             corrupt=corrupt,
             readers=lambda namespace: MongoDurableStore(
                 uri, database=database, namespace=namespace, create=False
             ),
             contents=client[database].list_collection_names,
+            sealed_stores=stores,
+            sealed_event_stores=event_stores,
+            read_part=read_part,
+            write_part=write_part,
         )

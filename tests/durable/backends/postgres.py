@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from agentflow.checkpoint.sealing import KeyRing
 from agentflow.durable.stores.postgres import PostgresDurableStore
 from agentflow.durable.stores.postgres_events import PostgresRunEventStore
 from agentflow.durable.testing import DurableHarness
@@ -39,6 +40,18 @@ async def scratch_durable_table(admin: Connection) -> AsyncIterator[str]:
     await drop_durable_tables(admin, name)
 
 
+def part_row(table: str, key: str, part: str) -> tuple[str, str, str, list[object]]:
+    """The table, column, row condition (after ``namespace = $1``) and its
+    arguments of one stored part."""
+    if part == "event":
+        return f"{table}_durable_events", "event", "event_id = $2", [key]
+    if part == "body":
+        return f"{table}_durable_bodies", "body", "key = $2", [key]
+    kind, _, index = part.partition(".")
+    condition = "key = $2 AND kind = $3 AND idx = $4"
+    return f"{table}_durable_journal", "entry", condition, [key, kind, int(index)]
+
+
 @asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
     admin = await admin_connection()
@@ -53,18 +66,48 @@ async def harness(tmp_path: Path) -> AsyncIterator[DurableHarness]:
         )
         assert status == "UPDATE 1", f"no stored body for {(namespace, key)}"
 
+    async def read_part(namespace: str | None, key: str, part: str) -> bytes:
+        name, column, condition, args = part_row(table, key, part)
+        found = await admin.fetchval(
+            f'SELECT {column} FROM "{name}" WHERE namespace = $1 AND {condition}',
+            namespace or "",
+            *args,
+        )
+        assert isinstance(found, bytes), f"no stored {part} for {(namespace, key)}"
+        return found
+
+    async def write_part(namespace: str | None, key: str, part: str, data: bytes) -> None:
+        name, column, condition, args = part_row(table, key, part)
+        status = await admin.execute(
+            f'UPDATE "{name}" SET {column} = ${len(args) + 2} WHERE namespace = $1 AND {condition}',
+            namespace or "",
+            *args,
+            data,
+        )
+        assert status == "UPDATE 1", f"no stored {part} for {(namespace, key)}"
+
+    def stores(namespace: str | None, sealing: KeyRing | None = None) -> PostgresDurableStore:
+        return PostgresDurableStore(DSN, table=table, namespace=namespace, sealing=sealing)
+
+    def event_stores(
+        namespace: str | None, sealing: KeyRing | None = None
+    ) -> PostgresRunEventStore:
+        return PostgresRunEventStore(DSN, table=table, namespace=namespace, sealing=sealing)
+
     try:
         yield DurableHarness(
             name="postgres",
-            stores=lambda namespace: PostgresDurableStore(DSN, table=table, namespace=namespace),
-            event_stores=lambda namespace: PostgresRunEventStore(
-                DSN, table=table, namespace=namespace
-            ),
+            stores=stores,
+            event_stores=event_stores,
             corrupt=corrupt,
             readers=lambda namespace: PostgresDurableStore(
                 DSN, table=table, namespace=namespace, create=False
             ),
             contents=lambda: tables_of(admin, table),
+            sealed_stores=stores,
+            sealed_event_stores=event_stores,
+            read_part=read_part,
+            write_part=write_part,
         )
     finally:
         await drop_durable_tables(admin, table)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.sqlite.workers import Pair, acquire_pair, release_pair
 from agentflow.checkpoint.validation import validate_namespace
+from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.lifecycle import ClosingStore
 from agentflow.durable.stores.sqlite_sql import (
     DURABLE_SCHEMA_VERSION,
@@ -45,6 +46,8 @@ T = TypeVar("T")
 
 #: ``RETURNING`` (3.35), ``iif`` (3.32) and STRICT tables (3.37).
 _MIN_SQLITE: Final = (3, 37, 0)
+#: How sqlite3 reports a TEXT value that is not UTF-8 (a damaged journal column).
+_NOT_UTF8: Final = "Could not decode to UTF-8"
 _HAS_META: Final = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentflow_meta'"
 
 
@@ -110,6 +113,12 @@ class SqliteFile:
         except AgentflowError:
             raise
         except Exception as exc:
+            if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_NOT_UTF8):
+                # sqlite3's message quotes the column's text: stored data stays out of errors
+                raise DurableCorrupted(
+                    "checkpoint_row_invalid",
+                    f"sqlite {operation}: a stored text column is not UTF-8 (damaged)",
+                ) from None
             error = self._checkpointer._driver_error(exc, operation)
             if error is None:
                 raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow.durable.definition import RUN_DEFINITION_SCHEMA
 from agentflow.durable.digests import tool_request_digest
@@ -15,7 +15,22 @@ from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
 
-__all__ = ["DurableHarness", "make_record", "make_run_definition", "make_tool_entry"]
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
+
+__all__ = [
+    "DurableHarness",
+    "PartReader",
+    "PartWriter",
+    "make_record",
+    "make_run_definition",
+    "make_tool_entry",
+]
+
+#: ``read(namespace, key, part)``: the bytes the backend holds for one part.
+PartReader = Callable[[str | None, str, str], Awaitable[bytes]]
+#: ``write(namespace, key, part, data)``: replace those bytes behind the store's back.
+PartWriter = Callable[[str | None, str, str, bytes], Awaitable[None]]
 
 
 @dataclass
@@ -30,6 +45,17 @@ class DurableHarness:
     backend, and ``contents()`` returns what the backend holds (tables, keys,
     collections, files: anything comparable), to check such a store creates
     nothing.
+
+    ``sealed_stores(namespace, sealing)`` and ``sealed_event_stores(namespace,
+    sealing)`` open stores with a key ring (None: plain), on the same backend.
+    ``read_part`` and ``write_part`` reach one stored part directly in the
+    database, keys or files: ``part`` is ``"body"``, a journal entry
+    (``"tool.0"``, ``"model.1"``: :func:`~agentflow.durable.parts.entry_part`)
+    or ``"event"`` (then ``key`` is the event id). They give the bytes the
+    backend keeps for that part, its framing included where it keeps the part
+    inside a larger value (SQLite keeps a journal in one JSON array column: the
+    whole column is the part's bytes), so damage made there is damage a disk,
+    a backup or an operator could make.
     """
 
     name: str
@@ -38,10 +64,20 @@ class DurableHarness:
     corrupt: Callable[[str | None, str], Awaitable[None]] | None = None
     readers: Callable[[str | None], DurableStore] | None = None
     contents: Callable[[], Awaitable[object]] | None = None
+    sealed_stores: Callable[[str | None, KeyRing | None], DurableStore] | None = None
+    sealed_event_stores: Callable[[str | None, KeyRing | None], DurableEventStore] | None = None
+    read_part: PartReader | None = None
+    write_part: PartWriter | None = None
 
-    def store(self, namespace: str | None = None) -> AbstractAsyncContextManager[DurableStore]:
-        """A store on this backend, closed when the block ends."""
-        return _closing(self.stores(namespace))
+    def store(
+        self, namespace: str | None = None, *, sealing: KeyRing | None = None
+    ) -> AbstractAsyncContextManager[DurableStore]:
+        """A store on this backend (sealed with ``sealing``), closed when the block ends."""
+        if sealing is None:
+            return _closing(self.stores(namespace))
+        if self.sealed_stores is None:
+            raise NotImplementedError(f"the {self.name} harness opens no sealed store")
+        return _closing(self.sealed_stores(namespace, sealing))
 
     def reader(self, namespace: str | None = None) -> AbstractAsyncContextManager[DurableStore]:
         """A store opened with ``create=False`` on this backend, closed when the block ends."""
@@ -50,10 +86,20 @@ class DurableHarness:
         return _closing(self.readers(namespace))
 
     def events(
-        self, namespace: str | None = None
+        self, namespace: str | None = None, *, sealing: KeyRing | None = None
     ) -> AbstractAsyncContextManager[DurableEventStore]:
-        """An event store on this backend, closed when the block ends."""
-        return _closing(self.event_stores(namespace))
+        """An event store on this backend (sealed with ``sealing``), closed when the block ends."""
+        if sealing is None:
+            return _closing(self.event_stores(namespace))
+        if self.sealed_event_stores is None:
+            raise NotImplementedError(f"the {self.name} harness opens no sealed event store")
+        return _closing(self.sealed_event_stores(namespace, sealing))
+
+    def parts(self) -> tuple[PartReader, PartWriter]:
+        """The raw part hooks, which a suite of stored-bytes tests needs."""
+        if self.read_part is None or self.write_part is None:
+            raise NotImplementedError(f"the {self.name} harness reaches no stored part")
+        return self.read_part, self.write_part
 
 
 _Store = TypeVar("_Store", DurableStore, DurableEventStore)
