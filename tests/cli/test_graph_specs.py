@@ -39,6 +39,17 @@ def test_a_bad_graph_spec_is_one_line_and_exit_2(demo_store: Path, spec: str, ne
     assert done.stdout == ""
 
 
+@pytest.mark.parametrize("spec", ["json:dumps", "tests.cli.raising_module:graph"])
+@pytest.mark.parametrize("command", [("threads",), ("show", "t"), ("journal", "t")])
+def test_every_command_refuses_a_bad_graph_spec(
+    demo_store: Path, spec: str, command: tuple[str, ...]
+) -> None:
+    done = af(demo_store, "--graph", spec, *command, check=False)
+    assert done.returncode == 2, done.stderr
+    assert spec.partition(":")[0] in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""
+
+
 def test_the_same_spec_twice_is_one_graph(demo_store: Path) -> None:
     spec = "tests.runtime.graphs:approval_graph"
     done = af(demo_store, "--graph", spec, "--graph", spec, "worker", "--once")

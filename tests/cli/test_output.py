@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shlex
 import subprocess
@@ -67,6 +68,14 @@ def test_threads_never_truncates_ids_or_times(tmp_path: Path) -> None:
         row = next(line for line in _lines(out) if line.startswith(LONG))
         assert row.split() == [LONG, "interrupted", "2", ts, "-"]
         assert "…" not in out
+
+
+def test_the_state_show_prints_is_json_that_parses_back_at_any_width(tmp_path: Path) -> None:
+    af(tmp_path, "demo", "--thread", LONG, "--hold", "0.1")
+    state = af_json(tmp_path, "show", LONG)["state"]
+    for out in (af(tmp_path, "show", LONG, COLUMNS="40").stdout, af_tty(tmp_path, "show", LONG)[1]):
+        text = _ANSI.sub("", out).replace("\r\n", "\n")
+        assert json.loads(text[text.index("\n{") + 1 :]) == state
 
 
 def test_a_store_url_with_a_password_is_printed_as_a_variable_that_runs() -> None:

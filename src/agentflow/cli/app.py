@@ -69,6 +69,8 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
     store = open_cli_store(target, create=creates == "store", codec=codec)
     session = Session(args, store, console, target, creates_records=creates != "nothing")
     try:
+        if session.graph_specs:  # a bad --graph fails every command, not only those that run
+            _ = session.registry
         return await handler(session)
     finally:
         try:

@@ -277,7 +277,8 @@ def print_checkpoint(
         lines.append(Text(inert(durable)))
     title = Text(f"{inert(cp.thread)} @ step {cp.step}")
     console.print(Panel(Text("\n").join(lines), title=title, expand=False))
-    console.print(JSONHighlighter()(Text(inert_json(dump_json(cp.state)))))
+    # never wrapped: the state is JSON a user may copy (a --value, a fork --update)
+    console.print(JSONHighlighter()(Text(inert_json(dump_json(cp.state)))), soft_wrap=True)
 
 
 def print_diff(console: Console, changes: Sequence[Change], a: int, b: int) -> None:
