@@ -10,6 +10,9 @@ machine hits all three alike; p50s pool every round's samples.
 
 A first table times the CPU work alone (encode, envelope, seal, and back) on
 one record, which resolves differences far below the noise of a round trip.
+The last tables do the same for durable runs (``agentflow.durable``): a
+``progress`` write and a ``load`` of one claimed run with a ~10 KB state, the
+default integrity envelope against sealed parts, on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 import timeit
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentflow.checkpoint import MemoryCheckpointer, integrity
@@ -32,6 +35,8 @@ from agentflow.checkpoint.sealing import KeyRing, SealedCodec, new_key
 from agentflow.checkpoint.sealing.codec import checkpoint_context
 from agentflow.checkpoint.sealing.sealer import Sealer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.durable import ClaimMode, DurableStore
+from agentflow.durable.testing.harness import make_record
 from benchmarks.common import Table, median, ms, nested_state
 
 DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
@@ -194,7 +199,10 @@ async def _drop(tables: list[str]) -> None:
     conn = await asyncpg.connect(DSN)
     try:
         for table in tables:
-            names = ", ".join(f'"{table}{suffix}"' for suffix in ("", "_threads", "_meta"))
+            suffixes = ("_durable_journal", "_durable_bodies", "_durable_runs", "_durable_events")
+            names = ", ".join(
+                f'"{table}{suffix}"' for suffix in (*suffixes, "", "_threads", "_meta")
+            )
             await conn.execute(f"DROP TABLE IF EXISTS {names}")
     finally:
         await conn.close()
@@ -231,6 +239,85 @@ def _cpu_table() -> Table:
     return table
 
 
+_DURABLE_CHECKED, _DURABLE_SEALED = "integrity (default)", "sealed parts (AES-256-GCM)"
+_TOKEN = "bench#1"
+
+
+async def _durable_compare(title: str, stores: list[DurableStore], sizes: _Sizes) -> Table:
+    """``progress`` writes and ``load`` reads of one claimed run per store, taking turns."""
+    names = (_DURABLE_CHECKED, _DURABLE_SEALED)
+    states = [nested_state(step) for step in range(16)]
+    records = []
+    for store in stores:
+        await store.create(make_record("bench", shared_state=states[0]))
+        records.append(
+            await store.claim(
+                "bench",
+                cycle_index=1,
+                claim_token=_TOKEN,
+                lease_ms=3_600_000,
+                mode=ClaimMode.CONTINUE,
+            )
+        )
+    writes: list[list[float]] = [[] for _ in stores]
+    loads: list[list[float]] = [[] for _ in stores]
+    for number in range(sizes.rounds):
+        order = [(number + i) % len(stores) for i in range(len(stores))]
+        for step in range(sizes.puts):
+            for i in order:
+                changed = replace(records[i], shared_state=states[step % len(states)])
+                start = time.perf_counter()
+                records[i] = await stores[i].progress(changed, claim_token=_TOKEN)
+                writes[i].append(time.perf_counter() - start)
+        for _ in range(sizes.gets):
+            for i in order:
+                start = time.perf_counter()
+                await stores[i].load("bench")
+                loads[i].append(time.perf_counter() - start)
+    table = Table(title, ["subject", "progress p50", "load p50", "progress", "load"])
+    for i, name in enumerate(names):
+        row = [name, ms(median(writes[i])), ms(median(loads[i]))]
+        row += ["", ""] if i == 0 else [_paired(writes[i], writes[0]), _paired(loads[i], loads[0])]
+        table.rows.append(row)
+    table.notes.append(
+        f"{sizes.rounds} rounds of {sizes.puts} progress writes (the body rewritten) and "
+        f"{sizes.gets} loads per subject, taking turns call by call; progress / load: the "
+        "median of paired ratios against the default."
+    )
+    return table
+
+
+@contextlib.asynccontextmanager
+async def _durable_sqlite() -> AsyncIterator[list[DurableStore]]:
+    from agentflow.durable.stores.sqlite import SqliteDurableStore
+
+    with tempfile.TemporaryDirectory(prefix="bench-sealing-") as root:
+        async with contextlib.AsyncExitStack() as stack:
+            yield [
+                await stack.enter_async_context(
+                    SqliteDurableStore(os.path.join(root, f"{i}.db"), sealing=sealing)
+                )
+                for i, sealing in enumerate((None, _RING))
+            ]
+
+
+@contextlib.asynccontextmanager
+async def _durable_postgres() -> AsyncIterator[list[DurableStore]]:
+    from agentflow.durable.stores.postgres import PostgresDurableStore
+
+    tables = [f"bench_sealing_{uuid.uuid4().hex[:12]}_{i}" for i in range(2)]
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            yield [
+                await stack.enter_async_context(
+                    PostgresDurableStore(DSN, table=table, sealing=sealing)
+                )
+                for table, sealing in zip(tables, (None, _RING), strict=True)
+            ]
+    finally:
+        await _drop(tables)
+
+
 async def run(quick: bool) -> list[Table]:
     sizes = _Sizes.of(quick)
     tables = [_cpu_table()]
@@ -244,4 +331,8 @@ async def run(quick: bool) -> list[Table]:
             tables.append(await _compare("Integrity and sealing on PostgreSQL", subjects, sizes))
     except (OSError, ImportError) as exc:
         tables.append(Table("Integrity and sealing on PostgreSQL", ["skipped"], [[str(exc)]]))
+    async with _durable_sqlite() as stores:
+        tables.append(await _durable_compare("Durable runs on SQLite", stores, sizes))
+    async with _durable_postgres() as stores:
+        tables.append(await _durable_compare("Durable runs on PostgreSQL", stores, sizes))
     return tables
