@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from agentflow.durable.canonical import canonical_json, parse_json
-from agentflow.durable.enums import CheckpointStatus, OperationKind
+from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
 from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.record import DurableCheckpoint
@@ -132,14 +134,39 @@ class RunSummary:
         )
 
 
-def identity_of(record: DurableCheckpoint) -> str:
-    """Digest of the fields fixed at ``create``; a write whose snapshot differs is refused."""
-    fields = {name: getattr(record, name) for name in _IDENTITY_FIELDS}
+def _identity(*values: Any) -> str:
+    fields = dict(zip(_IDENTITY_FIELDS, values, strict=True))
     return hashlib.sha256(canonical_json(fields, what="record identity")).hexdigest()
 
 
-def head_of(record: DurableCheckpoint) -> RunHead:
-    """The head a row holding ``record`` has."""
+#: Every write of a run computes its identity from the same values: memoized
+#: (``typed``, so ``1`` and ``True`` or ``1.0`` are told apart as canonical JSON does).
+_cached_identity = lru_cache(maxsize=1024, typed=True)(_identity)
+
+
+def identity_of(record: DurableCheckpoint) -> str:
+    """Digest of the fields fixed at ``create``; a write whose snapshot differs is refused."""
+    values = tuple(getattr(record, name) for name in _IDENTITY_FIELDS)
+    try:
+        return _cached_identity(*values)
+    except TypeError:  # an unhashable (so invalid) field: canonical_json decides
+        return _identity(*values)
+
+
+_STATE = attrgetter("state")
+
+
+def _ambiguous(record: DurableCheckpoint) -> bool:
+    """``record.has_ambiguous_operation()``, with the scan in C: every write's head
+    needs it, and a cycle's journals grow to 64 entries."""
+    return OperationState.AMBIGUOUS in map(_STATE, record.model_call_journal) or (
+        OperationState.AMBIGUOUS in map(_STATE, record.tool_journal)
+    )
+
+
+def head_of(record: DurableCheckpoint, *, identity: str | None = None) -> RunHead:
+    """The head a row holding ``record`` has (``identity``: its :func:`identity_of`,
+    when the caller has it already)."""
     return RunHead(
         revision=record.revision,
         status=record.status,
@@ -150,8 +177,8 @@ def head_of(record: DurableCheckpoint) -> RunHead:
         lease_expires_at_ms=record.lease_expires_at_ms,
         terminal=record.terminal_result is not None,
         terminal_acknowledged=record.terminal_acknowledged,
-        ambiguous=record.has_ambiguous_operation(),
-        identity=identity_of(record),
+        ambiguous=_ambiguous(record),
+        identity=identity_of(record) if identity is None else identity,
     )
 
 

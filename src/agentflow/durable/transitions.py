@@ -19,7 +19,9 @@ taken over still fences nothing: the holder's receipts remain welcome.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
+from typing import Any
 
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
@@ -134,6 +136,14 @@ def next_revision(revision: int) -> int:
     return revision + 1
 
 
+def _evolve(record: DurableCheckpoint, **changes: Any) -> DurableCheckpoint:
+    """``dataclasses.replace`` for a record (a plain dataclass whose ``__init__``
+    only assigns): the same shallow copy, without building the call of every field."""
+    evolved = copy.copy(record)
+    evolved.__dict__.update(changes)
+    return evolved
+
+
 def _claimed_guard(snapshot: DurableCheckpoint, claim_token: str) -> Guard:
     if not isinstance(claim_token, str) or is_blank(claim_token):
         raise DurableError(_CLAIM, "claim_token must be non-empty")
@@ -173,7 +183,7 @@ def _write(guard: Guard, record: DurableCheckpoint, *, keep_lease: bool) -> Writ
 def plan_progress(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     """Replace the claimed record's content; claim and lease stay as stored."""
     guard = _claimed_guard(snapshot, claim_token)
-    record = replace(snapshot, claim_token=claim_token, revision=next_revision(snapshot.revision))
+    record = _evolve(snapshot, claim_token=claim_token, revision=next_revision(snapshot.revision))
     return _write(guard, record, keep_lease=True)
 
 
@@ -182,7 +192,7 @@ def plan_suspend(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     guard = _claimed_guard(snapshot, claim_token)
     if not snapshot.has_ambiguous_operation():
         raise DurableError("checkpoint_status_invalid", "suspend requires an ambiguous operation")
-    record = replace(
+    record = _evolve(
         snapshot,
         status=CheckpointStatus.RECONCILIATION_REQUIRED,
         claim_token=None,
@@ -198,7 +208,7 @@ def plan_commit(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     guard = _claimed_guard(snapshot, claim_token)
     if snapshot.cycle_index != snapshot.claimed_cycle:
         raise CycleConflict("commit must set cycle_index to the claimed cycle")
-    record = replace(
+    record = _evolve(
         snapshot,
         model_call_journal=[],
         tool_journal=[],
@@ -218,7 +228,7 @@ def _terminal(snapshot: DurableCheckpoint) -> DurableCheckpoint:
     if not snapshot.status.is_terminal:
         raise DurableError("checkpoint_status_invalid", "finalize requires a terminal status")
     keep = snapshot.is_operator_abort_terminal()
-    return replace(
+    return _evolve(
         snapshot,
         model_call_journal=snapshot.model_call_journal if keep else [],
         tool_journal=snapshot.tool_journal if keep else [],
@@ -288,24 +298,25 @@ def plan_record_operation(
         raise DurableError(
             "checkpoint_journal_cycle_invalid", "journal cycle_index must equal the active cycle"
         )
-    journal = list(snapshot.journal(entry.kind))
-    index = next(
-        (i for i, item in enumerate(journal) if item.operation_id == entry.operation_id),
-        len(journal),
-    )
+    journal = snapshot.journal(entry.kind)
+    index = len(journal)
+    for i, item in enumerate(journal):
+        if item.operation_id == entry.operation_id:
+            index = i
+            break
     _check_successor(journal[index] if index < len(journal) else None, entry)
-    journal[index : index + 1] = [entry]
+    entries = [*journal[:index], entry, *journal[index + 1 :]]
     field = "model_call_journal" if entry.kind is OperationKind.MODEL else "tool_journal"
-    record = replace(
+    record = _evolve(
         snapshot,
         claim_token=claim_token,
         revision=next_revision(snapshot.revision),
-        **{field: journal},  # type: ignore[arg-type]
+        **{field: entries},
     )
     return Write(
         key=record.checkpoint_key,
         guard=guard,
-        head=head_of(record),
+        head=head_of(record, identity=guard.identity),  # a journal write keeps the identity
         keep_lease=True,
         body=None,
         journal=JournalPut(entry.kind, index, encode_entry(entry)),
@@ -352,7 +363,7 @@ def plan_event_delivery(
         identity=identity_of(snapshot),
         claimed_cycle=snapshot.claimed_cycle,
     )
-    record = replace(
+    record = _evolve(
         snapshot,
         event_outbox=outbox,
         event_cursor=cursor,
@@ -376,7 +387,7 @@ def plan_acknowledge(snapshot: DurableCheckpoint) -> Write:
         identity=identity_of(snapshot),
         terminal_acknowledged=False,
     )
-    record = replace(
+    record = _evolve(
         snapshot, terminal_acknowledged=True, revision=next_revision(snapshot.revision)
     )
     return Write(record.checkpoint_key, guard, head_of(record), False, None, None, record)

@@ -34,7 +34,6 @@ from agentflow.durable import (
     OperationKind,
     OperationState,
     ToolIdempotency,
-    canonical_json,
     operation_request_digest,
     tool_idempotency_key,
     tool_request_digest,
@@ -291,7 +290,7 @@ class NodeCalls:
                 outcome = await outcome
             if outcome is None:  # it ran, but a receipt cannot be null: record nothing false
                 raise TypeError(f"{name} returned None; a journaled call returns JSON, not null")
-            canonical_json(outcome, what=f"the receipt of {name}")
+            settled = started.succeed(outcome)  # refuses a receipt that is not I-JSON
         except CallFailed as failed:
             error = OperationError(failed.failure, failed.message, failed.retryable)
             settled = started.fail(error)
@@ -303,7 +302,6 @@ class NodeCalls:
             await journal.write(settled)
             journal.note(self.step, settled, name, replayed=False)
             raise CallAmbiguous(started.operation_id, name) from exc
-        settled = started.succeed(outcome)
         await journal.write(settled)
         journal.note(self.step, settled, name, replayed=False)
         return outcome
