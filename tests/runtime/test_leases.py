@@ -17,6 +17,9 @@ from typing import Any
 
 import pytest
 
+from agentflow.checkpoint.memory import MemoryCheckpointer
+from agentflow.durable import MemoryDurableStore
+from agentflow.errors import StoreUnavailable
 from agentflow.runtime import START, Graph, NodeContext, StepClaimed, ThreadNotFound, Worker
 from tests.runtime.conftest import RuntimeBackend
 from tests.runtime.graphs import ledger_entry, ledger_lines, slow_charge_graph
@@ -148,3 +151,29 @@ async def test_a_holder_that_stalled_past_its_lease_sends_no_call_even_if_nobody
         result = await compiled.resume("t")  # a recovery claim: the call is made once
     assert result.status == "done"
     assert len(ledger_lines(ledger)) == 1
+
+
+class _CancelSwallowingStore(MemoryDurableStore):
+    """A driver that turns the cancellation of a renewal in flight into its own error."""
+
+    async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
+        try:
+            await asyncio.sleep(0.05)  # the renewal's round trip, long enough to be cancelled in
+        except asyncio.CancelledError as cancelled:
+            raise StoreUnavailable("the connection was closed mid-command") from cancelled
+        return await super().renew_claim(key, claim_token=claim_token, lease_ms=lease_ms)
+
+
+async def test_a_run_ends_when_its_driver_swallows_the_heartbeats_cancellation() -> None:
+    async def slow(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        await asyncio.sleep(0.28)  # ends while a renewal (every 0.1 s, 0.05 s long) is in flight
+        return {"slow": True}
+
+    graph = Graph("slow").add_node("slow", slow).add_edge(START, "slow")
+    durable = _CancelSwallowingStore()
+    compiled = graph.compile(MemoryCheckpointer(), durable=durable, claim_ttl=LEASE)
+    for run in range(5):
+        task = asyncio.create_task(compiled.run({}, thread=f"t{run}"))
+        done, _ = await asyncio.wait({task}, timeout=10)  # not wait_for: it would wait too
+        assert task in done, "the run never ended: its heartbeat kept beating"
+        assert task.result().status == "done"

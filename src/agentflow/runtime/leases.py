@@ -123,6 +123,10 @@ class Lease:
         self.live_until = time.monotonic() + lease_ms / 1000
         self._released = released
         self._heartbeat: asyncio.Task[None] | None = None
+        #: Set before the heartbeat is cancelled: a driver that turns the
+        #: cancellation of a renewal in flight into an error of its own
+        #: (redis-py may) must not keep the heartbeat beating.
+        self._stopping = False
         self._ended = False
 
     @classmethod
@@ -239,7 +243,7 @@ class Lease:
 
     async def _beat(self) -> None:
         interval = self.lease_ms / 3000
-        while True:
+        while not self._stopping:
             await asyncio.sleep(interval)
             try:
                 await self._renew(self.lease_ms)
@@ -251,6 +255,7 @@ class Lease:
 
     async def _stop_heartbeat(self) -> None:
         beat, self._heartbeat = self._heartbeat, None
+        self._stopping = True
         if beat is not None and not beat.done():
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
