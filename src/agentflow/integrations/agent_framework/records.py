@@ -22,12 +22,13 @@ tools, and a checkpoint waiting on ``request_info`` is stored as interrupted.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.validation import is_unicode, validate_thread
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
+from agentflow.integrations.tagged import TaggedRecord, tagged, tagged_fields
 
 __all__ = [
     "FORMAT",
@@ -92,19 +93,8 @@ def slot(checkpoint_id: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Stored:
-    """One stored record, checked: what kind it is and its fields."""
-
-    kind: Kind
-    step: int
-    revision: int
-    fields: dict[str, Any]
-    source: Checkpoint = field(repr=False)
-
-    @property
-    def checkpoint_id(self) -> str:
-        value: str = self.fields["id"]
-        return value
+class Stored(TaggedRecord[Kind]):
+    """One stored Agent Framework record, checked."""
 
     def holds(self, checkpoint_id: str) -> bool:
         """Whether this is the live checkpoint ``checkpoint_id``."""
@@ -135,12 +125,10 @@ def stored_record(cp: Checkpoint) -> Stored | None:
     each other or with its thread and step raises
     :class:`~agentflow.errors.CheckpointCorrupted`.
     """
-    fields = cp.extra.get(KEY)
-    if fields is None:
+    tagged_record = tagged_fields(cp, KEY, FORMAT, _KINDS, "Agent Framework")
+    if tagged_record is None:
         return None
-    damaged = f"thread {cp.thread!r} step {cp.step}: the Agent Framework record is damaged"
-    if type(fields) is not dict or fields.get("v") != FORMAT or fields.get("kind") not in _KINDS:
-        raise CheckpointCorrupted(damaged)
+    fields, damaged = tagged_record
     kind: Kind = fields["kind"]
     if kind == "index":
         entries = fields.get("entries")
@@ -163,9 +151,7 @@ def stored_record(cp: Checkpoint) -> Stored | None:
 
 def record(thread: str, step: int, kind: Kind, fields: dict[str, Any], **view: Any) -> Checkpoint:
     """An agentflow checkpoint holding one adapter record (``view``: what agentflow shows)."""
-    return Checkpoint(
-        thread=thread, step=step, extra={KEY: {"v": FORMAT, "kind": kind, **fields}}, **view
-    )
+    return Checkpoint(thread=thread, step=step, extra=tagged(KEY, FORMAT, kind, fields), **view)
 
 
 def index_record(step: int, entries: list[tuple[str, Place]]) -> Checkpoint:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import functools
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
+from agentflow.integrations.tagged import TaggedRecord, tagged, tagged_fields
 
 __all__ = [
     "FORMAT",
@@ -130,19 +131,8 @@ def record_ts(ts: Any) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
-    """One stored record, checked: what kind it is and its LangGraph fields."""
-
-    kind: Kind
-    step: int
-    revision: int
-    fields: dict[str, Any]
-    source: Checkpoint = field(repr=False)
-
-    @property
-    def checkpoint_id(self) -> str:
-        value: str = self.fields["id"]
-        return value
+class Record(TaggedRecord[Kind]):
+    """One stored LangGraph record, checked."""
 
 
 def stored_record(cp: Checkpoint) -> Record | None:
@@ -151,12 +141,10 @@ def stored_record(cp: Checkpoint) -> Record | None:
     A record that says it is LangGraph's but whose fields or step do not agree
     raises :class:`~agentflow.errors.CheckpointCorrupted`.
     """
-    fields = cp.extra.get(KEY)
-    if fields is None:
+    tagged_record = tagged_fields(cp, KEY, FORMAT, _KINDS, "LangGraph")
+    if tagged_record is None:
         return None
-    damaged = f"thread {cp.thread!r} step {cp.step}: the LangGraph record is damaged"
-    if type(fields) is not dict or fields.get("v") != FORMAT or fields.get("kind") not in _KINDS:
-        raise CheckpointCorrupted(damaged)
+    fields, damaged = tagged_record
     kind: Kind = fields["kind"]
     if kind == "namespaces":
         if cp.step != 0 or type(fields.get("namespaces")) is not list:
@@ -195,5 +183,5 @@ def record(
         parent=parent,
         ts=ts,
         interrupted=interrupted,
-        extra={KEY: {"v": FORMAT, "kind": kind, **fields}},
+        extra=tagged(KEY, FORMAT, kind, fields),
     )
