@@ -7,17 +7,14 @@ from pathlib import Path
 import pytest
 
 from agentflow.durable.testing import DurableHarness
-
-DURABLE_BACKENDS = sorted(
-    p.stem for p in (Path(__file__).parent / "backends").glob("*.py") if not p.stem.startswith("_")
-)
+from tests.conftest import BACKENDS
 
 
-@pytest.fixture(params=DURABLE_BACKENDS)
+@pytest.fixture(params=BACKENDS)
 async def durable_harness(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> AsyncIterator[DurableHarness]:
-    """A fresh, empty durable backend of each kind in turn."""
-    module = importlib.import_module(f"tests.durable.backends.{request.param}")
+    """The records and events of a fresh, empty store of each backend in turn."""
+    module = importlib.import_module(f"tests.backends.{request.param}")
     async with module.harness(tmp_path) as h:
-        yield h
+        yield h.durable()

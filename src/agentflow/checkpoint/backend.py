@@ -24,7 +24,7 @@ import hashlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Final, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, NoReturn
 
 from agentflow.checkpoint import integrity
 from agentflow.checkpoint.base import (
@@ -60,6 +60,9 @@ from agentflow.errors import (
     StoreClosed,
 )
 
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
+
 __all__ = ["CheckpointerBase", "EncodedCheckpoint", "StoredRow"]
 
 #: The listings whose cursors are told apart (a cursor of one fails on another).
@@ -92,10 +95,11 @@ class EncodedCheckpoint:
     wake_us: int | None
     status: ThreadStatus
 
-    def summary(self) -> ThreadInfo:
-        """The :class:`ThreadInfo` of a thread whose latest step this is."""
+    def summary(self, run_status: ThreadStatus | None = None) -> ThreadInfo:
+        """The :class:`ThreadInfo` of a thread whose latest step this is (and whose
+        record imposes ``run_status``, if any)."""
         return ThreadInfo(
-            self.thread, self.step, self.interrupted, self.done, self.ts, self.wake_at
+            self.thread, self.step, self.interrupted, self.done, self.ts, self.wake_at, run_status
         )
 
 
@@ -128,6 +132,7 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         namespace: str | None = None,
         redact: Redactor | None = None,
         codec: CheckpointCodec | None = None,
+        sealing: KeyRing | None = None,
     ) -> None:
         self._namespace = validate_namespace(namespace)
         if redact is not None and not callable(redact):
@@ -135,7 +140,8 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         if codec is not None and not isinstance(codec, CheckpointCodec):
             raise InvalidArgument(f"codec must have encode() and decode(), got {codec!r}")
         self._redact: Redactor = redact or redact_none
-        self._codec: CheckpointCodec = codec or JsonCodec()
+        #: The key ring every stored part is sealed with (None: integrity only).
+        self._sealing, self._codec = _sealing_of(codec, sealing)
         self._binds_store = bool(getattr(self._codec, "binds_store", False))
         #: :attr:`RecordKey.store`, read before the first encode or decode when
         #: the codec binds it (hooks may encode and decode on other threads).
@@ -446,6 +452,31 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             await self._close_store()
         except Exception as exc:
             self._reraise(exc, "close")
+
+
+def _sealing_of(
+    codec: CheckpointCodec | None, sealing: KeyRing | None
+) -> tuple[KeyRing | None, CheckpointCodec]:
+    """The one key ring of a store and its checkpoint codec.
+
+    ``sealing`` seals checkpoints (around ``codec``, JSON by default), records
+    and events alike. A sealing codec given as ``codec`` brings its key ring
+    to the records and events, so no part of a thread is left plain.
+    """
+    ring: KeyRing | None = (
+        getattr(codec, "keyring", None) if getattr(codec, "binds_store", False) else None
+    )
+    if sealing is None:
+        return ring, codec or JsonCodec()
+    from agentflow.checkpoint.sealing import KeyRing, SealedCodec
+
+    if not isinstance(sealing, KeyRing):
+        raise InvalidArgument(f"sealing needs a KeyRing, got {type(sealing).__name__}")
+    if ring is not None:
+        if ring is not sealing:
+            raise InvalidArgument("give one key ring: sealing=, or a sealing codec, not both")
+        return ring, codec or JsonCodec()
+    return sealing, SealedCodec(sealing, codec)
 
 
 def _store_identity(secret: bytes) -> bytes:

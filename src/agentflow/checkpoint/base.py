@@ -29,11 +29,16 @@ __all__ = [
 #: its input.
 Redactor = Callable[[Any], Any]
 
-#: Where a run stands, from its latest checkpoint: ``"running"`` has nodes left
+#: Where a run stands. From its latest checkpoint: ``"running"`` has nodes left
 #: to run and is not suspended (between steps, or its process died mid-step);
 #: ``"interrupted"`` waits for a human's answer; ``"waiting"`` waits for a timer
-#: (``wake_at``); ``"done"`` finished.
-ThreadStatus = Literal["running", "interrupted", "waiting", "done"]
+#: (``wake_at``); ``"done"`` finished. From its durable record, which a store
+#: keeps beside the checkpoints: ``"reconciliation_required"`` waits for an
+#: operator to settle an ambiguous call; ``"failed"`` was ended without
+#: finishing (an operator's abort).
+ThreadStatus = Literal[
+    "running", "interrupted", "waiting", "done", "reconciliation_required", "failed"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +46,9 @@ class ThreadInfo:
     """A one-line summary of a thread for control-plane listing.
 
     Derived from the thread's latest checkpoint so a caller can enumerate runs
-    (running / interrupted / finished) without reading full state. ``wake_at``
-    (defaulted) lets a timer worker find due runs from the
-    listing alone.
+    (running / interrupted / finished) without reading full state, and from
+    its durable record where that says more (``run_status``). ``wake_at``
+    (defaulted) lets a timer worker find due runs from the listing alone.
     """
 
     thread: str
@@ -52,10 +57,15 @@ class ThreadInfo:
     done: bool
     ts: str = ""
     wake_at: str | None = None
+    #: The status the thread's record imposes (``"reconciliation_required"``,
+    #: ``"failed"``), or None when the latest checkpoint says where it is.
+    run_status: ThreadStatus | None = None
 
     @property
     def status(self) -> ThreadStatus:
-        """The :data:`ThreadStatus` of the thread's latest checkpoint."""
+        """The :data:`ThreadStatus` of the thread: its record's, else its latest checkpoint's."""
+        if self.run_status is not None:
+            return self.run_status
         if self.done:
             return "done"
         if self.interrupted:

@@ -8,11 +8,12 @@ instants do. Every store therefore indexes and compares the microseconds that
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from agentflow.errors import InvalidArgument
 
-__all__ = ["EPOCH", "instant_of", "parse_instant", "utc_now_iso"]
+__all__ = ["EPOCH", "instant_of", "parse_instant", "utc_now_iso", "wall_clock_ms"]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -52,3 +53,8 @@ def instant_of(value: object, *, what: str = "timestamp") -> int:
     if isinstance(value, datetime):
         return _micros(value)
     return parse_instant(value, what=what)
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: the lease clock of stores without a server clock."""
+    return time.time_ns() // 1_000_000

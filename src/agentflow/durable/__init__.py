@@ -5,6 +5,8 @@ canonical JSON and digests, the same record and journal shapes, the same
 error codes. See docs/durable.md for the model and its guarantees.
 """
 
+from typing import Any
+
 from agentflow.durable.admission import Admission, admission
 from agentflow.durable.canonical import (
     MAX_WIRE_INTEGER,
@@ -88,7 +90,6 @@ from agentflow.durable.ids import (
     tool_operation_id,
 )
 from agentflow.durable.journal import ALLOWED_TRANSITIONS, OperationError, OperationJournalEntry
-from agentflow.durable.memory import DurableMemory, InMemoryRunEventStore, MemoryDurableStore
 from agentflow.durable.pointers import resolve_json_pointer, set_json_pointer, validate_pointer
 from agentflow.durable.reconciliation import (
     MODEL_RISK,
@@ -152,7 +153,6 @@ __all__ = [
     "DurableCorrupted",
     "DurableError",
     "DurableEventStore",
-    "DurableMemory",
     "DurableStore",
     "EventCursor",
     "EventOutboxEntry",
@@ -160,7 +160,6 @@ __all__ = [
     "ExtensionStateEntry",
     "InMemoryRunEventStore",
     "LeaseLost",
-    "MemoryDurableStore",
     "OperationError",
     "OperationJournalEntry",
     "OperationKind",
@@ -214,3 +213,13 @@ __all__ = [
     "validate_run_definition",
     "validate_sha256",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The original's in-memory event store is the memory backend, which is a
+    # store of records and events as well; it is imported only when named.
+    if name == "InMemoryRunEventStore":
+        from agentflow.checkpoint.memory import MemoryCheckpointer
+
+        return MemoryCheckpointer
+    raise AttributeError(f"module 'agentflow.durable' has no attribute {name!r}")

@@ -219,15 +219,17 @@ class RunParts:
     def write(self, write: Write) -> Write:
         """``write`` with its body and journal change in their stored form."""
         key = write.key
-        journal: JournalReplace | JournalPut | None = write.journal
+        journal: JournalReplace | tuple[JournalPut, ...] | None = write.journal
         if isinstance(journal, JournalReplace):
             journal = JournalReplace(
                 self._journal(key, OperationKind.MODEL, journal.model),
                 self._journal(key, OperationKind.TOOL, journal.tool),
             )
-        elif isinstance(journal, JournalPut):
-            part = entry_part(journal.kind, journal.index)
-            journal = replace(journal, entry=self.seal(key, part, journal.entry))
+        elif journal is not None:
+            journal = tuple(
+                replace(put, entry=self.seal(key, entry_part(put.kind, put.index), put.entry))
+                for put in journal
+            )
         body = None if write.body is None else self.seal(key, BODY, write.body)
         return replace(write, body=body, journal=journal)
 

@@ -64,8 +64,8 @@ class DurableStore(Protocol):
     """Durable records of runs, written by compare-and-set. See the module docstring."""
 
     @property
-    def namespace(self) -> str:
-        """The tenant this store reads and writes ("" for the default one)."""
+    def namespace(self) -> str | None:
+        """The tenant this store reads and writes (None for the default one)."""
         ...
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:

@@ -20,6 +20,7 @@ taken over still fences nothing: the holder's receipts remain welcome.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,13 +55,23 @@ __all__ = [
     "plan_finalize_claimed",
     "plan_progress",
     "plan_record_operation",
+    "plan_record_operations",
     "plan_suspend",
     "refusal",
 ]
 
 _CLAIM = "checkpoint_claim_invalid"
-#: The states a new entry may be written in: planned, or one legal move from it.
-_FIRST_STATES = frozenset({OperationState.PLANNED, OperationState.STARTED, OperationState.FAILED})
+#: The states a new entry may be written in: planned, or the moves from it written at once
+#: (an idempotent call is journaled only once it settled: planned, started and its outcome).
+_FIRST_STATES = frozenset(
+    {
+        OperationState.PLANNED,
+        OperationState.STARTED,
+        OperationState.FAILED,
+        OperationState.SUCCEEDED,
+        OperationState.AMBIGUOUS,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +115,11 @@ class JournalReplace:
 
 @dataclass(frozen=True, slots=True)
 class JournalPut:
-    """Write one entry at ``index`` of one journal (``index == len`` appends)."""
+    """Write one entry at ``index`` of one journal (``index == len`` appends).
+
+    A write carries a tuple of them, applied in order: a receipt and the next
+    call's ``started`` entry ride one write.
+    """
 
     kind: OperationKind
     index: int
@@ -116,9 +131,9 @@ class Write:
     """One conditional write and the record it leaves behind.
 
     Apply ``head`` (every field; but when ``keep_lease`` the stored lease
-    stays), ``body`` unless None, and ``journal`` unless None, iff ``guard``
-    holds. ``record`` is the stored record afterwards; when ``keep_lease``
-    its lease must be set from the store's (a renewal may have moved it).
+    stays), ``body`` unless None, and ``journal`` unless None (a tuple of
+    :class:`JournalPut` is applied in order), iff ``guard`` holds. ``record`` is the stored record
+    afterwards; when ``keep_lease`` its lease must be set from the store's (a renewal may have moved it).
     """
 
     key: str
@@ -126,7 +141,7 @@ class Write:
     head: RunHead
     keep_lease: bool
     body: bytes | None
-    journal: JournalReplace | JournalPut | None
+    journal: JournalReplace | tuple[JournalPut, ...] | None
     record: DurableCheckpoint
 
 
@@ -265,7 +280,7 @@ def _check_successor(previous: OperationJournalEntry | None, entry: OperationJou
         if entry.attempt != 1 or entry.state not in _FIRST_STATES:
             raise DurableError(
                 "operation_transition_invalid",
-                f"a new journal entry starts at attempt 1 as planned, started or failed,"
+                f"a new journal entry starts at attempt 1 as planned, started or settled,"
                 f" not at attempt {entry.attempt} as {entry.state.value}",
             )
         return
@@ -287,31 +302,51 @@ def _check_successor(previous: OperationJournalEntry | None, entry: OperationJou
 def plan_record_operation(
     snapshot: DurableCheckpoint, entry: OperationJournalEntry, claim_token: str
 ) -> Write:
-    """Write one journal entry: a new one (planned, or straight to started/failed) or a transition.
+    """Write one journal entry: a new one (planned, or straight to a later state) or a move.
 
     The entry is matched by ``(kind, operation_id)`` in the snapshot; the move
     from the snapshot's entry must be legal. Only the entry and the head change.
     """
+    return plan_record_operations(snapshot, (entry,), claim_token)
+
+
+def plan_record_operations(
+    snapshot: DurableCheckpoint, entries: Sequence[OperationJournalEntry], claim_token: str
+) -> Write:
+    """Write several journal entries as one write, each as :func:`plan_record_operation` would.
+
+    Each entry is matched in the snapshot as changed by the entries before it,
+    so a call's receipt and the next call's ``started`` entry (or several
+    receipts) ride one write; an empty ``entries`` only moves the revision.
+    """
     guard = _claimed_guard(snapshot, claim_token)
-    entry.validate()
-    if entry.cycle_index != snapshot.active_cycle():
-        raise DurableError(
-            "checkpoint_journal_cycle_invalid", "journal cycle_index must equal the active cycle"
+    cycle = snapshot.active_cycle()
+    journals = {
+        OperationKind.MODEL: list(snapshot.model_call_journal),
+        OperationKind.TOOL: list(snapshot.tool_journal),
+    }
+    puts: list[JournalPut] = []
+    for entry in entries:
+        entry.validate()
+        if entry.cycle_index != cycle:
+            raise DurableError(
+                "checkpoint_journal_cycle_invalid",
+                "journal cycle_index must equal the active cycle",
+            )
+        journal = journals[entry.kind]
+        index = next(
+            (i for i, item in enumerate(journal) if item.operation_id == entry.operation_id),
+            len(journal),
         )
-    journal = snapshot.journal(entry.kind)
-    index = len(journal)
-    for i, item in enumerate(journal):
-        if item.operation_id == entry.operation_id:
-            index = i
-            break
-    _check_successor(journal[index] if index < len(journal) else None, entry)
-    entries = [*journal[:index], entry, *journal[index + 1 :]]
-    field = "model_call_journal" if entry.kind is OperationKind.MODEL else "tool_journal"
+        _check_successor(journal[index] if index < len(journal) else None, entry)
+        journal[index : index + 1] = [entry]
+        puts.append(JournalPut(entry.kind, index, encode_entry(entry)))
     record = _evolve(
         snapshot,
         claim_token=claim_token,
         revision=next_revision(snapshot.revision),
-        **{field: entries},
+        model_call_journal=journals[OperationKind.MODEL],
+        tool_journal=journals[OperationKind.TOOL],
     )
     return Write(
         key=record.checkpoint_key,
@@ -319,7 +354,7 @@ def plan_record_operation(
         head=head_of(record, identity=guard.identity),  # a journal write keeps the identity
         keep_lease=True,
         body=None,
-        journal=JournalPut(entry.kind, index, encode_entry(entry)),
+        journal=tuple(puts),
         record=record,
     )
 

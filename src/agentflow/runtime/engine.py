@@ -46,7 +46,7 @@ from agentflow.runtime.events import RunEvent, Sink, no_events, stream_of
 from agentflow.runtime.fork import fork_checkpoint
 from agentflow.runtime.graph import START
 from agentflow.runtime.leases import instant_us, lease_ms_of
-from agentflow.runtime.records import Records, durable_beside
+from agentflow.runtime.records import Records, durable_of
 from agentflow.runtime.recovery import (
     record_decision,
     recover,
@@ -101,7 +101,7 @@ class CompiledGraph:
         self.graph = graph
         self.name = graph.name
         #: The thread's leases and journals live here (see docs/runtime.md).
-        self.durable = durable if durable is not None else durable_beside(checkpointer)
+        self.durable = durable_of(checkpointer, durable)
         #: A backend with only the core six methods gets the rest from defaults.
         self.checkpointer = with_defaults(checkpointer)
         self.step_limit = step_limit

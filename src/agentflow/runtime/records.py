@@ -9,12 +9,12 @@ suspended, out of steps), so a call costs one claim and one commit however
 many steps it runs. Threads written before the record existed (or forked)
 get theirs on their first resume.
 
-A compiled graph needs a durable store (``compile(checkpointer, durable=...)``).
-Without one, a :class:`~agentflow.checkpoint.memory.MemoryCheckpointer` is
-paired with an in-process :class:`~agentflow.durable.MemoryDurableStore` that
-lives exactly as long as it (one per checkpointer object, shared by every
-graph compiled on it); any other checkpointer is refused, because a
-process-local lease beside a shared store would let two processes run one
+A compiled graph keeps the records in its store: every agentflow store
+(:class:`~agentflow.checkpoint.store.Store`) holds them beside the
+checkpoints, on the same connection. Only a third-party checkpointer needs
+one given (``compile(checkpointer, durable=...)``), and a durable store of
+another namespace or database than the checkpointer's is refused, because
+a lease kept apart from the steps it guards would let two processes run one
 step.
 """
 
@@ -23,11 +23,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-import weakref
 from dataclasses import replace
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
-from agentflow.checkpoint.memory import MemoryCheckpointer
+from agentflow.checkpoint.store import Store
 from agentflow.durable import (
     MAX_WIRE_INTEGER,
     Admission,
@@ -35,9 +34,7 @@ from agentflow.durable import (
     CheckpointStatus,
     CycleConflict,
     DurableCheckpoint,
-    DurableMemory,
     DurableStore,
-    MemoryDurableStore,
     OperationJournalEntry,
     RecoveryRequired,
     ResumePolicy,
@@ -48,26 +45,39 @@ from agentflow.runtime.durability import RunDefinition
 from agentflow.runtime.errors import StepClaimed
 from agentflow.runtime.leases import RELEASE_MS, Lease
 
-__all__ = ["CARRIED", "Records", "carried_of", "carrying", "durable_beside", "finished"]
+__all__ = ["CARRIED", "Records", "carried_of", "carrying", "durable_of", "finished"]
 
 #: ``shared_state`` member holding the settled calls of a suspended step.
 CARRIED = "carried"
 #: Claims tried against a record that keeps moving on before giving up.
 _CLAIM_TRIES = 3
-_PAIRED: weakref.WeakKeyDictionary[MemoryCheckpointer, DurableMemory] = weakref.WeakKeyDictionary()
 
 
-def durable_beside(checkpointer: Checkpointer) -> DurableStore:
-    """The durable store a graph compiled without ``durable=`` uses, or a refusal."""
-    if isinstance(checkpointer, MemoryCheckpointer):
-        memory = _PAIRED.setdefault(checkpointer, DurableMemory())
-        return MemoryDurableStore(namespace=checkpointer.namespace or None, memory=memory)
-    raise InvalidArgument(
-        f"a graph compiled on a {type(checkpointer).__name__} needs a durable store on the "
-        "same database for its leases and journal: graph.compile(checkpointer, "
-        "durable=open_durable_store(URL)) (agentflow.durable.stores), or for SQLite "
-        "durable=SqliteDurableStore(PATH) (agentflow.durable.stores.sqlite)"
-    )
+def durable_of(checkpointer: Checkpointer, durable: DurableStore | None) -> DurableStore:
+    """Where a graph compiled on ``checkpointer`` keeps its records, checked before any I/O."""
+    if durable is None:
+        if isinstance(checkpointer, Store):
+            return checkpointer
+        raise InvalidArgument(
+            f"a {type(checkpointer).__name__} keeps no durable records: compile on an agentflow "
+            "store (agentflow.open_store(URL)), or give this checkpointer a durable store of "
+            "its own database with durable="
+        )
+    if not isinstance(durable, DurableStore):
+        raise InvalidArgument(f"durable must be a DurableStore, got {type(durable).__name__}")
+    namespace = getattr(checkpointer, "namespace", None) or None
+    if namespace != (durable.namespace or None):
+        raise InvalidArgument(
+            f"the durable store's namespace {durable.namespace or None!r} is not the "
+            f"checkpointer's {namespace!r}: a thread's record lives beside its checkpoints"
+        )
+    theirs, ours = getattr(durable, "database", None), getattr(checkpointer, "database", None)
+    if isinstance(theirs, str) and isinstance(ours, str) and theirs != ours:
+        raise InvalidArgument(
+            f"the durable store is on {theirs}, the checkpointer on {ours}: a thread's record "
+            "lives beside its checkpoints, in one database"
+        )
+    return durable
 
 
 def carried_of(record: DurableCheckpoint, suspend: Checkpoint) -> dict[str, OperationJournalEntry]:

@@ -1,4 +1,4 @@
-"""An in-process checkpointer over plain dicts and sorted lists."""
+"""An in-process store over plain dicts and sorted lists: checkpoints, records, events."""
 
 from __future__ import annotations
 
@@ -6,12 +6,21 @@ import bisect
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.memory.events import MemoryEvents, StoredEvents
+from agentflow.checkpoint.memory.runs import MemoryRuns, StoredRuns
+from agentflow.checkpoint.store_base import StoreBase, run_thread_status
+from agentflow.checkpoint.timestamps import wall_clock_ms
+from agentflow.durable.rows import RunHead
 from agentflow.errors import StoreNotFound
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["MemoryCheckpointer", "MemoryStore", "from_url"]
 
@@ -29,12 +38,17 @@ class _Namespace:
     sorted_threads: list[str] = field(default_factory=list)
     #: (wake instant, thread) of every thread whose latest step waits on a timer.
     due: list[tuple[int, str]] = field(default_factory=list)
-    #: Thread ids in code point order per status of their latest step.
+    #: Thread ids in code point order per status (their record's, else their latest step's).
     by_status: dict[str, list[str]] = field(default_factory=dict)
+    #: The status each thread's record imposes, where it imposes one.
+    run_status: dict[str, ThreadStatus] = field(default_factory=dict)
+    runs: StoredRuns = field(default_factory=StoredRuns)
+    events: StoredEvents = field(default_factory=StoredEvents)
 
 
 class MemoryStore:
-    """Shared storage for several :class:`MemoryCheckpointer` (one per namespace).
+    """Shared storage for several :class:`MemoryCheckpointer` (one per namespace):
+    each namespace's checkpoints, records and events.
 
     Until a checkpointer that may create it opens it, it is absent to those
     opened with ``create=False``, as a database without agentflow's tables is.
@@ -50,15 +64,17 @@ class MemoryStore:
         return self._namespaces.setdefault(name, _Namespace())
 
 
-class MemoryCheckpointer(CheckpointerBase):
-    """Keeps encoded checkpoints in memory.
+class MemoryCheckpointer(MemoryRuns, MemoryEvents, StoreBase):
+    """Keeps a namespace's checkpoints, records and events in memory (a Store).
 
-    Checkpoints are stored as the same bytes a durable backend would write,
+    Everything is stored as the same bytes a durable backend would write,
     so a caller mutating its state after ``put`` changes nothing stored, and
     non-JSON state fails here exactly as it would on disk. Pass one
     :class:`MemoryStore` to several checkpointers to share it across namespaces.
     With ``create=False`` a store no other checkpointer created raises
-    :class:`~agentflow.errors.StoreNotFound` here.
+    :class:`~agentflow.errors.StoreNotFound` here. ``clock`` (epoch
+    milliseconds) is the lease clock; tests pass a fake one to move time.
+    Leases held here are process-local: a memory store is for one process.
     """
 
     kind = "memory"
@@ -70,18 +86,42 @@ class MemoryCheckpointer(CheckpointerBase):
         namespace: str | None = None,
         store: MemoryStore | None = None,
         codec: CheckpointCodec | None = None,
+        sealing: KeyRing | None = None,
         create: bool = True,
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        super().__init__(namespace=namespace, redact=redact, codec=codec)
+        super().__init__(namespace=namespace, redact=redact, codec=codec, sealing=sealing)
         self._store = store or MemoryStore()
         if create:
             self._store.created = True
         elif not self._store.created:
             raise StoreNotFound("no store: this MemoryStore was never opened with create=True")
         self._data = self._store.namespace(self._namespace)
+        self._runs = self._data.runs
+        self._events = self._data.events
+        self._clock = clock
 
     def __repr__(self) -> str:
         return f"MemoryCheckpointer(namespace={self.namespace!r})"
+
+    @property
+    def database(self) -> str:
+        return f"memory:{id(self._store):x}"
+
+    def _status(self, latest: EncodedCheckpoint) -> str:
+        return self._data.run_status.get(latest.thread, latest.status)
+
+    def _run_status_changed(self, key: str, head: RunHead | None) -> None:
+        status = None if head is None else run_thread_status(head.status)
+        if self._data.run_status.get(key) == status:
+            return
+        latest = self._latest(key)
+        self._unindex(latest)
+        if status is None:
+            self._data.run_status.pop(key, None)
+        else:
+            self._data.run_status[key] = status
+        self._index(latest)
 
     def _latest(self, thread: str) -> EncodedCheckpoint | None:
         steps = self._data.threads.get(thread)
@@ -90,7 +130,7 @@ class MemoryCheckpointer(CheckpointerBase):
     def _unindex(self, latest: EncodedCheckpoint | None) -> None:
         if latest is None:
             return
-        names = self._data.by_status[latest.status]
+        names = self._data.by_status[self._status(latest)]
         del names[bisect.bisect_left(names, latest.thread)]
         if latest.wake_us is not None and latest.interrupted:
             due = self._data.due
@@ -99,7 +139,7 @@ class MemoryCheckpointer(CheckpointerBase):
     def _index(self, latest: EncodedCheckpoint | None) -> None:
         if latest is None:
             return
-        bisect.insort(self._data.by_status.setdefault(latest.status, []), latest.thread)
+        bisect.insort(self._data.by_status.setdefault(self._status(latest), []), latest.thread)
         if latest.wake_us is not None and latest.interrupted:
             bisect.insort(self._data.due, (latest.wake_us, latest.thread))
 
@@ -145,7 +185,7 @@ class MemoryCheckpointer(CheckpointerBase):
     def _info(self, thread: str) -> ThreadInfo:
         latest = self._latest(thread)
         assert latest is not None
-        return latest.summary()
+        return latest.summary(self._data.run_status.get(thread))
 
     async def _read_threads(
         self, after: str, limit: int, status: ThreadStatus | None
@@ -208,12 +248,15 @@ def from_url(
     *,
     namespace: str | None = None,
     codec: CheckpointCodec | None = None,
+    sealing: KeyRing | None = None,
     create: bool = True,
 ) -> MemoryCheckpointer:
-    """``memory://NAME``: every checkpointer opened on one name in this process
-    shares one store (``memory://`` is the name "")."""
+    """``memory://NAME``: every store opened on one name in this process
+    shares one :class:`MemoryStore` (``memory://`` is the name "")."""
     name = url.split("://", 1)[1]
     store = _NAMED_STORES.setdefault(name, MemoryStore()) if create else _NAMED_STORES.get(name)
     if store is None:
         raise StoreNotFound(f"no memory store named {name!r} in this process")
-    return MemoryCheckpointer(namespace=namespace, store=store, codec=codec, create=create)
+    return MemoryCheckpointer(
+        namespace=namespace, store=store, codec=codec, sealing=sealing, create=create
+    )

@@ -5,10 +5,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer, Redactor
+from agentflow.checkpoint.base import Checkpoint, Redactor
 from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.store import Store
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
+    from agentflow.durable.testing import DurableHarness
+    from agentflow.durable.testing.harness import PartReader, PartWriter
 
 __all__ = [
     "BackendHarness",
@@ -29,12 +35,12 @@ PayloadWriter = Callable[[str | None, str, int, bytes], Awaitable[None]]
 
 @dataclass
 class BackendHarness:
-    """One fresh, empty store and the way to open checkpointers on it.
+    """One fresh, empty database and the way to open stores on it.
 
-    ``factory`` builds a checkpointer from ``kwargs`` plus ``namespace``,
-    ``redact`` and ``codec``; every checkpointer it builds shares the one
-    store. When ``factory`` is an importable class and ``kwargs`` are
-    picklable, :attr:`recipe` lets a child process open the same store (for
+    ``factory`` builds a :class:`~agentflow.checkpoint.store.Store` from
+    ``kwargs`` plus ``namespace``, ``redact``, ``codec``, ``sealing`` and
+    ``create``; every store it builds shares the one database. When
+    ``factory`` is an importable class and ``kwargs`` are picklable, :attr:`recipe` lets a child process open the same store (for
     the multi-process races and the crash tests).
 
     The damage hooks change what is stored, directly in the database or
@@ -45,7 +51,7 @@ class BackendHarness:
     """
 
     name: str
-    factory: Callable[..., Checkpointer]
+    factory: Callable[..., Store]
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     #: The backend refuses path-like thread ids (``..``, separators, over 255 bytes).
     restricted_thread_ids: bool = False
@@ -61,6 +67,16 @@ class BackendHarness:
     read_payload: PayloadReader | None = None
     #: Replace those bytes in place, changing nothing else that is stored.
     write_payload: PayloadWriter | None = None
+    #: Overwrite the stored body of the record of (namespace, key) with bytes
+    #: that are not a record.
+    corrupt_run: Callable[[str | None, str], Awaitable[None]] | None = None
+    #: What the database holds (tables, keys, collections, files: anything
+    #: comparable), to check that a store opened with ``create=False`` creates nothing.
+    contents: Callable[[], Awaitable[object]] | None = None
+    #: The stored bytes of one part of a record or event, and their replacement:
+    #: see :class:`~agentflow.durable.testing.DurableHarness`.
+    read_part: PartReader | None = None
+    write_part: PartWriter | None = None
 
     def open(
         self,
@@ -68,16 +84,39 @@ class BackendHarness:
         namespace: str | None = None,
         redact: Redactor | None = None,
         codec: CheckpointCodec | None = None,
+        sealing: KeyRing | None = None,
         create: bool = True,
-    ) -> Checkpointer:
-        """A new checkpointer on this store (use it with ``async with``);
+    ) -> Store:
+        """A new store on this database (use it with ``async with``);
         ``create=False`` opens it as a read-only caller does."""
         options: dict[str, Any] = {"namespace": namespace, "redact": redact}
         if codec is not None:
             options["codec"] = codec
+        if sealing is not None:
+            options["sealing"] = sealing
         if not create:
             options["create"] = False
         return self.factory(**self.kwargs, **options)
+
+    def durable(self) -> DurableHarness:
+        """This database as the durable suites see it: stores of records and events."""
+        from agentflow.durable.testing import DurableHarness
+
+        def opened(namespace: str | None, sealing: KeyRing | None = None) -> Store:
+            return self.open(namespace=namespace, sealing=sealing)
+
+        return DurableHarness(
+            name=self.name,
+            stores=opened,
+            event_stores=opened,
+            corrupt=self.corrupt_run,
+            readers=lambda namespace: self.open(namespace=namespace, create=False),
+            contents=self.contents,
+            sealed_stores=opened,
+            sealed_event_stores=opened,
+            read_part=self.read_part,
+            write_part=self.write_part,
+        )
 
     @property
     def recipe(self) -> tuple[str, dict[str, Any]]:
@@ -86,14 +125,12 @@ class BackendHarness:
         return f"{factory.__module__}:{factory.__qualname__}", dict(self.kwargs)
 
 
-def open_from_recipe(
-    recipe: tuple[str, dict[str, Any]], *, namespace: str | None = None
-) -> Checkpointer:
-    """Open a checkpointer from :attr:`BackendHarness.recipe`, in any process."""
+def open_from_recipe(recipe: tuple[str, dict[str, Any]], *, namespace: str | None = None) -> Store:
+    """Open a store from :attr:`BackendHarness.recipe`, in any process."""
     path, kwargs = recipe
     module, _, name = path.partition(":")
     factory = getattr(importlib.import_module(module), name)
-    opened: Checkpointer = factory(**kwargs, namespace=namespace)
+    opened: Store = factory(**kwargs, namespace=namespace)
     return opened
 
 

@@ -27,7 +27,7 @@ from agentflow.durable.errors import (
     DurableError,
 )
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
-from agentflow.durable.memory import wall_clock_ms
+from agentflow.checkpoint.timestamps import wall_clock_ms
 from agentflow.durable.paged import ListedRuns
 from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint

@@ -1,0 +1,177 @@
+"""The memory store's records: rows in the layout a database keeps, applied as planned.
+
+Rows hold the head, the body bytes and each journal entry's bytes, as a
+database backend writes them, and every write applies the same plan, so what
+passes here exercises the shared rules, and a caller mutating a record after
+a write changes nothing stored. Every operation runs without awaiting between
+its check and its write, which makes it atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from agentflow.checkpoint.runs import RunsBase
+from agentflow.durable.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError
+from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.rows import RunHead, RunRow, RunSummary
+from agentflow.durable.transitions import JournalReplace, Write, refusal
+from agentflow.durable.validators import validate_checkpoint_key
+
+__all__ = ["MemoryRuns", "SortedKeys", "StoredRuns"]
+
+
+class SortedKeys:
+    """Keys in code point order (which is UTF-8 byte order), for O(page) listing."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def add(self, key: str) -> None:
+        index = bisect.bisect_left(self.keys, key)
+        if index == len(self.keys) or self.keys[index] != key:
+            self.keys.insert(index, key)
+
+    def discard(self, key: str) -> None:
+        index = bisect.bisect_left(self.keys, key)
+        if index < len(self.keys) and self.keys[index] == key:
+            del self.keys[index]
+
+    def after(self, key: str | None, count: int) -> list[str]:
+        start = 0 if key is None else bisect.bisect_right(self.keys, key)
+        return self.keys[start : start + count]
+
+
+@dataclass
+class StoredRuns:
+    """One namespace's records, by key and by status."""
+
+    rows: dict[str, RunRow] = field(default_factory=dict)
+    keys: SortedKeys = field(default_factory=SortedKeys)
+    by_status: dict[CheckpointStatus, SortedKeys] = field(default_factory=dict)
+
+    def put(self, row: RunRow) -> None:
+        previous = self.rows.get(row.key)
+        if previous is not None and previous.head.status is not row.head.status:
+            self.by_status[previous.head.status].discard(row.key)
+        self.rows[row.key] = row
+        self.keys.add(row.key)
+        self.by_status.setdefault(row.head.status, SortedKeys()).add(row.key)
+
+    def remove(self, key: str) -> RunRow | None:
+        row = self.rows.pop(key, None)
+        if row is not None:
+            self.keys.discard(key)
+            self.by_status[row.head.status].discard(key)
+        return row
+
+
+def _journals(row: RunRow, write: Write) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    model, tool = row.model_journal, row.tool_journal
+    if isinstance(write.journal, JournalReplace):
+        return write.journal.model, write.journal.tool
+    journals = {"model": list(model), "tool": list(tool)}
+    for put in write.journal or ():
+        journals[put.kind.value][put.index : put.index + 1] = [put.entry]
+    return tuple(journals["model"]), tuple(journals["tool"])
+
+
+class MemoryRuns(RunsBase, abc.ABC):
+    """The record part of :class:`~agentflow.checkpoint.memory.MemoryCheckpointer`."""
+
+    _runs: StoredRuns
+    _clock: Callable[[], int]
+
+    @abc.abstractmethod
+    def _run_status_changed(self, key: str, head: RunHead | None) -> None:
+        """Tell the checkpoint part that ``key``'s record now has ``head`` (None: gone)."""
+
+    def _put_row(self, row: RunRow) -> None:
+        self._runs.put(row)
+        self._run_status_changed(row.key, row.head)
+
+    def _row(self, key: str) -> RunRow | None:
+        self._check_open()
+        return self._runs.rows.get(validate_checkpoint_key(key))
+
+    async def create(self, checkpoint: DurableCheckpoint) -> None:
+        self._check_open()
+        row = self._parts.encode_row(checkpoint)
+        if row.key in self._runs.rows:
+            raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
+        self._put_row(row)
+
+    async def load(self, key: str) -> DurableCheckpoint | None:
+        row = self._row(key)
+        return None if row is None else self._parts.decode_row(row)
+
+    async def claim(
+        self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
+    ) -> DurableCheckpoint:
+        check_claim_request(cycle_index, claim_token, lease_ms)
+        row = self._row(key)
+        now = self._clock()
+        error = claim_refusal(None if row is None else row.head, cycle_index, now, mode)
+        if error is not None:
+            raise error
+        assert row is not None
+        head = claimed_head(
+            row.head, cycle_index, claim_token, now_ms=now, lease_ms=lease_ms, mode=mode
+        )
+        claimed = replace(row, head=head)
+        record = self._parts.decode_row(claimed)
+        self._put_row(claimed)
+        return record
+
+    async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
+        check_claim_request(1, claim_token, lease_ms)
+        row = self._row(key)
+        now = self._clock()
+        error = renew_refusal(None if row is None else row.head, claim_token, now)
+        if error is not None:
+            raise error
+        assert row is not None
+        expiry = now + lease_ms
+        if expiry > MAX_WIRE_INTEGER:
+            raise DurableError(
+                "checkpoint_claim_invalid", "lease expiry is outside the JSON-safe range"
+            )
+        self._runs.put(replace(row, head=replace(row.head, lease_expires_at_ms=expiry)))
+        return expiry
+
+    async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:
+        row = self._runs.rows.get(write.key)
+        if row is None or not write.guard.holds(row.head):
+            raise refusal(None if row is None else row.head, write.guard)
+        head = write.head
+        if write.keep_lease:
+            head = replace(head, lease_expires_at_ms=row.head.lease_expires_at_ms)
+        model, tool = _journals(row, write)
+        body = row.body if write.body is None else write.body
+        self._put_row(RunRow(write.key, head, body, model, tool))
+        return replace(write.record, lease_expires_at_ms=head.lease_expires_at_ms)
+
+    async def _delete_run(self, key: str, *, force: bool) -> bool:
+        row = self._runs.rows.get(key)
+        if row is None:
+            return False
+        lease = row.head.lease_expires_at_ms
+        if not force and lease is not None and lease > self._clock():
+            raise ClaimActive(f"run {key!r} is held by a live lease; delete it with force")
+        self._runs.remove(key)
+        self._run_status_changed(key, None)
+        return True
+
+    async def _list(
+        self, status: CheckpointStatus | None, after: str | None, limit: int
+    ) -> tuple[list[RunSummary], str | None]:
+        index = self._runs.keys if status is None else self._runs.by_status.get(status)
+        keys = [] if index is None else index.after(after, limit + 1)
+        runs = [RunSummary.of(key, self._runs.rows[key].head) for key in keys[:limit]]
+        return runs, keys[limit - 1] if len(keys) > limit else None

@@ -1,0 +1,106 @@
+"""The :class:`Store` protocol: one object per database that holds a thread whole.
+
+A thread is three parts kept side by side, in one namespace, on one
+connection: its checkpoints (the :class:`~agentflow.checkpoint.base.Checkpointer`
+methods), its durable record (lease, journal of external calls, outbox: the
+:class:`~agentflow.durable.store.DurableStore` methods, keyed by the thread id)
+and its accepted-once events (the :class:`~agentflow.durable.store.DurableEventStore`
+methods, whose run is the thread id). Every agentflow backend is a ``Store``;
+:func:`~agentflow.checkpoint.stores.open_store` returns one, and
+``graph.compile(store)`` needs nothing else.
+
+What makes the parts one thing is the operations that cross them, specified
+here and checked on every backend by the conformance suite:
+
+* :meth:`Store.commit_step` stores a step's checkpoint and its calls' receipts
+  under the run's claim together: one transaction on SQLite and PostgreSQL,
+  one script on Redis; elsewhere the record first, then the checkpoint (so a
+  crash between leaves the receipts, never a step without them);
+* :meth:`Store.delete_thread` removes checkpoints, record and events, and is
+  refused while another holder's lease is live unless ``force``;
+* a ``prune`` that removes a thread's last checkpoint removes its record and
+  events too, so the id can be run again;
+* a thread's status (:class:`~agentflow.checkpoint.base.ThreadInfo`) comes from
+  its record when the record says more than the checkpoint can
+  (``reconciliation_required``, ``failed``), in listings and filters alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.durable.journal import OperationJournalEntry
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.store import DurableEventStore, DurableStore
+
+__all__ = ["Store"]
+
+
+@runtime_checkable
+class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
+    """A thread's checkpoints, record and events in one database. See the module docstring.
+
+    ``namespace`` is the tenant of all three parts (None for the default one).
+    ``database`` names the database without credentials (a file path, a
+    server and database, a key prefix): two stores with equal ``database``
+    and ``namespace`` see the same threads.
+    """
+
+    @property
+    def database(self) -> str:
+        """Where this store's data lives, without credentials."""
+        ...
+
+    async def record_operations(
+        self,
+        checkpoint: DurableCheckpoint,
+        entries: Sequence[OperationJournalEntry],
+        *,
+        claim_token: str,
+    ) -> DurableCheckpoint:
+        """Write several journal entries under the claim as one write.
+
+        Each entry is new or a legal move of the entry with its ``(kind,
+        operation_id)`` in ``checkpoint`` or earlier in ``entries`` (a receipt
+        and the next call's ``started`` entry ride one write). Guarded and
+        refused as :meth:`~agentflow.durable.store.DurableStore.record_operation`.
+        """
+        ...
+
+    async def commit_step(
+        self,
+        cp: Checkpoint,
+        checkpoint: DurableCheckpoint,
+        entries: Sequence[OperationJournalEntry],
+        *,
+        claim_token: str,
+    ) -> DurableCheckpoint:
+        """Store ``cp`` as a new step and journal ``entries`` under the claim, together.
+
+        ``cp`` is written as ``put(cp, if_revision=0)`` and ``entries`` as
+        :meth:`record_operations` of the snapshot ``checkpoint``; the record's
+        revision grows by one even when ``entries`` is empty. When the claim's
+        guard does not hold (:class:`~agentflow.durable.LeaseLost`,
+        :class:`~agentflow.durable.RevisionConflict`, ...) or the step exists
+        (:class:`~agentflow.errors.CheckpointConflict`), nothing is written on
+        SQLite, PostgreSQL, Redis and memory; on MongoDB and the file backend
+        the record is written first, so a refused step may leave the receipts
+        recorded (docs/durable.md says what each backend guarantees). Returns
+        the stored record.
+        """
+        ...
+
+    async def delete_thread(self, thread: str, *, force: bool = False) -> None:
+        """Remove the thread's checkpoints, its record and its events.
+
+        Refused with :class:`~agentflow.durable.ClaimActive`, deleting
+        nothing, while a holder's lease on the record is live, unless
+        ``force``. A missing thread is a no-op.
+        """
+        ...
+
+    async def delete(self, key: str, *, force: bool = False) -> bool:
+        """:meth:`delete_thread` of ``key``; True when anything was stored under it."""
+        ...
