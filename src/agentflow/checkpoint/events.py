@@ -69,6 +69,12 @@ class EventsBase(StoredParts, abc.ABC):
         ``include_children``) with a sequence above ``after``, in acceptance
         order, each with its raw ``{"sequence": n}`` cursor."""
 
+    @abc.abstractmethod
+    async def _rewrite_event(self, event_id: str, stored: bytes) -> bool:
+        """Replace the stored payload of the accepted event ``event_id`` with
+        ``stored`` (the same event, sealed anew); False when no such event.
+        Digest, sequence and indexes stay as they are."""
+
     @property
     def store_ref(self) -> CapabilityRef:
         """The reference an :class:`~agentflow.durable.EventCursor` of this store names."""

@@ -6,7 +6,7 @@ import abc
 import bisect
 import heapq
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentflow.checkpoint.events import EventsBase
@@ -112,3 +112,10 @@ class MemoryEvents(EventsBase, abc.ABC):
                 siblings = self._events.by_parent.get(found.parent_run_id, [])
                 siblings[:] = [item for item in siblings if item[1] != event_id]
         return len(doomed)
+
+    async def _rewrite_event(self, event_id: str, stored: bytes) -> bool:
+        found = self._events.by_id.get(event_id)
+        if found is None:
+            return False
+        self._events.by_id[event_id] = replace(found, stored=stored)
+        return True
