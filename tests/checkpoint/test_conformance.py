@@ -1,7 +1,11 @@
-"""Every backend in tests/backends passes the shared conformance suite."""
+"""Every backend in tests/backends passes the shared conformance suites."""
 
-from agentflow.checkpoint.testing import CheckpointerConformance
+from agentflow.checkpoint.testing import CheckpointerConformance, StoreConformance
 
 
 class TestConformance(CheckpointerConformance):
+    pass
+
+
+class TestStoreConformance(StoreConformance):
     pass

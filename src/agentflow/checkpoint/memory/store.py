@@ -16,7 +16,9 @@ from agentflow.checkpoint.memory.events import MemoryEvents, StoredEvents
 from agentflow.checkpoint.memory.runs import MemoryRuns, StoredRuns
 from agentflow.checkpoint.store_base import StoreBase, run_thread_status
 from agentflow.checkpoint.timestamps import wall_clock_ms
+from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunHead
+from agentflow.durable.transitions import Write
 from agentflow.errors import StoreNotFound
 
 if TYPE_CHECKING:
@@ -165,6 +167,16 @@ class MemoryCheckpointer(MemoryRuns, MemoryEvents, StoreBase):
             self._unindex(before)
             self._index(encoded)
         return None
+
+    async def _commit_step(
+        self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
+    ) -> tuple[int | None, DurableCheckpoint]:
+        """Atomic on the event loop: the step's revision, the guarded record write, the put."""
+        existing = self._data.threads.get(thread, {}).get(step)
+        if existing is not None:
+            return existing.revision, write.record
+        record = await self._apply("commit_step", write)
+        return await self._write_step(thread, step, encode, 0), record
 
     async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
         steps = self._data.threads.get(thread)

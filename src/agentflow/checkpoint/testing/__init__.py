@@ -15,6 +15,7 @@ from agentflow.checkpoint.testing.conformance import (
     ListingConformance,
     PruneConformance,
     PutConformance,
+    StoreConformance,
 )
 from agentflow.checkpoint.testing.harness import (
     BackendHarness,
@@ -37,6 +38,7 @@ __all__ = [
     "PayloadWriter",
     "PruneConformance",
     "PutConformance",
+    "StoreConformance",
     "StoredKeyHook",
     "make_checkpoint",
 ]

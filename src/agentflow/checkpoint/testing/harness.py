@@ -40,8 +40,9 @@ class BackendHarness:
     ``factory`` builds a :class:`~agentflow.checkpoint.store.Store` from
     ``kwargs`` plus ``namespace``, ``redact``, ``codec``, ``sealing`` and
     ``create``; every store it builds shares the one database. When
-    ``factory`` is an importable class and ``kwargs`` are picklable, :attr:`recipe` lets a child process open the same store (for
-    the multi-process races and the crash tests).
+    ``factory`` is an importable class and ``kwargs`` are picklable,
+    :attr:`recipe` lets a child process open the same store (for the
+    multi-process races and the crash tests).
 
     The damage hooks change what is stored, directly in the database or
     files, as a disk fault or a hostile operator would: the suites then check
@@ -57,6 +58,9 @@ class BackendHarness:
     restricted_thread_ids: bool = False
     #: Several processes may open the store at once.
     multiprocess: bool = True
+    #: ``commit_step`` writes nothing at all when the step or the claim refuses it
+    #: (one transaction or script); False where the record is written first.
+    atomic_steps: bool = True
     #: Overwrite the stored payload of (namespace, thread, step) with garbage.
     corrupt: StoredKeyHook | None = None
     #: Overwrite the stored revision of (namespace, thread, step) with a value no

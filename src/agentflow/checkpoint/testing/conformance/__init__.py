@@ -3,6 +3,9 @@
 A test module subclasses :class:`CheckpointerConformance` (or only the parts it
 wants) and provides an async ``harness`` fixture yielding a
 :class:`~agentflow.checkpoint.testing.BackendHarness` on a fresh store.
+:class:`StoreConformance` adds what a :class:`~agentflow.checkpoint.store.Store`
+does with a thread whole (records and events beside the checkpoints); the
+records' and events' own suites are in :mod:`agentflow.durable.testing`.
 """
 
 from agentflow.checkpoint.testing.conformance._support import (
@@ -18,6 +21,7 @@ from agentflow.checkpoint.testing.conformance.lifecycle import LifecycleConforma
 from agentflow.checkpoint.testing.conformance.listing import ListingConformance
 from agentflow.checkpoint.testing.conformance.prune import PruneConformance
 from agentflow.checkpoint.testing.conformance.put import PutConformance
+from agentflow.checkpoint.testing.conformance.store import StoreConformance
 
 __all__ = [
     "HOSTILE_THREAD_IDS",
@@ -32,6 +36,7 @@ __all__ = [
     "ListingConformance",
     "PruneConformance",
     "PutConformance",
+    "StoreConformance",
 ]
 
 
