@@ -293,7 +293,7 @@ async def chaos(settings: Settings, workdir: Path) -> Figures:
         try:
             async with opened(*store.args) as (checkpointer, durable):
                 lease = timedelta(seconds=settings.lease)
-                graph = order_graph().compile(checkpointer, durable=durable, claim_ttl=lease)
+                graph = order_graph().compile(checkpointer, claim_ttl=lease)
                 session = Session(settings, store, workdir, graph, ledger)
                 try:
                     await session.drive()

@@ -25,7 +25,7 @@ async def main(db: str, thread: str, mode: str) -> None:
         await store.list_threads(limit=1)
         await durable.load(thread)
         print("ready", flush=True)
-        compiled = counter_graph().compile(store, durable=durable, claim_ttl=LEASE)
+        compiled = counter_graph().compile(store, claim_ttl=LEASE)
         if mode == "run":
             await compiled.run(counter_input(ROUNDS, DELAY), thread=thread)
         else:

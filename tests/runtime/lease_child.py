@@ -33,7 +33,7 @@ CLAIMED, ENDED = 3, 4
 async def main(mode: str, url: str, namespace: str, *rest: str) -> int:
     async with opened(url, namespace) as (store, durable):
         if mode == "worker":
-            graph = slow_charge_graph().compile(store, durable=durable, claim_ttl=LEASE)
+            graph = slow_charge_graph().compile(store, claim_ttl=LEASE)
             worker, resumed, refused = Worker([graph]), 0, 0
             await worker.due()
             print("ready", flush=True)
@@ -45,7 +45,7 @@ async def main(mode: str, url: str, namespace: str, *rest: str) -> int:
                 await asyncio.sleep(0.02)
             print(json.dumps({"resumed": resumed, "refused": refused}), flush=True)
             return 0
-        compiled = dies_between_steps_graph().compile(store, durable=durable, claim_ttl=LEASE)
+        compiled = dies_between_steps_graph().compile(store, claim_ttl=LEASE)
         if mode == "run":
             await compiled.run({"ledger": rest[1]}, thread=rest[0])
             return 0

@@ -17,7 +17,7 @@ from tests.runtime.graphs import approval_graph, counter_graph, counter_input, t
 
 
 async def test_interrupt_racing_resumes_and_fork(runtime_backend: RuntimeBackend) -> None:
-    async with runtime_backend.open() as (one, d1), runtime_backend.open() as (two, d2):
+    async with runtime_backend.open() as one, runtime_backend.open() as two:
         first = approval_graph().compile(one, durable=d1)
         second = approval_graph().compile(two, durable=d2)
         paused = await first.run({"log": []}, thread="run")
@@ -43,17 +43,17 @@ async def test_interrupt_racing_resumes_and_fork(runtime_backend: RuntimeBackend
 
 async def test_loop_and_due_timer_worker(runtime_backend: RuntimeBackend, tmp_path: Path) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
-    async with runtime_backend.open() as (store, durable):
+    async with runtime_backend.open() as store:
         done = (
             await counter_graph()
-            .compile(store, durable=durable)
+            .compile(store)
             .run(counter_input(3), thread="loop")
         )
         assert done.state["i"] == 3 and done.step == 6
-        timers = timer_graph().compile(store, durable=durable)
+        timers = timer_graph().compile(store)
         for name in ("a", "b"):
             await timers.run({"seconds": 1, "logfile": str(tmp_path / "log")}, thread=name)
-        worker = Worker([timer_graph().compile(store, durable=durable, clock=lambda: later)])
+        worker = Worker([timer_graph().compile(store, clock=lambda: later)])
         outcome = await worker.run_once()
         assert sorted(r.thread for r in outcome.resumed) == ["a", "b"]
         assert all(r.status == "done" for r in outcome.resumed)

@@ -55,13 +55,13 @@ def _one_node(name: str, node: Any) -> Graph:
 
 
 async def test_a_call_is_journaled_started_before_it_goes_out_and_succeeded_after() -> None:
-    tool, durable = Tool(), MemoryDurableStore()
+    tool, durable = Tool(), MemoryCheckpointer()
     tool.durable = durable
 
     async def charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
         return {"r": await ctx.tool("charge", {"cents": 5, "thread": ctx.thread}, tool)}
 
-    compiled = _one_node("c", charge).compile(MemoryCheckpointer(), durable=durable)
+    compiled = _one_node("c", charge).compile(MemoryCheckpointer())
     result = await compiled.run({}, thread="t")
     assert tool.seen == [OperationState.STARTED]
     call = tool.calls[0]
@@ -129,7 +129,7 @@ async def test_a_suspends_calls_are_replayed_even_when_its_commit_never_happened
         receipt = await ctx.tool("charge", {"cents": 3, "thread": ctx.thread}, tool)
         return {"r": receipt, "answer": ctx.interrupt("ok?")}
 
-    compiled = _one_node("d", charge_then_ask).compile(MemoryCheckpointer(), durable=durable)
+    compiled = _one_node("d", charge_then_ask).compile(MemoryCheckpointer())
     with pytest.raises(ConnectionError):
         await compiled.run({}, thread="t")
     result = await compiled.resume("t", "yes")
@@ -138,7 +138,7 @@ async def test_a_suspends_calls_are_replayed_even_when_its_commit_never_happened
 
 
 async def test_a_call_that_failed_for_certain_is_reraised_and_never_made_again() -> None:
-    tool, durable = Tool(), MemoryDurableStore()
+    tool, durable = Tool(), MemoryCheckpointer()
     tool.raise_next = CallFailed("card_declined", "the card was declined")
     outcomes: list[str] = []
 
@@ -150,14 +150,14 @@ async def test_a_call_that_failed_for_certain_is_reraised_and_never_made_again()
             ctx.interrupt("card declined: retry with another card?")
         return {}
 
-    compiled = _one_node("d", charge).compile(MemoryCheckpointer(), durable=durable)
+    compiled = _one_node("d", charge).compile(MemoryCheckpointer())
     assert (await compiled.run({}, thread="t")).status == "interrupted"
     assert (await compiled.resume("t", "no")).status == "done"
     assert len(tool.calls) == 1 and outcomes == ["card_declined", "card_declined"]
 
 
 async def test_an_ambiguous_call_suspends_the_run_and_stores_nothing_of_its_step() -> None:
-    tool, durable = Tool(), MemoryDurableStore()
+    tool, durable = Tool(), MemoryCheckpointer()
     tool.raise_next = ConnectionResetError("reset after sending")
     swallowed: list[str] = []
 
@@ -169,7 +169,7 @@ async def test_an_ambiguous_call_suspends_the_run_and_stores_nothing_of_its_step
         return {"charged": True}
 
     store = MemoryCheckpointer()
-    compiled = _one_node("a", charge).compile(store, durable=durable)
+    compiled = _one_node("a", charge).compile(store)
     result = await compiled.run({}, thread="t")
     assert result.status == "reconciliation_required" and not swallowed
     [observation] = result.observations
@@ -278,8 +278,8 @@ async def test_journaled_calls_on_every_backend(runtime_backend: RuntimeBackend)
         receipt = await ctx.tool("charge", {"cents": 9, "thread": ctx.thread}, tool)
         return {"r": receipt, "answer": ctx.interrupt("ok?")}
 
-    async with runtime_backend.open() as (store, durable):
-        compiled = _one_node("b", charge_then_ask).compile(store, durable=durable)
+    async with runtime_backend.open() as store:
+        compiled = _one_node("b", charge_then_ask).compile(store)
         await compiled.run({}, thread="t")
         result = await compiled.resume("t", "yes")
         record = await durable.load("t")
@@ -307,8 +307,8 @@ async def test_a_long_run_commits_its_journal_as_it_goes_and_replays_across_the_
 
     graph = Graph("long").add_node("tick", tick).add_edge(START, "tick")
     graph.add_conditional_edges("tick", lambda s: "tick" if s["i"] < s["n"] else END, ["tick", END])
-    durable = MemoryDurableStore()
-    result = await graph.compile(MemoryCheckpointer(), durable=durable).run(
+    durable = MemoryCheckpointer()
+    result = await graph.compile(MemoryCheckpointer()).run(
         {"i": 0, "n": ROLL_AFTER + 10}, thread="t"
     )
     record = await durable.load("t")

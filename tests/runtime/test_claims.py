@@ -24,8 +24,8 @@ HOLDER = "crashed-host:999:dead"
 
 
 async def test_a_crashed_resumers_lease_names_the_holder_and_until() -> None:
-    store, durable = MemoryCheckpointer(), MemoryDurableStore()
-    compiled = approval_graph().compile(store, durable=durable)
+    store = MemoryCheckpointer()
+    compiled = approval_graph().compile(store)
     await compiled.run({"log": []}, thread="c")
     held = await hold(durable, "c", HOLDER, lease_ms=60_000)  # ... and that resumer dies
     with pytest.raises(StepClaimed) as info:
@@ -67,8 +67,8 @@ async def test_the_loser_of_a_race_is_told_the_winner() -> None:
 
 async def test_a_worker_reports_who_holds_a_due_run() -> None:
     clock = Clock()
-    store, durable = MemoryCheckpointer(), MemoryDurableStore(clock=epoch_ms(clock))
-    compiled = timer_graph().compile(store, durable=durable, clock=clock)
+    store, durable = MemoryCheckpointer(), MemoryCheckpointer(clock=epoch_ms(clock))
+    compiled = timer_graph().compile(store, clock=clock)
     await compiled.run({"seconds": 0, "logfile": "/dev/null"}, thread="t")
     await hold(durable, "t", HOLDER, lease_ms=30_000)
     outcome = await Worker([compiled]).run_once()
@@ -111,7 +111,7 @@ async def test_the_runtimes_bookkeeping_survives_any_redactor(tmp_path: Path, ke
         SqliteCheckpointer(tmp_path / "r.db", redact=RedactKeys([key])) as store,
         SqliteDurableStore(tmp_path / "r.db") as durable,
     ):
-        compiled = _sibling_graph().compile(store, durable=durable)
+        compiled = _sibling_graph().compile(store)
         await compiled.run({}, thread=thread)
         suspended = await store.get(thread)
         assert suspended is not None

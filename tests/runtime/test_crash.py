@@ -48,7 +48,7 @@ def _kill_after(child: subprocess.Popen[str], seconds: float) -> None:
 async def _uninterrupted(tmp_path: Path) -> dict[str, object]:
     db = tmp_path / "reference.db"
     async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-        compiled = counter_graph().compile(store, durable=durable)
+        compiled = counter_graph().compile(store)
         result = await compiled.run(counter_input(ROUNDS, DELAY), thread="x")
         return dict(result.state)
 
@@ -77,7 +77,7 @@ async def test_killed_runs_resume_to_the_uninterrupted_state(tmp_path: Path) -> 
             if started:
                 _kill_after(_start(db, "run", "resume"), rng.uniform(0, 0.1))
         async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-            compiled = counter_graph().compile(store, durable=durable)
+            compiled = counter_graph().compile(store)
             latest = await store.get("run")
             if latest is None:
                 await compiled.run(counter_input(ROUNDS, DELAY), thread="run")

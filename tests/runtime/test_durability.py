@@ -46,12 +46,12 @@ async def test_resume_policies() -> None:
 
 
 async def test_a_thread_run_with_other_settings_is_refused_before_any_call() -> None:
-    store, durable = MemoryCheckpointer(), MemoryDurableStore()
-    await approval_graph().compile(store, durable=durable).run({"log": []}, thread="t")
+    store = MemoryCheckpointer()
+    await approval_graph().compile(store).run({"log": []}, thread="t")
     strict = approval_graph()
     strict.durability = Durability(ambiguous_tool_policy="retry_idempotent_only")
     with pytest.raises(DurableError) as info:
-        await strict.compile(store, durable=durable).resume("t", "yes")
+        await strict.compile(store).resume("t", "yes")
     assert info.value.code == "checkpoint_definition_mismatch"
 
 
@@ -102,10 +102,10 @@ async def test_extension_state_is_saved_with_each_step_and_restored_on_resume() 
 
 
 async def test_a_required_extension_missing_or_of_another_version_refuses_the_resume() -> None:
-    store, durable = MemoryCheckpointer(), MemoryDurableStore()
+    store = MemoryCheckpointer()
     await (
         _audit_graph(Durability(extensions=[Audit]))
-        .compile(store, durable=durable)
+        .compile(store)
         .run({}, thread="t")
     )
     suspended = await store.get("t")
@@ -116,7 +116,7 @@ async def test_a_required_extension_missing_or_of_another_version_refuses_the_re
     with pytest.raises(DurableError) as info:
         await (
             _audit_graph(Durability(extensions=[Audit]))
-            .compile(store, durable=durable)
+            .compile(store)
             .resume("t", "yes")
         )
     assert info.value.code == "checkpoint_extension_version_mismatch"
@@ -156,18 +156,18 @@ def _keyed(key: str) -> Graph:
 
 
 async def test_credential_slots_are_redacted_supplied_live_and_keep_the_digest() -> None:
-    store, durable = MemoryCheckpointer(), MemoryDurableStore()
-    first = _keyed("Bearer one").compile(store, durable=durable)
+    store = MemoryCheckpointer()
+    first = _keyed("Bearer one").compile(store)
     await first.run({}, thread="t")
     record = await durable.load("t")
     assert record is not None
     headers = record.run_definition["model"]["settings"]["extra_headers"]
     assert headers == {"authorization": CREDENTIAL_REDACTED}
-    rotated = _keyed("Bearer two").compile(store, durable=durable)
+    rotated = _keyed("Bearer two").compile(store)
     assert rotated.definition.digest == first.definition.digest
     assert (await rotated.resume("t", "yes")).state["used"] == "Bearer"
     with pytest.raises(DurableError) as info:
-        _keyed(CREDENTIAL_REDACTED).compile(store, durable=durable)
+        _keyed(CREDENTIAL_REDACTED).compile(store)
     assert info.value.code == "checkpoint_credential_not_supplied"
     undeclared = Durability(model=_model("Bearer three"))
     with pytest.raises(DurableError) as leak:

@@ -69,7 +69,7 @@ async def test_two_processes_resuming_a_run_that_died_between_steps_run_it_once(
 
 async def _due_runs(store: SharedStore, ledger: Path) -> None:
     async with opened(*store.args) as (checkpointer, durable):
-        compiled = slow_charge_graph().compile(checkpointer, durable=durable)
+        compiled = slow_charge_graph().compile(checkpointer)
         for i in range(RUNS):
             state = {"slow": 8 * LEASE.total_seconds(), "ledger": str(ledger)}
             await compiled.run(state, thread=f"run-{i}")

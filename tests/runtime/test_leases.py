@@ -32,12 +32,12 @@ async def test_a_step_slower_than_its_lease_with_three_workers_has_one_effect(
 ) -> None:
     ledger, runs = tmp_path / "ledger", 3
     async with (
-        durable_backend.open() as (s1, d1),
-        durable_backend.open() as (s2, d2),
-        durable_backend.open() as (s3, d3),
+        durable_backend.open() as s1,
+        durable_backend.open() as s2,
+        durable_backend.open() as s3,
     ):
         graphs = [
-            slow_charge_graph().compile(store, durable=durable, claim_ttl=LEASE)
+            slow_charge_graph().compile(store, claim_ttl=LEASE)
             for store, durable in ((s1, d1), (s2, d2), (s3, d3))
         ]
         for i in range(runs):
@@ -74,9 +74,9 @@ async def test_the_heartbeat_renews_the_lease_while_a_step_runs(
             seen.append(record.lease_expires_at_ms)
         return {"slow": True}
 
-    async with durable_backend.open() as (store, durable):
+    async with durable_backend.open() as store:
         graph = Graph("slow").add_node("slow", slow).add_edge(START, "slow")
-        result = await graph.compile(store, durable=durable, claim_ttl=LEASE).run({}, thread="t")
+        result = await graph.compile(store, claim_ttl=LEASE).run({}, thread="t")
     assert result.status == "done"
     assert seen == sorted(seen) and seen[-1] > seen[0], seen
 
@@ -85,7 +85,7 @@ def _in_another_process(backend: RuntimeBackend, work: Any) -> threading.Thread:
     """Run ``work(checkpointer, durable)`` on stores of its own, on an event loop of its own."""
 
     async def main() -> None:
-        async with backend.open() as (store, durable):
+        async with backend.open() as store:
             await work(store, durable)
 
     thread = threading.Thread(target=asyncio.run, args=(main(),))
@@ -114,7 +114,7 @@ async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
     outcomes: list[object] = []
 
     async def take_over(store: Any, durable: Any) -> None:
-        compiled = graph.compile(store, durable=durable, claim_ttl=LEASE)
+        compiled = graph.compile(store, claim_ttl=LEASE)
         deadline = time.monotonic() + 20 * LEASE.total_seconds()
         while time.monotonic() < deadline:
             try:
@@ -124,8 +124,8 @@ async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
                 await asyncio.sleep(LEASE.total_seconds() / 3)
         raise AssertionError("the stalled holder's lease never lapsed")
 
-    async with durable_backend.open() as (store, durable):
-        compiled = graph.compile(store, durable=durable, claim_ttl=LEASE)
+    async with durable_backend.open() as store:
+        compiled = graph.compile(store, claim_ttl=LEASE)
         taker = _in_another_process(durable_backend, take_over)
         with pytest.raises(StepClaimed) as fenced:
             await compiled.run({}, thread="t")
@@ -141,8 +141,8 @@ async def test_a_holder_that_stalled_past_its_lease_sends_no_call_even_if_nobody
 ) -> None:
     ledger = tmp_path / "ledger"
     graph = _stalls_once_then_charges("stalled", ledger)
-    async with durable_backend.open() as (store, durable):
-        compiled = graph.compile(store, durable=durable, claim_ttl=LEASE)
+    async with durable_backend.open() as store:
+        compiled = graph.compile(store, claim_ttl=LEASE)
         with pytest.raises(StepClaimed):  # its lease lapsed: the renewal before the call fails
             await compiled.run({}, thread="t")
         record = await durable.load("t")
@@ -171,7 +171,7 @@ async def test_a_run_ends_when_its_driver_swallows_the_heartbeats_cancellation()
 
     graph = Graph("slow").add_node("slow", slow).add_edge(START, "slow")
     durable = _CancelSwallowingStore()
-    compiled = graph.compile(MemoryCheckpointer(), durable=durable, claim_ttl=LEASE)
+    compiled = graph.compile(MemoryCheckpointer(), claim_ttl=LEASE)
     for run in range(5):
         task = asyncio.create_task(compiled.run({}, thread=f"t{run}"))
         done, _ = await asyncio.wait({task}, timeout=10)  # not wait_for: it would wait too

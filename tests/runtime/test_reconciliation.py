@@ -63,8 +63,8 @@ def _charging(
 
 
 async def _ambiguous(graph: Graph) -> tuple[CompiledGraph, MemoryDurableStore]:
-    durable = MemoryDurableStore()
-    compiled = graph.compile(MemoryCheckpointer(), durable=durable)
+    durable = MemoryCheckpointer()
+    compiled = graph.compile(MemoryCheckpointer())
     assert (await compiled.run({}, thread="t")).status == "reconciliation_required"
     return compiled, durable
 
@@ -251,8 +251,8 @@ async def test_two_ambiguous_calls_wait_until_both_are_settled() -> None:
 
 async def test_reconciliation_on_every_durable_backend(durable_backend: RuntimeBackend) -> None:
     system = Flaky()
-    async with durable_backend.open() as (store, durable):
-        compiled = _charging(system).compile(store, durable=durable)
+    async with durable_backend.open() as store:
+        compiled = _charging(system).compile(store)
         assert (await compiled.run({}, thread="t")).status == "reconciliation_required"
         listed = await durable.list_runs(status="reconciliation_required")  # type: ignore[arg-type]
         assert [run.key for run in listed.runs] == ["t"]

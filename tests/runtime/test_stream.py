@@ -121,7 +121,7 @@ def test_sync_graph_runs_streams_and_resumes_on_every_backend(
     checkpoints = runtime_backend.checkpoints
     checkpointer = checkpoints.factory(**checkpoints.kwargs)
     durable = runtime_backend.durable_stores()
-    with SyncGraph(approval_graph(), checkpointer, durable=durable) as runs:
+    with SyncGraph(approval_graph(), checkpointer) as runs:
         kinds = [e.kind for e in runs.stream({"log": []}, thread="sync")]
         assert kinds[-1] == "interrupted"
         result = runs.resume("sync", "yes")

@@ -136,8 +136,8 @@ async def test_racing_resumes_one_proceeds_other_gets_both_revisions() -> None:
 
 async def test_a_lapsed_lease_of_a_crashed_resumer_is_taken_over() -> None:
     clock = Clock()
-    store, durable = MemoryCheckpointer(), MemoryDurableStore(clock=epoch_ms(clock))
-    compiled = approval_graph().compile(store, durable=durable, clock=clock)
+    store, durable = MemoryCheckpointer(), MemoryCheckpointer(clock=epoch_ms(clock))
+    compiled = approval_graph().compile(store, clock=clock)
     await compiled.run({"log": []}, thread="c")
     suspended = await store.get("c")
     assert suspended is not None

@@ -115,8 +115,8 @@ async def test_a_failing_woken_node_is_reported_and_stays_due() -> None:
 
 async def test_a_crashed_workers_lease_is_taken_over_once_it_lapses(tmp_path: Path) -> None:
     clock = Clock()
-    store, durable = MemoryCheckpointer(), MemoryDurableStore(clock=epoch_ms(clock))
-    compiled = timer_graph().compile(store, durable=durable, clock=clock)
+    store, durable = MemoryCheckpointer(), MemoryCheckpointer(clock=epoch_ms(clock))
+    compiled = timer_graph().compile(store, clock=clock)
     await compiled.run({"seconds": 0, "logfile": str(tmp_path / "log")}, thread="c")
     await hold(durable, "c", "dead-worker", lease_ms=30_000)
     worker = Worker([compiled])
@@ -130,18 +130,18 @@ async def test_a_recovering_worker_takes_over_the_runs_a_dead_process_left(
     tmp_path: Path,
 ) -> None:
     clock = Clock()
-    store, durable = MemoryCheckpointer(), MemoryDurableStore(clock=epoch_ms(clock))
-    timers = timer_graph().compile(store, durable=durable, clock=clock)
-    approvals = approval_graph().compile(store, durable=durable, clock=clock)
+    store, durable = MemoryCheckpointer(), MemoryCheckpointer(clock=epoch_ms(clock))
+    timers = timer_graph().compile(store, clock=clock)
+    approvals = approval_graph().compile(store, clock=clock)
     await timers.run({"seconds": 3600, "logfile": str(tmp_path / "log")}, thread="mid-step")
     await approvals.run({"log": []}, thread="asks")
-    counter = counter_graph().compile(store, durable=durable, clock=clock, step_limit=1)
+    counter = counter_graph().compile(store, clock=clock, step_limit=1)
     with pytest.raises(StepLimitExceeded):
         await counter.run(counter_input(2), thread="loop")
     for thread in ("mid-step", "asks", "loop"):  # their processes died holding them
         await hold(durable, thread, "dead-host:1:x", lease_ms=30_000)
     worker = Worker(
-        [timers, approvals, counter_graph().compile(store, durable=durable, clock=clock)]
+        [timers, approvals, counter_graph().compile(store, clock=clock)]
     )
     assert await worker.stranded() == []
     clock.now += timedelta(seconds=31)

@@ -18,6 +18,7 @@ __all__ = [
     "model_operation_id",
     "new_checkpoint_key",
     "new_claim_token",
+    "run_idempotency_key",
     "stable_event_id",
     "tool_idempotency_key",
     "tool_operation_id",
@@ -32,6 +33,23 @@ def tool_idempotency_key(checkpoint_key: str, cycle_index: int, tool_call_id: st
     """The ``idem_`` key a tool receives: stable across retries of the same call."""
     validate_checkpoint_key(checkpoint_key)
     return "idem_" + _hex(f"{checkpoint_key}\x00{cycle_index}\x00{tool_call_id}")[:32]
+
+
+def run_idempotency_key(
+    namespace: str | None, run_id: str, cycle_index: int, tool_call_id: str
+) -> str:
+    """The ``idem_`` key this runtime gives a tool: unique per run, stable across retries.
+
+    The original's key (:func:`tool_idempotency_key`) is a function of the
+    checkpoint key alone, so the same thread id in two namespaces, or a thread
+    deleted and run again, repeats it, and a provider that deduplicates on it
+    drops the second, different call. This one also names the namespace and
+    the run's own id (drawn when its record is created), so no two runs share
+    a key, while a retry of one call (same run, cycle and call id) keeps it.
+    """
+    validate_checkpoint_key(run_id)
+    text = f"run\x00{namespace or ''}\x00{run_id}\x00{cycle_index}\x00{tool_call_id}"
+    return "idem_" + _hex(text)[:32]
 
 
 def stable_event_id(checkpoint_key: str, event_type: str, coordinates: Iterable[str] = ()) -> str:

@@ -61,17 +61,8 @@ __all__ = [
 ]
 
 _CLAIM = "checkpoint_claim_invalid"
-#: The states a new entry may be written in: planned, or the moves from it written at once
-#: (an idempotent call is journaled only once it settled: planned, started and its outcome).
-_FIRST_STATES = frozenset(
-    {
-        OperationState.PLANNED,
-        OperationState.STARTED,
-        OperationState.FAILED,
-        OperationState.SUCCEEDED,
-        OperationState.AMBIGUOUS,
-    }
-)
+#: The states a new entry may be written in: planned, or one legal move from it.
+_FIRST_STATES = frozenset({OperationState.PLANNED, OperationState.STARTED, OperationState.FAILED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +271,7 @@ def _check_successor(previous: OperationJournalEntry | None, entry: OperationJou
         if entry.attempt != 1 or entry.state not in _FIRST_STATES:
             raise DurableError(
                 "operation_transition_invalid",
-                f"a new journal entry starts at attempt 1 as planned, started or settled,"
+                f"a new journal entry starts at attempt 1 as planned, started or failed,"
                 f" not at attempt {entry.attempt} as {entry.state.value}",
             )
         return

@@ -1,11 +1,16 @@
 """Journaled external calls: what ``ctx.tool`` and ``ctx.model`` do.
 
-Each call is written durably as ``started`` (planned and started in one
-write) under the run's lease *before* the call goes out, and as
-``succeeded`` with its receipt, ``failed`` with a typed error, or
-``ambiguous`` after it. A call found already settled in the journal (a
-resumed run re-running a step) is replayed from its receipt and not made
-again; so is a call a suspended node made before it suspended.
+A call that may not go out twice is written durably as ``started``
+(planned and started in one write) under the run's lease *before* it goes
+out; that is the only write it costs. Its outcome (``succeeded`` with its
+receipt, ``failed`` with a typed error, ``ambiguous``) is noted in the lease
+and rides the next write: the next call's ``started`` entry, or the step's
+commit (one transaction with the step on the SQL stores). A call declared
+``idempotent=True`` writes nothing before it goes out: after a crash it runs
+again under the same ``idem_`` key, which a tool that deduplicates turns
+into a no-op (DBOS's step semantics). A call found already settled in the
+journal (a resumed run re-running a step) is replayed from its receipt and
+not made again; so is a call a suspended node made before it suspended.
 
 Identities are derived from where the call sits, so a re-run derives the
 same ones: the node, its call key (``key=``, else ``tool-1``, ``tool-2``...
@@ -13,9 +18,10 @@ in call order within the node), the step and the claimed cycle:
 
 * operation id ``op_{kind}_cycle_{cycle}_step_{step}_{hash(node, key)}``;
 * tool call id ``{node}/{key}@{step}``, and the ``idem_`` key derived from the
-  thread, the cycle and that id (``tool_idempotency_key``): stable across
-  retries of the call, different for every step, so a tool that deduplicates
-  on it turns a retry into a no-op.
+  namespace, the run's own id, the cycle and that id (``run_idempotency_key``):
+  stable across retries of the call, different for every step and every run
+  (two tenants, or a thread deleted and run again, never share one), so a
+  tool that deduplicates on it turns a retry into a no-op.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from agentflow.durable import (
     OperationState,
     ToolIdempotency,
     operation_request_digest,
-    tool_idempotency_key,
+    run_idempotency_key,
     tool_request_digest,
 )
 from agentflow.durable.errors import DurableError
@@ -143,6 +149,11 @@ class CallJournal:
         return self.lease.record.checkpoint_key
 
     @property
+    def idempotency_scope(self) -> tuple[str | None, str]:
+        """The namespace and the run's own id, which every ``idem_`` key of the run names."""
+        return self.lease.store.namespace, self.lease.record.trace_id
+
+    @property
     def cycle(self) -> int:
         cycle = self.lease.record.claimed_cycle
         assert cycle is not None
@@ -159,9 +170,15 @@ class CallJournal:
         return None
 
     async def write(self, entry: OperationJournalEntry) -> None:
-        """Journal ``entry`` under the lease (refused with ``LeaseLost`` once fenced)."""
+        """Journal ``entry`` under the lease, with the outcomes noted before it
+        (refused with ``LeaseLost`` once fenced)."""
         async with self._lock:
             await self.lease.record_operation(entry)
+
+    def settle(self, entries: tuple[OperationJournalEntry, ...]) -> None:
+        """Note the journal moves of a call that went out: they ride the next write."""
+        for entry in entries:
+            self.lease.note(entry)
 
     def note(self, step: int, entry: OperationJournalEntry, name: str, *, replayed: bool) -> None:
         self.by_step.setdefault(step, []).append(
@@ -219,7 +236,8 @@ class NodeCalls:
             call_id = found.tool_call_id or call_id
             idem = found.idempotency_key or ""
         else:
-            idem = tool_idempotency_key(self.journal.thread, self.journal.cycle, call_id)
+            namespace, run_id = self.journal.idempotency_scope
+            idem = run_idempotency_key(namespace, run_id, self.journal.cycle, call_id)
         digest = tool_request_digest(call_id, name, dict(arguments), idem)
         if found is None:
             support = ToolIdempotency.SUPPORTED if idempotent else ToolIdempotency.UNSUPPORTED
@@ -239,7 +257,7 @@ class NodeCalls:
         def invoke(entry: OperationJournalEntry) -> Any:
             return call(ToolCall(name, arguments, idem, entry.operation_id, entry.attempt))
 
-        return await self._run(found, name, invoke)
+        return await self._run(found, name, invoke, write_first=not idempotent)
 
     async def model(self, request: Mapping[str, Any], call: ModelFn, *, key: str | None) -> Any:
         key, operation_id = self._operation(OperationKind.MODEL, key)
@@ -258,14 +276,18 @@ class NodeCalls:
         def invoke(entry: OperationJournalEntry) -> Any:
             return call(ModelCall(projection, entry.operation_id, entry.attempt))
 
-        return await self._run(found, name, invoke)
+        return await self._run(found, name, invoke, write_first=True)
 
     async def _run(
         self,
         entry: OperationJournalEntry,
         name: str,
         invoke: Callable[[OperationJournalEntry], Any],
+        *,
+        write_first: bool,
     ) -> Any:
+        """Make the call ``entry`` journals, or replay it; ``write_first`` stores its
+        ``started`` entry before it goes out (else it rides the outcome's write)."""
         journal = self.journal
         if entry.state is OperationState.SUCCEEDED:
             journal.note(self.step, entry, name, replayed=True)
@@ -282,8 +304,10 @@ class NodeCalls:
             )
         started = entry.start()
         await journal.lease.ensure_live()  # a stalled holder starts nothing
-        await journal.write(started)
-        await journal.lease.ensure_live()  # nor sends what it journaled before a stall
+        if write_first:
+            await journal.write(started)
+            await journal.lease.ensure_live()  # nor sends what it journaled before a stall
+        moves: tuple[OperationJournalEntry, ...] = () if write_first else (started,)
         try:
             outcome = invoke(started)
             if inspect.isawaitable(outcome):
@@ -294,15 +318,15 @@ class NodeCalls:
         except CallFailed as failed:
             error = OperationError(failed.failure, failed.message, failed.retryable)
             settled = started.fail(error)
-            await journal.write(settled)
+            journal.settle((*moves, settled))
             journal.note(self.step, settled, name, replayed=False)
             raise
         except Exception as exc:  # sent or not, nobody knows: never guessed
             settled = started.mark_ambiguous()
-            await journal.write(settled)
+            journal.settle((*moves, settled))
             journal.note(self.step, settled, name, replayed=False)
             raise CallAmbiguous(started.operation_id, name) from exc
-        await journal.write(settled)
+        journal.settle((*moves, settled))
         journal.note(self.step, settled, name, replayed=False)
         return outcome
 

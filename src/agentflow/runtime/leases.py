@@ -12,6 +12,12 @@ starts no further external call and stores no further step.
 
 The claim token is ``OWNER#RANDOM``: the owner part (``host:pid:token`` of
 the compiled graph) is what errors and ``agentflow show`` name as the holder.
+
+A settled call's receipt is not written on its own: it waits in the lease
+(:meth:`Lease.note`) and rides the next write, the next call's ``started``
+entry or the step's commit (:meth:`Lease.commit_step`, one transaction with
+the step's checkpoint on the SQL stores). A call that may not go out twice
+therefore costs one write before it is sent, and nothing after.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.durable import (
     ClaimActive,
@@ -32,6 +40,7 @@ from agentflow.durable import (
     DurableStore,
     LeaseLost,
     OperationJournalEntry,
+    OperationKind,
 )
 from agentflow.errors import AgentflowError, StoreUnavailable
 from agentflow.runtime.errors import StepClaimed
@@ -93,11 +102,39 @@ async def step_claimed(
     return claimed
 
 
-class Lease:
-    """One claim on one run: the record as this holder last wrote it, and its heartbeat.
+def _with_entry(record: DurableCheckpoint, entry: OperationJournalEntry) -> DurableCheckpoint:
+    """``record`` with ``entry`` in its journal (in place of the one of its call, if any)."""
+    journal = list(record.journal(entry.kind))
+    index = next(
+        (i for i, item in enumerate(journal) if item.operation_id == entry.operation_id),
+        len(journal),
+    )
+    journal[index : index + 1] = [entry]
+    if entry.kind is OperationKind.MODEL:
+        return replace(record, model_call_journal=journal)
+    return replace(record, tool_journal=journal)
 
-    ``record`` is the caller's snapshot, the guard of every write; writes go
-    through :meth:`adopt`. ``lost`` is set once a renewal was refused; then
+
+def _together(store: DurableStore, checkpointer: Checkpointer) -> bool:
+    """Whether ``store`` holds ``checkpointer``'s steps too, so a step commits as one write."""
+    if not isinstance(store, Store):
+        return False
+    if store is checkpointer:
+        return True
+    return (
+        isinstance(checkpointer, Store)
+        and store.database == checkpointer.database
+        and store.namespace == checkpointer.namespace
+    )
+
+
+class Lease:
+    """One claim on one run: the record as stored, as this holder sees it, and a heartbeat.
+
+    ``record`` is the holder's view: the stored record with the settled calls
+    not yet written (:meth:`note`) in its journal, at the stored revision, so
+    a write planned from it (commit, suspend, finalize) carries them; writes
+    go through :meth:`adopt`. ``lost`` is set once a renewal was refused; then
     :meth:`check` raises :class:`LeaseLost`.
     """
 
@@ -113,6 +150,10 @@ class Lease:
         assert record.claim_token is not None
         self.store = store
         self.record = record
+        #: The record as last stored (the snapshot receipts are planned from).
+        self._stored = record
+        #: Entries settled since, in the order they settled, riding the next write.
+        self._pending: list[OperationJournalEntry] = []
         self.token = record.claim_token
         self.lease_ms = lease_ms
         #: True when this claim took the run over (a lapsed lease, an ambiguity).
@@ -174,15 +215,67 @@ class Lease:
         return lease
 
     def adopt(self, record: DurableCheckpoint) -> DurableCheckpoint:
-        """Keep ``record`` (what a write returned) as the snapshot of the next write."""
-        self.record = record
+        """Keep ``record`` (what a write returned, everything noted included) as the
+        snapshot of the next write."""
+        self.record = self._stored = record
+        self._pending.clear()
         return record
 
+    def note(self, entry: OperationJournalEntry) -> None:
+        """Keep a journal move that need not be stored before anything else is:
+        it rides the next write (:meth:`record_operation`, :meth:`commit_step`, ...)."""
+        self._pending.append(entry)
+        self.record = _with_entry(self.record, entry)
+
     async def record_operation(self, entry: OperationJournalEntry) -> DurableCheckpoint:
-        """Journal one entry under this claim."""
+        """Journal ``entry`` under this claim, with everything noted before it, as one write."""
         self.check()
-        written = await self.store.record_operation(self.record, entry, claim_token=self.token)
-        return self.adopt(written)
+        return await self._write([*self._pending, entry])
+
+    async def flush(self) -> None:
+        """Store what was noted, if anything (before the lease is given up)."""
+        if self._pending:
+            await self._write(list(self._pending))
+
+    async def _write(self, entries: list[OperationJournalEntry]) -> DurableCheckpoint:
+        noted = len(self._pending)
+        if isinstance(self.store, Store):
+            written = await self.store.record_operations(
+                self._stored, entries, claim_token=self.token
+            )
+        else:  # a third-party store writes one entry at a time
+            written = self._stored
+            for entry in entries:
+                written = await self.store.record_operation(written, entry, claim_token=self.token)
+        return self._written(written, noted)
+
+    def _written(self, written: DurableCheckpoint, noted: int) -> DurableCheckpoint:
+        """Adopt ``written``, which stored the first ``noted`` entries noted; entries
+        noted meanwhile (a parallel node's call) still wait for the next write."""
+        later = self._pending[noted:]
+        self.adopt(written)
+        for entry in later:
+            self.note(entry)
+        return written
+
+    async def commit_step(self, cp: Checkpoint, checkpointer: Checkpointer) -> DurableCheckpoint:
+        """Store the step ``cp`` and the receipts noted, together where the store can.
+
+        On an agentflow store that holds ``checkpointer``'s steps too it is one
+        :meth:`~agentflow.checkpoint.store.Store.commit_step`; otherwise the
+        receipts are written first, then the step.
+        """
+        self.check()
+        if _together(self.store, checkpointer):
+            assert isinstance(self.store, Store)
+            noted = len(self._pending)
+            written = await self.store.commit_step(
+                cp, self._stored, self._pending[:noted], claim_token=self.token
+            )
+            return self._written(written, noted)
+        await self.flush()
+        await checkpointer.put(cp, if_revision=0)
+        return self.record
 
     async def progress(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
         """Replace the record's content under this claim; the claim stays."""
@@ -275,6 +368,8 @@ class Lease:
         await self._stop_heartbeat()
         if self.lost is not None:
             return
+        with contextlib.suppress(LeaseLost, StoreUnavailable):
+            await self.flush()  # receipts of calls made go on record, to be replayed
         if self._released is not None:
             if len(self._released) >= _REMEMBERED:
                 self._released.clear()  # only the last millisecond's matter

@@ -51,6 +51,7 @@ from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY
 if TYPE_CHECKING:
     from agentflow.runtime.durability import Durability
     from agentflow.runtime.graph import Graph
+    from agentflow.runtime.leases import Lease
 
 __all__ = ["StepAbandoned", "StepEnv", "StepRunner", "Updates"]
 
@@ -107,6 +108,11 @@ class StepEnv:
     #: Who answers the suspend this lease resumes (written on its first step).
     answered_by: str | None = None
 
+    @property
+    def lease(self) -> Lease | None:
+        """The lease the steps run under (None outside one)."""
+        return None if self.journal is None else self.journal.lease
+
     def node_calls(self, step: int, node: str) -> NodeCalls | None:
         return None if self.journal is None else NodeCalls(self.journal, step, node)
 
@@ -151,10 +157,16 @@ class StepRunner:
         self.checkpointer = checkpointer
         self.clock = clock
 
-    async def store(self, cp: Checkpoint, updates: Updates, sink: Sink) -> None:
-        """Write the new step ``cp``; a refusal to encode names the node and key."""
+    async def store(
+        self, cp: Checkpoint, updates: Updates, sink: Sink, lease: Lease | None = None
+    ) -> None:
+        """Write the new step ``cp`` (with the receipts ``lease`` noted, under its
+        claim); a refusal to encode names the node and key."""
         try:
-            await self.checkpointer.put(cp, if_revision=0)
+            if lease is None:
+                await self.checkpointer.put(cp, if_revision=0)
+            else:
+                await lease.commit_step(cp, self.checkpointer)
         except CheckpointNotSerializable as refused:
             raise _culprit(cp.thread, updates, cp.state, refused) from refused
         sink(RunEvent("step_stored", cp.thread, cp.step, checkpoint=cp))
@@ -211,7 +223,7 @@ class StepRunner:
                 ),
                 revision=1,
             )
-            await self.store(new, list(done.items()), sink)
+            await self.store(new, list(done.items()), sink, env.lease)
             return new
         updates: Updates = [(n, done[n]) for n in cp.next]
         state = self.merge(cp.state, updates, cp.thread, cp.step)
@@ -225,7 +237,7 @@ class StepRunner:
             extra=self._extra(env, cp.step + 1, {"graph": name}),
             revision=1,
         )
-        await self.store(new, updates, sink)
+        await self.store(new, updates, sink, env.lease)
         return new
 
     async def _call_all(
