@@ -123,8 +123,9 @@ class Write:
 
     Apply ``head`` (every field; but when ``keep_lease`` the stored lease
     stays), ``body`` unless None, and ``journal`` unless None (a tuple of
-    :class:`JournalPut` is applied in order), iff ``guard`` holds. ``record`` is the stored record
-    afterwards; when ``keep_lease`` its lease must be set from the store's (a renewal may have moved it).
+    :class:`JournalPut` is applied in order), iff ``guard`` holds.
+    ``record`` is the stored record afterwards; when ``keep_lease`` its
+    lease must be set from the store's (a renewal may have moved it).
     """
 
     key: str
