@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentflow.checkpoint import Checkpoint, Checkpointer, ThreadInfo, ThreadPage
+from agentflow.checkpoint import Checkpoint, Checkpointer, Store, ThreadInfo, ThreadPage, open_store
 from agentflow.errors import AgentflowError, CheckpointConflict, CheckpointError
 from agentflow.runtime import END, START, CompiledGraph, Graph, NodeContext, RunResult, Worker
 
@@ -18,10 +18,12 @@ __all__ = [
     "Graph",
     "NodeContext",
     "RunResult",
+    "Store",
     "ThreadInfo",
     "ThreadPage",
     "Worker",
     "__version__",
+    "open_store",
 ]
 
 __version__ = "0.1.0"

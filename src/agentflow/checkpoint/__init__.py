@@ -1,8 +1,10 @@
 """Checkpointing: durable run state, resume, and time travel.
 
-The model and protocol live in :mod:`agentflow.checkpoint.base`, the base every
-backend builds on in :mod:`agentflow.checkpoint.backend`, and each backend in
-its own subpackage. Backends with optional dependencies (PostgreSQL, Redis,
+The model and protocol live in :mod:`agentflow.checkpoint.base`; the
+:class:`Store` protocol (one object per database holding a thread's
+checkpoints, durable record and events) in :mod:`agentflow.checkpoint.store`;
+the base every backend builds on in :mod:`agentflow.checkpoint.store_base`,
+and each backend in its own subpackage. Backends with optional dependencies (PostgreSQL, Redis,
 MongoDB) are imported lazily, so ``import agentflow.checkpoint`` needs none of
 them installed. :func:`open_store` opens any of them from a URL.
 """
@@ -25,6 +27,7 @@ from agentflow.checkpoint.base import (
 from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
 from agentflow.checkpoint.memory import MemoryCheckpointer, MemoryStore
 from agentflow.checkpoint.redaction import DEFAULT_MASK, RedactKeys, redact_none
+from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.stores import open_store, register_scheme
 
 if TYPE_CHECKING:
@@ -51,6 +54,7 @@ __all__ = [
     "Redactor",
     "RedisCheckpointer",
     "SqliteCheckpointer",
+    "Store",
     "ThreadInfo",
     "ThreadPage",
     "ThreadStatus",

@@ -1,4 +1,4 @@
-"""Opening a checkpointer from a store URL: the one registry of URL schemes.
+"""Opening a store from a URL: the one registry of URL schemes.
 
 Each backend is imported only when its scheme is used, so a missing optional
 driver fails only the call that needs it, with the ``pip install`` line that
@@ -11,12 +11,16 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from agentflow.checkpoint.base import Checkpointer
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.errors import InvalidStoreUrl
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
+    from agentflow.checkpoint.store import Store
 
 __all__ = [
     "DEFAULT_STORE",
@@ -33,7 +37,7 @@ __all__ = [
 #: The store the command line uses when none is named.
 DEFAULT_STORE: Final = "sqlite:///.runs/checkpoints.db"
 
-#: Builds a checkpointer from a URL and a namespace.
+#: Builds a store (or a third party's checkpointer) from a URL and a namespace.
 StoreOpener = Callable[..., Checkpointer]
 
 #: scheme -> (module with ``from_url``, optional-dependency extra)
@@ -53,7 +57,9 @@ _REGISTERED: dict[str, StoreOpener] = {}
 
 def register_scheme(scheme: str, opener: StoreOpener) -> None:
     """Let :func:`open_store` open ``scheme://...`` URLs with ``opener(url, namespace=)``
-    (and ``codec=`` when one is given, ``create=False`` when asked)."""
+    (and ``codec=``, ``sealing=`` when given, ``create=False`` when asked). An
+    opener that returns a plain :class:`~agentflow.checkpoint.base.Checkpointer`
+    (no records, no events) gets runs only with ``compile(..., durable=)``."""
     if not scheme.isascii() or not scheme.replace("+", "").isalnum() or scheme.lower() != scheme:
         raise InvalidStoreUrl(f"a scheme is lower-case letters, digits and '+', not {scheme!r}")
     _REGISTERED[scheme] = opener
@@ -132,18 +138,21 @@ def open_store(
     url: str,
     *,
     namespace: str | None = None,
+    sealing: KeyRing | None = None,
     codec: CheckpointCodec | None = None,
     create: bool = True,
-) -> Checkpointer:
-    """A checkpointer for ``url``, bound to ``namespace``, encoding with ``codec``
-    (default JSON; a sealing codec seals every record); the caller closes it.
+) -> Store:
+    """The store at ``url``, bound to ``namespace``: one object holding every
+    thread's checkpoints, durable record and events there; the caller closes it.
 
     ``memory://NAME`` (one in-process store per name), ``sqlite:///PATH``
     (``sqlite:////abs/path`` for an absolute one), ``file://DIR``,
     ``postgresql://...``, ``redis://...`` and ``mongodb://...``.
 
-    With ``create=False`` (read-only callers) a store whose file, directory,
-    tables, keys or collection do not exist raises
+    ``sealing`` (a :class:`~agentflow.checkpoint.sealing.KeyRing`) seals
+    every checkpoint, record and event; ``codec`` encodes the checkpoints
+    (default JSON). With ``create=False`` (read-only callers) a store whose
+    file, directory, tables, keys or collection do not exist raises
     :class:`~agentflow.errors.StoreNotFound`, on its first call at the latest,
     and nothing is created.
     """
@@ -151,6 +160,9 @@ def open_store(
     options: dict[str, object] = {"namespace": namespace}
     if codec is not None:  # a registered third-party opener need take neither
         options["codec"] = codec
+    if sealing is not None:
+        options["sealing"] = sealing
     if not create:
         options["create"] = False
-    return opener(url, **options)
+    store = opener(url, **options)
+    return store  # type: ignore[return-value]  # a registered third party may return less

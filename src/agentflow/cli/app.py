@@ -21,7 +21,7 @@ from agentflow.checkpoint.stores import has_password, local_path
 from agentflow.cli import commands, records, run_commands
 from agentflow.cli.copy_command import copy
 from agentflow.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_status
-from agentflow.cli.keys import keyring_from_args, store_codec
+from agentflow.cli.keys import keyring_from_args
 from agentflow.cli.parser import build_parser
 from agentflow.cli.rekey_command import rekey
 from agentflow.cli.render import dump_json
@@ -33,11 +33,10 @@ from agentflow.runtime import NodeFailed, NotDue, StepClaimed
 __all__ = ["build_parser", "main"]
 
 Command = Callable[[Session], Awaitable[int]]
-#: What a command may create: the store, durable records beside an existing one, nothing.
-Creates = Literal["store", "records", "nothing"]
+#: What a command may create: the store, or nothing.
+Creates = Literal["store", "nothing"]
 #: Subcommands on one store. Only those that start runs may create the store;
-#: every other one refuses a store that is not there. Those that run nodes of an
-#: existing thread ("records") may add the durable store's tables beside it.
+#: every other one refuses a store that is not there.
 COMMANDS: dict[str, tuple[Command, Creates]] = {
     "threads": (commands.threads, "nothing"),
     "history": (commands.history, "nothing"),
@@ -47,8 +46,8 @@ COMMANDS: dict[str, tuple[Command, Creates]] = {
     "delete": (commands.delete, "nothing"),
     "journal": (records.journal, "nothing"),
     "reconcile": (records.reconcile, "nothing"),
-    "resume": (run_commands.resume, "records"),
-    "fork": (run_commands.fork, "records"),
+    "resume": (run_commands.resume, "nothing"),
+    "fork": (run_commands.fork, "nothing"),
     "worker": (run_commands.worker, "store"),
     "demo": (run_commands.demo, "store"),
 }
@@ -65,18 +64,14 @@ async def _run(args: argparse.Namespace, console: Console) -> int:
         return await rekey(args)
     handler, creates = COMMANDS[args.command]
     target = _target(args)
-    codec = store_codec(keyring_from_args(args))
-    store = open_cli_store(target, create=creates == "store", codec=codec)
-    session = Session(args, store, console, target, creates_records=creates != "nothing")
+    store = open_cli_store(target, create=creates == "store", sealing=keyring_from_args(args))
+    session = Session(args, store, console, target)
     try:
         if session.graph_specs:  # a bad --graph fails every command, not only those that run
             _ = session.registry
         return await handler(session)
     finally:
-        try:
-            await session.close()
-        finally:
-            await store.close()
+        await store.close()
 
 
 #: What to do about a store that is not there (only demo and worker create one).

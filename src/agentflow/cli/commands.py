@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer, ThreadInfo
+from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli import render
-from agentflow.cli.errors import UsageError
-from agentflow.cli.records import awaiting_reconciliation, durable_line, lease_of, record_of
+from agentflow.cli.errors import ThreadHeld, UsageError
+from agentflow.cli.records import durable_line, lease_of, record_of
 from agentflow.cli.session import Session
+from agentflow.durable import ClaimActive
 from agentflow.runtime import ThreadNotFound, status_of
 from agentflow.runtime.engine import read_checkpoint
 from agentflow.runtime.section import runtime_of
@@ -31,21 +32,15 @@ async def history_of(store: Checkpointer, thread: str) -> list[Checkpoint]:
 
 async def threads(s: Session) -> int:
     wanted, limit = s.args.status, s.args.limit
-    if wanted == "reconciliation_required":
-        return await awaiting_reconciliation(s)
-    found: list[ThreadInfo] = []
-    cursor = s.args.cursor
-    while len(found) < limit:
-        page = await s.store.list_threads_page(limit=limit - len(found), cursor=cursor)
-        found.extend(i for i in page.threads if wanted is None or status_of(i) == wanted)
-        cursor = page.next_cursor
-        if cursor is None:
-            break
+    page = await s.store.list_threads_page(limit=limit, cursor=s.args.cursor, status=wanted)
+    found, cursor = page.threads, page.next_cursor
     if s.json:
         s.emit({"threads": [render.info_json(i) for i in found], "next_cursor": cursor})
         return 0
     if found:
         render.print_threads(s.console, found)
+        if any(status_of(info) == "reconciliation_required" for info in found):
+            s.say("see what each waits for with: ", s.command("journal", "THREAD"))
     else:
         s.say(f"no {wanted} threads" if wanted else "no threads")
     if cursor is not None:
@@ -166,9 +161,17 @@ async def prune(s: Session) -> int:
 
 async def delete(s: Session) -> int:
     await read_checkpoint(s.store, s.args.thread)
-    if await record_of(s, s.args.thread) is not None:  # first: no record outlives its thread
-        await s.durable.delete(s.args.thread)
-    await s.store.delete_thread(s.args.thread)
+    try:
+        await s.store.delete_thread(s.args.thread, force=s.args.force)
+    except ClaimActive:
+        record = await s.store.load(s.args.thread)
+        lease = lease_of(record)
+        holder = f" by {lease['by']} until {lease['until']}" if lease else ""
+        raise ThreadHeld(
+            f"thread {s.args.thread!r} is held{holder}; deleting it now would make that "
+            f"process fail, perhaps after a call it made went out. Wait for it, or: "
+            f"{s.command('delete', s.args.thread, '--force')}"
+        ) from None
     if s.json:
         s.emit({"thread": s.args.thread, "deleted": True})
     else:

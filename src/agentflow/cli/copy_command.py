@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agentflow.checkpoint.base import Checkpointer
 from agentflow.cli.copy import CopyReport, Outcome, StoreCopy, count_threads
 from agentflow.cli.errors import CopyIncomplete, UsageError
-from agentflow.cli.keys import keyring_from_args, store_codec
+from agentflow.cli.keys import keyring_from_args
 from agentflow.cli.render import dump_json, inert_json
 from agentflow.cli.session import StoreTarget, open_cli_store
 from agentflow.cli.text import inert
@@ -87,10 +87,10 @@ async def copy(args: Any, console: Console) -> int:
     destination = StoreTarget.from_args(args.destination, to_namespace)
     if (source.url, source.namespace) == (destination.url, destination.namespace):
         raise UsageError("copy needs two different stores (or namespaces)")
-    codec = store_codec(keyring_from_args(args))
-    src = open_cli_store(source, create=False, codec=codec)
+    keyring = keyring_from_args(args)
+    src = open_cli_store(source, create=False, sealing=keyring)
     try:
-        dst = open_cli_store(destination, create=True, codec=codec)
+        dst = open_cli_store(destination, create=True, sealing=keyring)
         try:
             report = await _copy(args, console, src, dst)
         finally:

@@ -22,6 +22,7 @@ __all__ = [
     "InvalidGraphSpec",
     "SealingKeysInvalid",
     "SealingUnavailable",
+    "ThreadHeld",
     "UsageError",
     "exit_status",
 ]
@@ -68,6 +69,12 @@ class CopyIncomplete(AgentflowError):
     counts read back from the destination do not match."""
 
     code = "copy_incomplete"
+
+
+class ThreadHeld(AgentflowError):
+    """A command would remove a thread while another process holds its live lease."""
+
+    code = "thread_held"
 
 
 def exit_status(exc: AgentflowError) -> int:

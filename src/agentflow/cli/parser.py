@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, get_args
 
+from agentflow.checkpoint.base import ThreadStatus
 from agentflow.checkpoint.stores import DEFAULT_STORE
 from agentflow.checkpoint.validation import MAX_PAGE
 
 __all__ = ["STATUSES", "build_parser"]
 
-STATUSES = ["done", "interrupted", "waiting", "running", "reconciliation_required"]
+STATUSES = list(get_args(ThreadStatus))
 #: What an operator may decide about an ambiguous call (``agentflow reconcile``).
 DECISIONS = ["defer", "retry", "replay_success", "record_failure", "abort"]
 #: The most runs one worker or copy drives at once.
@@ -155,11 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--older-than", help="delete checkpoints written before this ISO time (no offset: UTC)"
     )
     p.add_argument(
-        "--include-latest", action="store_true", help="may delete the latest checkpoint too"
+        "--include-latest",
+        action="store_true",
+        help="may delete the latest checkpoint too (then the thread goes whole: its record "
+        "and events with it; refused while a process holds its lease)",
     )
 
-    p = add("delete", "delete a thread and all its checkpoints")
+    p = add("delete", "delete a thread whole: its checkpoints, its durable record, its events")
     p.add_argument("thread")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="delete even while a process holds the thread's lease (that process then fails, "
+        "maybe after a call it made went out)",
+    )
 
     p = add("journal", "a thread's journaled external calls, their states, and what waits")
     p.add_argument("thread")

@@ -1,9 +1,7 @@
-"""The durable side of the command line: leases in ``show``, the runs awaiting a
-decision, ``journal`` and ``reconcile``.
+"""The durable side of the command line: leases in ``show``, ``journal`` and ``reconcile``.
 
-They read each thread's durable record from the store beside the checkpoints
-(:meth:`Session.durable`). A backend that has no durable store yet shows no
-lease and lists no journal, rather than failing a read-only command.
+They read each thread's durable record from the store that holds its
+checkpoints (:attr:`Session.store`).
 """
 
 from __future__ import annotations
@@ -23,12 +21,12 @@ from agentflow.durable import (
     OPERATOR_ABORT_CODE,
     CheckpointStatus,
     DurableCheckpoint,
+    DurableError,
     OperationKind,
     ReconciliationDecision,
     ReconciliationDecisionKind,
     ReconciliationError,
 )
-from agentflow.errors import InvalidStoreUrl, StoreNotFound
 from agentflow.runtime import ThreadNotFound, UnknownOperation, record_decision
 from agentflow.runtime.calls import operation_step
 from agentflow.runtime.engine import read_checkpoint
@@ -37,7 +35,6 @@ from agentflow.runtime.recovery import pending_observations
 from agentflow.runtime.section import runtime_of
 
 __all__ = [
-    "awaiting_reconciliation",
     "durable_line",
     "journal",
     "lease_of",
@@ -49,11 +46,14 @@ _D = ReconciliationDecisionKind
 
 
 async def record_of(s: Session, thread: str) -> DurableCheckpoint | None:
-    """``thread``'s durable record; None when it has none, or the backend has no durable store."""
+    """``thread``'s durable record; None when it has none (a thread id no record can
+    have, or a thread not run since records were kept)."""
     try:
-        return await s.durable.load(thread)
-    except (InvalidStoreUrl, StoreNotFound):  # no durable store here, or none yet
-        return None
+        return await s.store.load(thread)
+    except DurableError as exc:
+        if exc.code == "checkpoint_key_invalid":
+            return None
+        raise
 
 
 def lease_of(record: DurableCheckpoint | None) -> dict[str, Any] | None:
@@ -77,57 +77,6 @@ def durable_line(s: Session, record: DurableCheckpoint | None) -> str | None:
     if record.terminal_result is not None and record.status is not CheckpointStatus.COMPLETED:
         return f"durable  {record.status.value}: {record.terminal_result.get('message', '')}"
     return None
-
-
-async def awaiting_reconciliation(s: Session) -> int:
-    """``threads --status reconciliation_required``: one page of the runs awaiting a decision."""
-    try:
-        page = await s.durable.list_runs(
-            status=CheckpointStatus.RECONCILIATION_REQUIRED,
-            limit=s.args.limit,
-            cursor=s.args.cursor,
-        )
-        runs, next_cursor = page.runs, page.next_cursor
-    except StoreNotFound:  # no durable tables yet: no run waits, if the store itself is there
-        await s.store.list_threads_page(limit=1)
-        runs, next_cursor = [], None
-    rows = []
-    for run in runs:
-        latest = await s.store.get(run.key)
-        rows.append(
-            {
-                "thread": run.key,
-                "status": run.status.value,
-                "latest_step": latest.step if latest is not None else None,
-                "ts": latest.ts if latest is not None else None,
-                "wake_at": None,
-                "resume_attempt": run.resume_attempt,
-            }
-        )
-    if s.json:
-        s.emit({"threads": rows, "next_cursor": next_cursor})
-        return 0
-    if not rows:
-        s.say("no reconciliation_required threads")
-    else:
-        render.print_columns(
-            s.console,
-            ["thread", "status", "step", "updated"],
-            [
-                [
-                    Text(inert(str(row["thread"]))),
-                    Text("reconciliation_required", style="red"),
-                    Text(str(row["latest_step"])),
-                    Text(inert(str(row["ts"] or "-"))),
-                ]
-                for row in rows
-            ],
-        )
-        s.say("see what each waits for with: ", s.command("journal", "THREAD"))
-    if next_cursor is not None:
-        more = ["threads", "--status", "reconciliation_required", "--limit", str(s.args.limit)]
-        s.say("more: ", s.command(*more, "--cursor", next_cursor))
-    return 0
 
 
 def _operations(steps: list[Any], record: DurableCheckpoint | None) -> list[dict[str, Any]]:
@@ -285,7 +234,7 @@ async def reconcile(s: Session) -> int:
     decision = _decision(s, entry.kind)
     owner = f"agentflow-reconcile:{socket.gethostname()}:{os.getpid()}"
     stored = await record_decision(
-        s.durable, thread, operation, decision, owner=owner, step=latest.step
+        s.store, thread, operation, decision, owner=owner, step=latest.step
     )
     waiting = [o.to_dict() for o in pending_observations(stored)]
     if s.json:

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.store import Store
 from agentflow.cli.demo import DEMO_GRAPH, build_demo_graph, summarize
 from agentflow.cli.errors import InvalidGraphSpec
-from agentflow.durable import DurableStore
 from agentflow.runtime import CompiledGraph, Graph, GraphInvalid, ThreadNotFound, UnknownGraph
 from agentflow.runtime.section import runtime_of
 
@@ -107,19 +107,10 @@ def _load(spec: str) -> Graph:
 
 
 class GraphRegistry:
-    """Graphs by name, compiled on demand against one checkpointer and its durable store.
+    """Graphs by name, compiled on demand against one store."""
 
-    ``durable()`` opens the durable store the first time a graph is compiled.
-    """
-
-    def __init__(
-        self,
-        checkpointer: Checkpointer,
-        specs: Iterable[str],
-        durable: Callable[[], DurableStore],
-    ) -> None:
+    def __init__(self, checkpointer: Store, specs: Iterable[str]) -> None:
         self.checkpointer = checkpointer
-        self._durable = durable
         self.specs = list(dict.fromkeys(specs))  # the same spec twice is one graph
         self._graphs = {DEMO_GRAPH: build_demo_graph()}
         origin = {DEMO_GRAPH: "the built-in demo"}
@@ -149,7 +140,7 @@ class GraphRegistry:
                     f"this thread was written by graph {name!r}, which is not registered; "
                     "pass --graph MODULE:ATTR (or set AGENTFLOW_GRAPHS)"
                 )
-            self._compiled[name] = graph.compile(self.checkpointer, durable=self._durable())
+            self._compiled[name] = graph.compile(self.checkpointer)
         return self._compiled[name]
 
     async def for_thread(self, thread: str) -> CompiledGraph:

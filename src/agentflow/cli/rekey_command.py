@@ -44,7 +44,7 @@ async def rekey(args: Any) -> int:
     target = StoreTarget.from_args(getattr(args, "store", None), getattr(args, "namespace", None))
 
     def open_store(codec: CheckpointCodec) -> Checkpointer:
-        return open_cli_store(target, create=False, codec=codec)
+        return open_cli_store(target, create=False, sealing=None, codec=codec)
 
     result = await rekey_command(
         open_store,

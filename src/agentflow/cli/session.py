@@ -1,11 +1,9 @@
 """What every subcommand works with: the store it names, the terminal, and the
 follow-up commands it prints.
 
-:func:`open_cli_store` is the one place the command line opens a store, and
-:func:`open_cli_durable` the one place it opens the durable store beside it
-(same URL, same namespace): only the commands that need leases or journals
-(running nodes, ``journal``, ``reconcile``, ``threads --status
-reconciliation_required``, ``show``) open it.
+:func:`open_cli_store` is the one place the command line opens a store: one
+object holding a thread's checkpoints, durable record and events, opened
+once per command from ``--store`` and ``--namespace``.
 """
 
 from __future__ import annotations
@@ -20,8 +18,9 @@ import orjson
 from rich.console import Console
 from rich.text import Text
 
-from agentflow.checkpoint import Checkpointer, open_store, with_defaults
+from agentflow.checkpoint import open_store
 from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.stores import (
     DEFAULT_STORE,
     has_password,
@@ -31,12 +30,10 @@ from agentflow.checkpoint.stores import (
 )
 from agentflow.cli import render
 from agentflow.cli.errors import UsageError
-from agentflow.cli.keys import keyring_from_args
+from agentflow.cli.keys import store_codec
 from agentflow.cli.registry import GraphRegistry, graph_specs_from_env
 from agentflow.cli.text import inert, shell_word
-from agentflow.durable import DurableStore
-from agentflow.durable.stores import open_durable_store
-from agentflow.errors import StoreNotFound
+from agentflow.errors import InvalidStoreUrl, StoreNotFound
 
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing
@@ -46,7 +43,6 @@ __all__ = [
     "Session",
     "StoreTarget",
     "command_line",
-    "open_cli_durable",
     "open_cli_store",
 ]
 
@@ -141,11 +137,15 @@ def _with_timeouts(url: str, scheme: str) -> str:
 
 
 def open_cli_store(
-    target: StoreTarget, *, create: bool, codec: CheckpointCodec | None = None
-) -> Checkpointer:
-    """Open ``target`` for a command, encoding with ``codec`` (the command's
-    sealing, :func:`~agentflow.cli.keys.store_codec`); ``create=False``
-    refuses a missing store.
+    target: StoreTarget,
+    *,
+    create: bool,
+    sealing: KeyRing | None,
+    codec: CheckpointCodec | None = None,
+) -> Store:
+    """Open ``target`` for a command, sealed with the command's keys (``sealing``;
+    without keys a sealed record is refused naming where the keys go; ``codec``
+    replaces both, as ``rekey`` needs); ``create=False`` refuses a missing store.
 
     Commands that only read (and those that need an existing thread) pass
     ``create=False``: pointed at a path, database, key prefix or collection
@@ -159,20 +159,16 @@ def open_cli_store(
     opened = open_store(
         _with_timeouts(target.url, target.scheme),
         namespace=target.namespace,
-        codec=codec,
+        codec=codec or (None if sealing is not None else store_codec(None)),
+        sealing=None if codec is not None else sealing,
         create=create,
     )
-    return with_defaults(opened)
-
-
-def open_cli_durable(
-    target: StoreTarget, *, create: bool, sealing: KeyRing | None = None
-) -> DurableStore:
-    """The durable store (leases, journals) in ``target``'s database and namespace,
-    sealed with the command's keys (``sealing``) as its checkpoints are;
-    ``create=False`` refuses one whose tables, keys or layout are not there."""
-    url = _with_timeouts(target.url, target.scheme)
-    return open_durable_store(url, namespace=target.namespace, create=create, sealing=sealing)
+    if not isinstance(opened, Store):
+        raise InvalidStoreUrl(
+            f"{inert(target.safe)} opens a {type(opened).__name__}, which keeps no durable "
+            "records or events: the command line works on agentflow stores"
+        )
+    return opened
 
 
 def command_line(args: Any, target: StoreTarget, *words: str) -> str:
@@ -189,31 +185,13 @@ class Session:
     """What every subcommand needs: parsed flags, the store, the terminal."""
 
     args: Any
-    store: Checkpointer
+    store: Store
     console: Console
     target: StoreTarget
-    #: Whether the durable store's tables may be created (commands that run nodes).
-    creates_records: bool = False
-    _durable: DurableStore | None = None
 
     @property
     def json(self) -> bool:
         return bool(getattr(self.args, "json", False))
-
-    @property
-    def durable(self) -> DurableStore:
-        """The durable store beside :attr:`store`, opened on first use."""
-        if self._durable is None:
-            self._durable = open_cli_durable(
-                self.target, create=self.creates_records, sealing=keyring_from_args(self.args)
-            )
-        return self._durable
-
-    async def close(self) -> None:
-        """Close the durable store if a command opened it."""
-        durable, self._durable = self._durable, None
-        if durable is not None:
-            await durable.close()
 
     @cached_property
     def graph_specs(self) -> list[str]:
@@ -221,7 +199,7 @@ class Session:
 
     @cached_property
     def registry(self) -> GraphRegistry:
-        return GraphRegistry(self.store, self.graph_specs, lambda: self.durable)
+        return GraphRegistry(self.store, self.graph_specs)
 
     def command(self, *words: str) -> str:
         """A pasteable ``agentflow ...`` command on this session's store."""

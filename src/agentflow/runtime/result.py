@@ -22,7 +22,10 @@ Status = Literal["done", "interrupted", "waiting", "running", "reconciliation_re
 
 
 def status_of(cp: Checkpoint | ThreadInfo) -> Status:
-    """The status of a run whose latest checkpoint (or listing entry) is ``cp``."""
+    """The status of a run whose latest checkpoint (or listing entry) is ``cp``;
+    a listing entry carries what the run's record imposes too."""
+    if isinstance(cp, ThreadInfo):
+        return cp.status
     if cp.done:
         return "done"
     if cp.interrupted:
