@@ -28,7 +28,6 @@ from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.timestamps import utc_now_iso
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import END, START, Graph, NodeContext
 from benchmarks.common import Table, ratio
 
@@ -66,12 +65,9 @@ def _again(state: Mapping[str, Any]) -> str:
 async def _runtime_loop(path: Path, steps: int) -> float:
     graph = Graph("loop").add_node("tick", _tick).add_edge(START, "tick")
     graph.add_conditional_edges("tick", _again, ["tick", END])
-    async with (
-        SqliteCheckpointer(path, synchronous="FULL") as store,
-        SqliteDurableStore(path, synchronous="FULL") as durable,
-    ):
+    async with SqliteCheckpointer(path, synchronous="FULL") as store:
         await store.list_threads(limit=1)
-        compiled = graph.compile(store, durable=durable, step_limit=steps + 1)
+        compiled = graph.compile(store, step_limit=steps + 1)
         start = time.perf_counter()
         result = await compiled.run({"i": 0, "n": steps}, thread="loop")
         elapsed = time.perf_counter() - start

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import END, START, Graph, NodeContext, append
 
 STORE = ".runs/samples.db"
@@ -55,11 +54,8 @@ def build_graph() -> Graph:
 
 
 async def main(decision: str | None, store_path: str = STORE) -> dict[str, Any]:
-    async with (
-        SqliteCheckpointer(store_path) as store,
-        SqliteDurableStore(store_path) as durable,
-    ):
-        expenses = build_graph().compile(store, durable=durable)
+    async with SqliteCheckpointer(store_path) as store:
+        expenses = build_graph().compile(store)
         thread = f"expense-{secrets.token_hex(3)}"
         result = await expenses.run({"employee": "Lin", "amount": 42.5, "log": []}, thread=thread)
         print(f"{thread}: {result.status} at {result.interrupt_node}: {result.pending}")

@@ -17,7 +17,6 @@ from datetime import timedelta
 from typing import Any
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import END, START, Graph, NodeContext, Worker, append
 
 STORE = ".runs/samples.db"
@@ -67,11 +66,8 @@ def build_graph() -> Graph:
 
 
 async def main(store_path: str = STORE, interval_s: float = 0.5) -> dict[str, Any]:
-    async with (
-        SqliteCheckpointer(store_path) as store,
-        SqliteDurableStore(store_path) as durable,
-    ):
-        loop = build_graph().compile(store, durable=durable)
+    async with SqliteCheckpointer(store_path) as store:
+        loop = build_graph().compile(store)
         thread = f"ticket-{id(loop):x}"
         start = {"attempts": 0, "max_attempts": 5, "interval_s": interval_s, "log": []}
         result = await loop.run(start, thread=thread)

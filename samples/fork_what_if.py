@@ -15,17 +15,13 @@ from typing import Any
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.cli.demo import build_demo_graph, demo_input
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 
 STORE = ".runs/samples.db"
 
 
 async def main(store_path: str = STORE) -> tuple[dict[str, Any], dict[str, Any]]:
-    async with (
-        SqliteCheckpointer(store_path) as store,
-        SqliteDurableStore(store_path) as durable,
-    ):
-        refunds = build_demo_graph().compile(store, durable=durable)
+    async with SqliteCheckpointer(store_path) as store:
+        refunds = build_demo_graph().compile(store)
         thread = f"refund-{secrets.token_hex(3)}"
         paused = await refunds.run(demo_input("A-2002", hold_seconds=0), thread=thread)
         approval_step = paused.step

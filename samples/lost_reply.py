@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import END, START, Graph, NodeContext, RunResult, ToolCall, append
 
 STORE = ".runs/checkpoints.db"
@@ -57,11 +56,8 @@ def build_graph() -> Graph:
 
 async def main(thread: str, store_path: str = STORE, ledger: str = LEDGER) -> RunResult:
     os.makedirs(os.path.dirname(store_path) or ".", mode=0o700, exist_ok=True)
-    async with (
-        SqliteCheckpointer(store_path) as store,
-        SqliteDurableStore(store_path) as durable,
-    ):
-        payments = build_graph().compile(store, durable=durable)
+    async with SqliteCheckpointer(store_path) as store:
+        payments = build_graph().compile(store)
         result = await payments.run({"cents": 4250, "ledger": ledger, "log": []}, thread=thread)
         print(f"{thread}: {result.status}")
         for observation in result.observations:

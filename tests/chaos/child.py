@@ -26,9 +26,9 @@ async def _stdin_closed() -> None:
 
 
 async def main(url: str, namespace: str, lease_seconds: str) -> int:
-    async with opened(url, namespace) as (checkpointer, durable):
+    async with opened(url, namespace) as store:
         lease = timedelta(seconds=float(lease_seconds))
-        graph = order_graph().compile(checkpointer, claim_ttl=lease)
+        graph = order_graph().compile(store, claim_ttl=lease)
         worker = Worker([graph])
         closed = asyncio.create_task(_stdin_closed())
         mark("idle")

@@ -27,10 +27,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from agentflow.checkpoint import Checkpointer
+from agentflow.checkpoint.store import Store
 from agentflow.durable import (
     CheckpointStatus,
-    DurableStore,
     OperationKind,
     OperationState,
     ReconciliationDecision,
@@ -167,6 +166,8 @@ class Session:
         settings: Settings,
         store: SharedStore,
         workdir: Path,
+        *,
+        runs: Store,
         graph: CompiledGraph,
         ledger: Ledger,
     ) -> None:
@@ -174,8 +175,8 @@ class Session:
         self.store = store
         self.workdir = workdir
         self.graph = graph
-        self.checkpointer: Checkpointer = graph.checkpointer
-        self.durable: DurableStore = graph.durable
+        #: The parent's own store: checkpoints and records of every run.
+        self.runs = runs
         self.ledger = ledger
         self.rng = random.Random(settings.seed)
         self.figures = Figures(settings.backend)
@@ -195,7 +196,7 @@ class Session:
     async def feed(self) -> None:
         """Start runs until :attr:`Settings.active` are in flight."""
         for thread in set(self.threads) - self.finished:
-            latest = await self.checkpointer.get(thread)
+            latest = await self.runs.get(thread)
             if latest is not None and latest.done:
                 self.finished.add(thread)
         while len(self.threads) - len(self.finished) < self.settings.active:
@@ -205,11 +206,9 @@ class Session:
 
     async def operate(self) -> None:
         """Settle every call a suspended run waits on, from what the ledger shows."""
-        page = await self.durable.list_runs(
-            status=CheckpointStatus.RECONCILIATION_REQUIRED, limit=500
-        )
+        page = await self.runs.list_runs(status=CheckpointStatus.RECONCILIATION_REQUIRED, limit=500)
         for run in page.runs:
-            record = await self.durable.load(run.key)
+            record = await self.runs.load(run.key)
             assert record is not None
             for entry in record.journal(OperationKind.TOOL):
                 if entry.state is not OperationState.AMBIGUOUS:
@@ -227,7 +226,7 @@ class Session:
                     self.figures.raced += 1
                     continue
                 except AgentflowError as exc:
-                    now = await self.durable.load(run.key)
+                    now = await self.runs.load(run.key)
                     assert now is not None
                     self.figures.violations.append(
                         f"operator refused on {run.key}: {exc}; "
@@ -273,7 +272,7 @@ class Session:
             await self.operate()
             self.check_children()
             for thread in set(self.threads) - self.finished:
-                latest = await self.checkpointer.get(thread)
+                latest = await self.runs.get(thread)
                 if latest is not None and latest.done:
                     self.finished.add(thread)
             await asyncio.sleep(_POLL)
@@ -291,10 +290,10 @@ async def chaos(settings: Settings, workdir: Path) -> Figures:
     async with shared_store(settings.backend, workdir) as store:
         ledger = Ledger(workdir / "ledger.db")
         try:
-            async with opened(*store.args) as (checkpointer, durable):
+            async with opened(*store.args) as runs:
                 lease = timedelta(seconds=settings.lease)
-                graph = order_graph().compile(checkpointer, claim_ttl=lease)
-                session = Session(settings, store, workdir, graph, ledger)
+                graph = order_graph().compile(runs, claim_ttl=lease)
+                session = Session(settings, store, workdir, runs=runs, graph=graph, ledger=ledger)
                 try:
                     await session.drive()
                 finally:
@@ -373,8 +372,8 @@ async def verdict(session: Session) -> None:
     figures.runs = len(session.threads)
     finals: dict[str, dict[str, Any]] = {}
     for thread in session.threads:
-        latest = await session.checkpointer.get(thread)
-        record = await session.durable.load(thread)
+        latest = await session.runs.get(thread)
+        record = await session.runs.load(thread)
         completed = record is not None and record.status is CheckpointStatus.COMPLETED
         if latest is not None and latest.done and completed:
             finals[thread] = dict(latest.state)

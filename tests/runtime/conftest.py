@@ -10,9 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from agentflow.checkpoint.base import Redactor
+from agentflow.checkpoint.sealing import KeyRing
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.testing import BackendHarness
 from tests.conftest import BACKENDS
+
+#: Marks a test of an SQLite file by path (the crash tests, the samples): it runs
+#: unless ``AGENTFLOW_TEST_BACKENDS`` leaves SQLite out.
+needs_sqlite = pytest.mark.skipif(
+    "sqlite" not in BACKENDS, reason="AGENTFLOW_TEST_BACKENDS leaves sqlite out"
+)
 
 
 @dataclass
@@ -22,9 +30,15 @@ class RuntimeBackend:
     name: str
     harness: BackendHarness
 
-    def open(self) -> Store:
-        """A store on this backend's database (use it with ``async with``)."""
-        return self.harness.open()
+    def open(
+        self,
+        *,
+        namespace: str | None = None,
+        redact: Redactor | None = None,
+        sealing: KeyRing | None = None,
+    ) -> Store:
+        """A new store on this backend's database (use it with ``async with``)."""
+        return self.harness.open(namespace=namespace, redact=redact, sealing=sealing)
 
 
 @asynccontextmanager

@@ -11,7 +11,6 @@ import sys
 from datetime import timedelta
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.runtime.graphs import counter_graph, counter_input
 
 ROUNDS = 8
@@ -21,9 +20,9 @@ LEASE = timedelta(seconds=0.3)
 
 
 async def main(db: str, thread: str, mode: str) -> None:
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+    async with SqliteCheckpointer(db) as store:
         await store.list_threads(limit=1)
-        await durable.load(thread)
+        await store.load(thread)
         print("ready", flush=True)
         compiled = counter_graph().compile(store, claim_ttl=LEASE)
         if mode == "run":

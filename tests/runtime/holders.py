@@ -10,13 +10,13 @@ from tests.runtime.clock import Clock
 
 
 async def hold(
-    durable: DurableStore, thread: str, holder: str, *, lease_ms: int
+    store: DurableStore, thread: str, holder: str, *, lease_ms: int
 ) -> DurableCheckpoint:
-    """Claim ``thread``'s next cycle as ``holder`` would, for ``lease_ms``."""
-    record = await durable.load(thread)
+    """Claim ``thread``'s next cycle in ``store`` as ``holder`` would, for ``lease_ms``."""
+    record = await store.load(thread)
     assert record is not None, f"{thread!r} has no durable record"
     recovery = record.lease_expires_at_ms is not None or record.has_ambiguous_operation()
-    return await durable.claim(
+    return await store.claim(
         thread,
         cycle_index=record.cycle_index + 1,
         claim_token=claim_token(holder),
@@ -26,5 +26,5 @@ async def hold(
 
 
 def epoch_ms(clock: Clock) -> Callable[[], int]:
-    """``clock`` as the lease clock of a ``MemoryDurableStore`` (epoch milliseconds)."""
+    """``clock`` as the lease clock of a ``MemoryCheckpointer`` (epoch milliseconds)."""
     return lambda: int(clock.now.timestamp() * 1000)

@@ -31,7 +31,7 @@ CLAIMED, ENDED = 3, 4
 
 
 async def main(mode: str, url: str, namespace: str, *rest: str) -> int:
-    async with opened(url, namespace) as (store, durable):
+    async with opened(url, namespace) as store:
         if mode == "worker":
             graph = slow_charge_graph().compile(store, claim_ttl=LEASE)
             worker, resumed, refused = Worker([graph]), 0, 0
@@ -49,7 +49,7 @@ async def main(mode: str, url: str, namespace: str, *rest: str) -> int:
         if mode == "run":
             await compiled.run({"ledger": rest[1]}, thread=rest[0])
             return 0
-        await durable.load(rest[0])
+        await store.load(rest[0])
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
         try:

@@ -1,8 +1,8 @@
 """Stores that several processes open by URL: one recipe per backend.
 
 A multi-process test names a store by its URL and a fresh namespace; every
-child opens the checkpointer and the durable store from those two strings
-(:func:`opened`), exactly as ``agentflow --store URL`` would. The server
+child opens the one store (checkpoints, records and events) from those two
+strings (:func:`opened`), exactly as ``agentflow --store URL`` would. The server
 backends share one database with the other suites, so a test's namespace is
 its own and is emptied afterwards (:func:`shared_store`).
 """
@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentflow.checkpoint import Checkpointer, open_store
-from agentflow.durable import DurableStore
-from agentflow.durable.stores import open_durable_store
+from agentflow.checkpoint import open_store
+from agentflow.checkpoint.store import Store
+from tests.conftest import BACKENDS
 
 __all__ = ["PROCESS_BACKENDS", "SharedStore", "opened", "shared_store"]
 
-#: The backends whose stores outlive a process (memory does not).
-PROCESS_BACKENDS = ("sqlite", "postgres", "redis", "mongodb", "file")
+#: The backends whose stores outlive a process (memory does not), as far as
+#: ``AGENTFLOW_TEST_BACKENDS`` keeps them.
+PROCESS_BACKENDS = tuple(
+    name for name in ("sqlite", "postgres", "redis", "mongodb", "file") if name in BACKENDS
+)
 
 
 @dataclass(frozen=True)
@@ -40,12 +43,12 @@ class SharedStore:
 
 
 @asynccontextmanager
-async def opened(url: str, namespace: str) -> AsyncIterator[tuple[Checkpointer, DurableStore]]:
-    """The checkpointer and the durable store at ``url`` in ``namespace``, closed after."""
-    async with AsyncExitStack() as stack:
-        checkpointer = await stack.enter_async_context(open_store(url, namespace=namespace))
-        durable = await stack.enter_async_context(open_durable_store(url, namespace=namespace))
-        yield checkpointer, durable
+async def opened(url: str, namespace: str) -> AsyncIterator[Store]:
+    """The store at ``url`` in ``namespace`` (one object: checkpoints, records, events),
+    closed after."""
+    async with open_store(url, namespace=namespace) as store:
+        assert isinstance(store, Store), f"open_store({url!r}) is not a Store: {store!r}"
+        yield store
 
 
 def _server_url(backend: str) -> str:
@@ -75,18 +78,14 @@ async def _reachable(backend: str, url: str) -> None:
 
 
 async def _empty(url: str, namespace: str) -> None:
-    """Delete every thread and durable record of ``namespace``."""
-    async with opened(url, namespace) as (checkpointer, durable):
-        cursor: str | None = None
-        while True:
-            page = await checkpointer.list_threads_page(limit=500, cursor=cursor)
-            for info in page.threads:
-                await checkpointer.delete_thread(info.thread)
-            if (cursor := page.next_cursor) is None:
-                break
-        while runs := (await durable.list_runs(limit=500)).runs:
+    """Delete every thread of ``namespace`` whole, and any record left without one."""
+    async with opened(url, namespace) as store:
+        while threads := (await store.list_threads_page(limit=500)).threads:
+            for info in threads:
+                await store.delete_thread(info.thread, force=True)
+        while runs := (await store.list_runs(limit=500)).runs:
             for run in runs:
-                await durable.delete(run.key)
+                await store.delete(run.key, force=True)
 
 
 @asynccontextmanager

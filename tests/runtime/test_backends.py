@@ -18,8 +18,8 @@ from tests.runtime.graphs import approval_graph, counter_graph, counter_input, t
 
 async def test_interrupt_racing_resumes_and_fork(runtime_backend: RuntimeBackend) -> None:
     async with runtime_backend.open() as one, runtime_backend.open() as two:
-        first = approval_graph().compile(one, durable=d1)
-        second = approval_graph().compile(two, durable=d2)
+        first = approval_graph().compile(one)
+        second = approval_graph().compile(two)
         paused = await first.run({"log": []}, thread="run")
         assert paused.status == "interrupted"
         outcomes = await asyncio.gather(
@@ -44,11 +44,7 @@ async def test_interrupt_racing_resumes_and_fork(runtime_backend: RuntimeBackend
 async def test_loop_and_due_timer_worker(runtime_backend: RuntimeBackend, tmp_path: Path) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
     async with runtime_backend.open() as store:
-        done = (
-            await counter_graph()
-            .compile(store)
-            .run(counter_input(3), thread="loop")
-        )
+        done = await counter_graph().compile(store).run(counter_input(3), thread="loop")
         assert done.state["i"] == 3 and done.step == 6
         timers = timer_graph().compile(store)
         for name in ("a", "b"):

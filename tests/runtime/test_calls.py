@@ -12,9 +12,8 @@ from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.durable import (
     DurableCheckpoint,
     DurableError,
-    MemoryDurableStore,
     OperationState,
-    tool_idempotency_key,
+    run_idempotency_key,
 )
 from agentflow.runtime import (
     START,
@@ -36,11 +35,11 @@ class Tool:
         self.calls: list[ToolCall] = []
         self.raise_next: BaseException | None = None
         self.seen: list[OperationState] = []
-        self.durable: MemoryDurableStore | None = None
+        self.store: MemoryCheckpointer | None = None
 
     async def __call__(self, call: ToolCall) -> dict[str, Any]:
-        if self.durable is not None:  # what the journal held while the call was out
-            record = await self.durable.load(str(call.arguments["thread"]))
+        if self.store is not None:  # what the journal held while the call was out
+            record = await self.store.load(str(call.arguments["thread"]))
             assert record is not None
             self.seen.append(record.tool_journal[-1].state)
         self.calls.append(call)
@@ -55,17 +54,19 @@ def _one_node(name: str, node: Any) -> Graph:
 
 
 async def test_a_call_is_journaled_started_before_it_goes_out_and_succeeded_after() -> None:
-    tool, durable = Tool(), MemoryCheckpointer()
-    tool.durable = durable
+    tool, store = Tool(), MemoryCheckpointer()
+    tool.store = store
 
     async def charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
         return {"r": await ctx.tool("charge", {"cents": 5, "thread": ctx.thread}, tool)}
 
-    compiled = _one_node("c", charge).compile(MemoryCheckpointer())
+    compiled = _one_node("c", charge).compile(store)
     result = await compiled.run({}, thread="t")
     assert tool.seen == [OperationState.STARTED]
     call = tool.calls[0]
-    assert call.idempotency_key == tool_idempotency_key("t", 1, "n/tool-1@1")
+    record = await store.load("t")
+    assert record is not None
+    assert call.idempotency_key == run_idempotency_key(None, record.trace_id, 1, "n/tool-1@1")
     assert result.state["r"] == {"charged": 5, "key": call.idempotency_key}
     ops = result.checkpoint.extra["runtime"]["operations"]
     assert [(o["name"], o["state"], o["attempt"], o["replayed"]) for o in ops] == [
@@ -110,7 +111,7 @@ async def test_calls_before_an_interrupt_are_not_made_again_on_resume() -> None:
     assert result.state["first"]["key"] == tool.calls[0].idempotency_key
 
 
-class _DiesAtCommit(MemoryDurableStore):
+class _DiesAtCommit(MemoryCheckpointer):
     """A store whose holder dies between storing a suspend and committing it (once)."""
 
     died = False
@@ -123,13 +124,13 @@ class _DiesAtCommit(MemoryDurableStore):
 
 
 async def test_a_suspends_calls_are_replayed_even_when_its_commit_never_happened() -> None:
-    tool, durable = Tool(), _DiesAtCommit()
+    tool, store = Tool(), _DiesAtCommit()
 
     async def charge_then_ask(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
         receipt = await ctx.tool("charge", {"cents": 3, "thread": ctx.thread}, tool)
         return {"r": receipt, "answer": ctx.interrupt("ok?")}
 
-    compiled = _one_node("d", charge_then_ask).compile(MemoryCheckpointer())
+    compiled = _one_node("d", charge_then_ask).compile(store)
     with pytest.raises(ConnectionError):
         await compiled.run({}, thread="t")
     result = await compiled.resume("t", "yes")
@@ -138,7 +139,7 @@ async def test_a_suspends_calls_are_replayed_even_when_its_commit_never_happened
 
 
 async def test_a_call_that_failed_for_certain_is_reraised_and_never_made_again() -> None:
-    tool, durable = Tool(), MemoryCheckpointer()
+    tool = Tool()
     tool.raise_next = CallFailed("card_declined", "the card was declined")
     outcomes: list[str] = []
 
@@ -157,7 +158,7 @@ async def test_a_call_that_failed_for_certain_is_reraised_and_never_made_again()
 
 
 async def test_an_ambiguous_call_suspends_the_run_and_stores_nothing_of_its_step() -> None:
-    tool, durable = Tool(), MemoryCheckpointer()
+    tool = Tool()
     tool.raise_next = ConnectionResetError("reset after sending")
     swallowed: list[str] = []
 
@@ -178,11 +179,11 @@ async def test_an_ambiguous_call_suspends_the_run_and_stores_nothing_of_its_step
     assert observation.idempotency_support.value == "unsupported"
     latest = await store.get("t")
     assert latest is not None and latest.step == 0
-    record = await durable.load("t")
+    record = await store.load("t")
     assert record is not None and record.status.value == "reconciliation_required"
     again = await compiled.resume("t")  # the policies defer it: nothing is written
     assert again.status == "reconciliation_required" and len(tool.calls) == 1
-    after = await durable.load("t")
+    after = await store.load("t")
     assert after is not None and after.revision == record.revision
 
 
@@ -282,7 +283,7 @@ async def test_journaled_calls_on_every_backend(runtime_backend: RuntimeBackend)
         compiled = _one_node("b", charge_then_ask).compile(store)
         await compiled.run({}, thread="t")
         result = await compiled.resume("t", "yes")
-        record = await durable.load("t")
+        record = await store.load("t")
     assert result.state["r"]["charged"] == 9 and len(tool.calls) == 1
     assert record is not None and record.status.value == "completed"
     assert record.tool_journal == [] and record.terminal_result == {
@@ -307,11 +308,9 @@ async def test_a_long_run_commits_its_journal_as_it_goes_and_replays_across_the_
 
     graph = Graph("long").add_node("tick", tick).add_edge(START, "tick")
     graph.add_conditional_edges("tick", lambda s: "tick" if s["i"] < s["n"] else END, ["tick", END])
-    durable = MemoryCheckpointer()
-    result = await graph.compile(MemoryCheckpointer()).run(
-        {"i": 0, "n": ROLL_AFTER + 10}, thread="t"
-    )
-    record = await durable.load("t")
+    store = MemoryCheckpointer()
+    result = await graph.compile(store).run({"i": 0, "n": ROLL_AFTER + 10}, thread="t")
+    record = await store.load("t")
     assert result.state["i"] == ROLL_AFTER + 10 and len(set(calls)) == ROLL_AFTER + 10
     assert record is not None and record.cycle_index == 2  # one roll, then the finalize
     assert record.tool_journal == []

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from pathlib import Path
 
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.redaction import RedactKeys
-from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable import MemoryDurableStore
-from agentflow.durable.stores.sqlite import SqliteDurableStore
+from agentflow.checkpoint.store import Store
 from agentflow.errors import CheckpointConflict
 from agentflow.runtime import START, Graph, NodeContext, StepClaimed, Worker, append
 from agentflow.runtime.leases import iso_ms
 from tests.runtime.clock import Clock
+from tests.runtime.conftest import RuntimeBackend
 from tests.runtime.graphs import approval_graph, timer_graph
 from tests.runtime.holders import epoch_ms, hold
 
@@ -27,7 +25,7 @@ async def test_a_crashed_resumers_lease_names_the_holder_and_until() -> None:
     store = MemoryCheckpointer()
     compiled = approval_graph().compile(store)
     await compiled.run({"log": []}, thread="c")
-    held = await hold(durable, "c", HOLDER, lease_ms=60_000)  # ... and that resumer dies
+    held = await hold(store, "c", HOLDER, lease_ms=60_000)  # ... and that resumer dies
     with pytest.raises(StepClaimed) as info:
         await compiled.resume("c", "yes")
     claimed = info.value
@@ -67,10 +65,10 @@ async def test_the_loser_of_a_race_is_told_the_winner() -> None:
 
 async def test_a_worker_reports_who_holds_a_due_run() -> None:
     clock = Clock()
-    store, durable = MemoryCheckpointer(), MemoryCheckpointer(clock=epoch_ms(clock))
+    store = MemoryCheckpointer(clock=epoch_ms(clock))
     compiled = timer_graph().compile(store, clock=clock)
     await compiled.run({"seconds": 0, "logfile": "/dev/null"}, thread="t")
-    await hold(durable, "t", HOLDER, lease_ms=30_000)
+    await hold(store, "t", HOLDER, lease_ms=30_000)
     outcome = await Worker([compiled]).run_once()
     [(thread, why)] = outcome.taken
     assert thread == "t" and isinstance(why, StepClaimed) and why.holder == HOLDER
@@ -102,21 +100,29 @@ async def test_user_data_in_the_runtimes_bookkeeping_is_still_redacted() -> None
     assert suspended.extra["runtime"]["writes"]["side"]["ssn"] != "123-45-6789"
 
 
-@pytest.mark.parametrize(
-    "key", ["graph", "writes", "answers", "by", "operations", "runtime", "extensions", "side"]
-)
-async def test_the_runtimes_bookkeeping_survives_any_redactor(tmp_path: Path, key: str) -> None:
-    thread = f"s-{key}"
-    async with (
-        SqliteCheckpointer(tmp_path / "r.db", redact=RedactKeys([key])) as store,
-        SqliteDurableStore(tmp_path / "r.db") as durable,
-    ):
-        compiled = _sibling_graph().compile(store)
-        await compiled.run({}, thread=thread)
-        suspended = await store.get(thread)
-        assert suspended is not None
-        section = suspended.extra["runtime"]
-        assert section["graph"] == "sib" and set(section["writes"]) == {"side"}
-        result = await compiled.resume(thread, "answer")
-        assert result.status == "done" and result.state["log"] == ["side", "answer"]
-        assert SIDE_CALLS.count(thread) == 1  # its write was kept, not run again
+#: Every key the runtime's bookkeeping uses, and a node's name.
+BOOKKEEPING = ["graph", "writes", "answers", "by", "operations", "runtime", "extensions", "side"]
+
+
+async def _survives(store: Store, thread: str) -> None:
+    compiled = _sibling_graph().compile(store)
+    await compiled.run({}, thread=thread)
+    suspended = await store.get(thread)
+    assert suspended is not None
+    section = suspended.extra["runtime"]
+    assert section["graph"] == "sib" and set(section["writes"]) == {"side"}
+    result = await compiled.resume(thread, "answer")
+    assert result.status == "done" and result.state["log"] == ["side", "answer"]
+    assert SIDE_CALLS.count(thread) == 1  # its write was kept, not run again
+
+
+@pytest.mark.parametrize("key", BOOKKEEPING)
+async def test_the_runtimes_bookkeeping_survives_any_redactor(key: str) -> None:
+    await _survives(MemoryCheckpointer(redact=RedactKeys([key])), f"s-{key}")
+
+
+async def test_the_runtimes_bookkeeping_survives_a_redactor_on_every_backend(
+    runtime_backend: RuntimeBackend,
+) -> None:
+    async with runtime_backend.open(redact=RedactKeys(BOOKKEEPING)) as store:
+        await _survives(store, f"s-all-{runtime_backend.name}")

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from agentflow.runtime import CompiledGraph, RunResult, StepClaimed
+from tests.runtime.conftest import needs_sqlite
 from tests.runtime.crash_child import DELAY, LEASE, ROUNDS
 from tests.runtime.graphs import counter_graph, counter_input
 
@@ -47,7 +47,7 @@ def _kill_after(child: subprocess.Popen[str], seconds: float) -> None:
 
 async def _uninterrupted(tmp_path: Path) -> dict[str, object]:
     db = tmp_path / "reference.db"
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+    async with SqliteCheckpointer(db) as store:
         compiled = counter_graph().compile(store)
         result = await compiled.run(counter_input(ROUNDS, DELAY), thread="x")
         return dict(result.state)
@@ -65,6 +65,7 @@ async def _resume_once_the_lease_lapses(compiled: CompiledGraph) -> RunResult:
 
 
 @pytest.mark.slow
+@needs_sqlite
 async def test_killed_runs_resume_to_the_uninterrupted_state(tmp_path: Path) -> None:
     expected = await _uninterrupted(tmp_path)
     rng = random.Random(os.environ.get("AGENTFLOW_CRASH_SEED", "4"))
@@ -76,7 +77,7 @@ async def test_killed_runs_resume_to_the_uninterrupted_state(tmp_path: Path) -> 
                 started = await store.get("run") is not None
             if started:
                 _kill_after(_start(db, "run", "resume"), rng.uniform(0, 0.1))
-        async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
+        async with SqliteCheckpointer(db) as store:
             compiled = counter_graph().compile(store)
             latest = await store.get("run")
             if latest is None:

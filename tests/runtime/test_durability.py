@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
-from agentflow.durable import CREDENTIAL_REDACTED, DurableError, MemoryDurableStore
+from agentflow.durable import CREDENTIAL_REDACTED, DurableError
 from agentflow.runtime import (
     START,
     Durability,
@@ -103,22 +103,14 @@ async def test_extension_state_is_saved_with_each_step_and_restored_on_resume() 
 
 async def test_a_required_extension_missing_or_of_another_version_refuses_the_resume() -> None:
     store = MemoryCheckpointer()
-    await (
-        _audit_graph(Durability(extensions=[Audit]))
-        .compile(store)
-        .run({}, thread="t")
-    )
+    await _audit_graph(Durability(extensions=[Audit])).compile(store).run({}, thread="t")
     suspended = await store.get("t")
     assert suspended is not None
     stored = dict(suspended.extra)
     stored["extensions"] = {"com.example.audit": {"version": "2", "required": True, "state": {}}}
     await store.put(replace(suspended, extra=stored), if_revision=suspended.revision)
     with pytest.raises(DurableError) as info:
-        await (
-            _audit_graph(Durability(extensions=[Audit]))
-            .compile(store)
-            .resume("t", "yes")
-        )
+        await _audit_graph(Durability(extensions=[Audit])).compile(store).resume("t", "yes")
     assert info.value.code == "checkpoint_extension_version_mismatch"
     needs = Durability(required_extensions=["com.example.ledger"])
     with pytest.raises(DurableError) as missing:
@@ -159,7 +151,7 @@ async def test_credential_slots_are_redacted_supplied_live_and_keep_the_digest()
     store = MemoryCheckpointer()
     first = _keyed("Bearer one").compile(store)
     await first.run({}, thread="t")
-    record = await durable.load("t")
+    record = await store.load("t")
     assert record is not None
     headers = record.run_definition["model"]["settings"]["extra_headers"]
     assert headers == {"authorization": CREDENTIAL_REDACTED}

@@ -68,8 +68,8 @@ async def test_two_processes_resuming_a_run_that_died_between_steps_run_it_once(
 
 
 async def _due_runs(store: SharedStore, ledger: Path) -> None:
-    async with opened(*store.args) as (checkpointer, durable):
-        compiled = slow_charge_graph().compile(checkpointer)
+    async with opened(*store.args) as opened_store:
+        compiled = slow_charge_graph().compile(opened_store)
         for i in range(RUNS):
             state = {"slow": 8 * LEASE.total_seconds(), "ledger": str(ledger)}
             await compiled.run(state, thread=f"run-{i}")

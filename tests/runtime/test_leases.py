@@ -1,8 +1,8 @@
 """Leases: renewed while a step runs, lost by a stalled holder, never two effects.
 
-Each backend that has a durable store runs these with several independent
-stores (as several processes would have); ``test_processes`` does the same
-with real processes on SQLite.
+Each backend runs these with several independent stores on one database (as
+several processes would have); ``test_lease_processes`` does the same with
+real processes.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
-from agentflow.durable import MemoryDurableStore
+from agentflow.checkpoint.store import Store
 from agentflow.errors import StoreUnavailable
 from agentflow.runtime import START, Graph, NodeContext, StepClaimed, ThreadNotFound, Worker
 from tests.runtime.conftest import RuntimeBackend
@@ -36,10 +36,7 @@ async def test_a_step_slower_than_its_lease_with_three_workers_has_one_effect(
         durable_backend.open() as s2,
         durable_backend.open() as s3,
     ):
-        graphs = [
-            slow_charge_graph().compile(store, claim_ttl=LEASE)
-            for store, durable in ((s1, d1), (s2, d2), (s3, d3))
-        ]
+        graphs = [slow_charge_graph().compile(store, claim_ttl=LEASE) for store in (s1, s2, s3)]
         for i in range(runs):
             state = {"slow": 4 * LEASE.total_seconds(), "ledger": str(ledger)}
             await graphs[0].run(state, thread=f"run-{i}")
@@ -66,15 +63,16 @@ async def test_the_heartbeat_renews_the_lease_while_a_step_runs(
 ) -> None:
     seen: list[int] = []
 
-    async def slow(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
-        for _ in range(4):
-            await asyncio.sleep(LEASE.total_seconds() / 2)
-            record = await durable.load(ctx.thread)
-            assert record is not None and record.lease_expires_at_ms is not None
-            seen.append(record.lease_expires_at_ms)
-        return {"slow": True}
+    async with durable_backend.open() as store, durable_backend.open() as watcher:
 
-    async with durable_backend.open() as store:
+        async def slow(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+            for _ in range(4):
+                await asyncio.sleep(LEASE.total_seconds() / 2)
+                record = await watcher.load(ctx.thread)
+                assert record is not None and record.lease_expires_at_ms is not None
+                seen.append(record.lease_expires_at_ms)
+            return {"slow": True}
+
         graph = Graph("slow").add_node("slow", slow).add_edge(START, "slow")
         result = await graph.compile(store, claim_ttl=LEASE).run({}, thread="t")
     assert result.status == "done"
@@ -82,11 +80,11 @@ async def test_the_heartbeat_renews_the_lease_while_a_step_runs(
 
 
 def _in_another_process(backend: RuntimeBackend, work: Any) -> threading.Thread:
-    """Run ``work(checkpointer, durable)`` on stores of its own, on an event loop of its own."""
+    """Run ``work(store)`` on a store of its own, on an event loop of its own."""
 
     async def main() -> None:
         async with backend.open() as store:
-            await work(store, durable)
+            await work(store)
 
     thread = threading.Thread(target=asyncio.run, args=(main(),))
     thread.start()
@@ -113,7 +111,7 @@ async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
     graph = _stalls_once_then_charges("fenced", ledger)
     outcomes: list[object] = []
 
-    async def take_over(store: Any, durable: Any) -> None:
+    async def take_over(store: Store) -> None:
         compiled = graph.compile(store, claim_ttl=LEASE)
         deadline = time.monotonic() + 20 * LEASE.total_seconds()
         while time.monotonic() < deadline:
@@ -145,7 +143,7 @@ async def test_a_holder_that_stalled_past_its_lease_sends_no_call_even_if_nobody
         compiled = graph.compile(store, claim_ttl=LEASE)
         with pytest.raises(StepClaimed):  # its lease lapsed: the renewal before the call fails
             await compiled.run({}, thread="t")
-        record = await durable.load("t")
+        record = await store.load("t")
         assert record is not None and record.tool_journal == []  # nothing was started
         assert ledger_lines(ledger) == []
         result = await compiled.resume("t")  # a recovery claim: the call is made once
@@ -153,7 +151,7 @@ async def test_a_holder_that_stalled_past_its_lease_sends_no_call_even_if_nobody
     assert len(ledger_lines(ledger)) == 1
 
 
-class _CancelSwallowingStore(MemoryDurableStore):
+class _CancelSwallowingStore(MemoryCheckpointer):
     """A driver that turns the cancellation of a renewal in flight into its own error."""
 
     async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
@@ -170,8 +168,7 @@ async def test_a_run_ends_when_its_driver_swallows_the_heartbeats_cancellation()
         return {"slow": True}
 
     graph = Graph("slow").add_node("slow", slow).add_edge(START, "slow")
-    durable = _CancelSwallowingStore()
-    compiled = graph.compile(MemoryCheckpointer(), claim_ttl=LEASE)
+    compiled = graph.compile(_CancelSwallowingStore(), claim_ttl=LEASE)
     for run in range(5):
         task = asyncio.create_task(compiled.run({}, thread=f"t{run}"))
         done, _ = await asyncio.wait({task}, timeout=10)  # not wait_for: it would wait too

@@ -10,8 +10,8 @@ import pytest
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.durable import (
     OPERATOR_ABORT_CODE,
+    CheckpointStatus,
     DurableError,
-    MemoryDurableStore,
     OperationState,
     ReconciliationDecision,
     ReconciliationError,
@@ -62,11 +62,11 @@ def _charging(
     return graph.add_node("charge", charge).add_edge(START, "charge")
 
 
-async def _ambiguous(graph: Graph) -> tuple[CompiledGraph, MemoryDurableStore]:
-    durable = MemoryCheckpointer()
-    compiled = graph.compile(MemoryCheckpointer())
+async def _ambiguous(graph: Graph) -> tuple[CompiledGraph, MemoryCheckpointer]:
+    store = MemoryCheckpointer()
+    compiled = graph.compile(store)
     assert (await compiled.run({}, thread="t")).status == "reconciliation_required"
-    return compiled, durable
+    return compiled, store
 
 
 async def test_retry_idempotent_only_retries_a_declared_idempotent_tool_with_its_key() -> None:
@@ -100,10 +100,10 @@ async def test_retry_with_duplicate_risk_retries_a_model_call_and_records_the_ri
     graph = Graph(
         "asking", durability=Durability(ambiguous_model_policy="retry_with_duplicate_risk")
     )
-    compiled, durable = await _ambiguous(graph.add_node("ask", ask).add_edge(START, "ask"))
+    compiled, store = await _ambiguous(graph.add_node("ask", ask).add_edge(START, "ask"))
     result = await compiled.resume("t")
     assert result.status == "done" and len(system.calls) == 2
-    record = await durable.load("t")
+    record = await store.load("t")
     assert record is not None
     risks = [
         e.event for e in record.event_outbox if e.event["type"] == "model_retry_duplicate_risk"
@@ -146,11 +146,11 @@ async def test_a_provider_records_a_failure_the_node_then_sees() -> None:
 async def test_a_provider_that_aborts_ends_the_run_keeping_the_ambiguity() -> None:
     error = ReconciliationError("unknown", "cannot tell")
     ledger = Ledger(ReconciliationDecision.abort(error))
-    compiled, durable = await _ambiguous(_charging(Flaky(), Durability(reconciliation=ledger)))
+    compiled, store = await _ambiguous(_charging(Flaky(), Durability(reconciliation=ledger)))
     result = await compiled.resume("t")
     assert result.status == "failed" and result.terminal is not None
     assert result.terminal["error_code"] == OPERATOR_ABORT_CODE
-    record = await durable.load("t")
+    record = await store.load("t")
     assert record is not None and record.status.value == "failed"
     assert record.tool_journal[0].state is OperationState.AMBIGUOUS
     with pytest.raises(NothingToResume, match="was ended"):
@@ -198,20 +198,21 @@ async def test_an_operator_records_a_failure_or_aborts() -> None:
         "t", await _operation(compiled), ReconciliationDecision.record_failure(failure)
     )
     assert (await compiled.resume("t")).state["failed"] == "not_charged"
-    compiled, _ = await _ambiguous(_charging(Flaky()))
+    compiled, store = await _ambiguous(_charging(Flaky()))
     aborted = await compiled.reconcile(
         "t", await _operation(compiled), ReconciliationDecision.abort(failure)
     )
     assert aborted.terminal_result is not None
     assert aborted.terminal_result["error_code"] == OPERATOR_ABORT_CODE
+    assert [info.status for info in await store.list_threads()] == ["failed"]  # not "running"
     assert (
         await compiled.run({}, thread="t", resume_policy="resume_if_present")
     ).status == "failed"
 
 
 async def test_operator_decisions_are_checked_before_anything_is_written() -> None:
-    compiled, durable = await _ambiguous(_charging(Flaky()))
-    before = await durable.load("t")
+    compiled, store = await _ambiguous(_charging(Flaky()))
+    before = await store.load("t")
     assert before is not None
     with pytest.raises(UnknownOperation, match="waiting: op_tool_cycle_1_step_1_"):
         await compiled.reconcile("t", "op_nope", ReconciliationDecision.retry())
@@ -222,7 +223,7 @@ async def test_operator_decisions_are_checked_before_anything_is_written() -> No
     deferred = await compiled.reconcile(
         "t", await _operation(compiled), ReconciliationDecision.defer()
     )
-    after = await durable.load("t")
+    after = await store.load("t")
     assert after is not None and after.revision == before.revision == deferred.revision
     done = _charging(Flaky(failures=0)).compile(MemoryCheckpointer())
     await done.run({}, thread="t")
@@ -238,8 +239,8 @@ async def test_two_ambiguous_calls_wait_until_both_are_settled() -> None:
         return {"b": await ctx.tool("b", {}, Flaky())}
 
     graph = Graph("two").add_node("one", two).add_node("other", other)
-    compiled, durable = await _ambiguous(graph.add_edge(START, "one").add_edge(START, "other"))
-    record = await durable.load("t")
+    compiled, store = await _ambiguous(graph.add_edge(START, "one").add_edge(START, "other"))
+    record = await store.load("t")
     assert record is not None and len(record.tool_journal) == 2
     first, second = (entry.operation_id for entry in record.tool_journal)
     still = await compiled.reconcile("t", first, ReconciliationDecision.replay_result({"ok": 1}))
@@ -254,9 +255,12 @@ async def test_reconciliation_on_every_durable_backend(durable_backend: RuntimeB
     async with durable_backend.open() as store:
         compiled = _charging(system).compile(store)
         assert (await compiled.run({}, thread="t")).status == "reconciliation_required"
-        listed = await durable.list_runs(status="reconciliation_required")  # type: ignore[arg-type]
+        listed = await store.list_runs(status=CheckpointStatus.RECONCILIATION_REQUIRED)
         assert [run.key for run in listed.runs] == ["t"]
-        record = await durable.load("t")
+        waiting = await store.list_threads_page(status="reconciliation_required")
+        assert [info.thread for info in waiting.threads] == ["t"]
+        assert [info.status for info in await store.list_threads()] == ["reconciliation_required"]
+        record = await store.load("t")
         assert record is not None
         operation = record.tool_journal[0].operation_id
         await compiled.reconcile("t", operation, ReconciliationDecision.retry())

@@ -5,6 +5,11 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from tests.runtime.conftest import needs_sqlite
+
+#: The samples keep their runs in an SQLite file.
+pytestmark = needs_sqlite
+
 
 async def test_approval_sample_pays_once_approved(tmp_path: Path) -> None:
     sample = importlib.import_module("samples.approval")

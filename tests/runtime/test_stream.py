@@ -118,10 +118,7 @@ async def test_leaving_the_loop_early_stops_the_run_at_its_last_stored_step() ->
 def test_sync_graph_runs_streams_and_resumes_on_every_backend(
     runtime_backend: RuntimeBackend,
 ) -> None:
-    checkpoints = runtime_backend.checkpoints
-    checkpointer = checkpoints.factory(**checkpoints.kwargs)
-    durable = runtime_backend.durable_stores()
-    with SyncGraph(approval_graph(), checkpointer) as runs:
+    with SyncGraph(approval_graph(), runtime_backend.open()) as runs:
         kinds = [e.kind for e in runs.stream({"log": []}, thread="sync")]
         assert kinds[-1] == "interrupted"
         result = runs.resume("sync", "yes")

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
-from agentflow.durable import MemoryDurableStore
 from agentflow.errors import InvalidArgument
 from agentflow.runtime import (
     START,
@@ -115,10 +114,10 @@ async def test_a_failing_woken_node_is_reported_and_stays_due() -> None:
 
 async def test_a_crashed_workers_lease_is_taken_over_once_it_lapses(tmp_path: Path) -> None:
     clock = Clock()
-    store, durable = MemoryCheckpointer(), MemoryCheckpointer(clock=epoch_ms(clock))
+    store = MemoryCheckpointer(clock=epoch_ms(clock))
     compiled = timer_graph().compile(store, clock=clock)
     await compiled.run({"seconds": 0, "logfile": str(tmp_path / "log")}, thread="c")
-    await hold(durable, "c", "dead-worker", lease_ms=30_000)
+    await hold(store, "c", "dead-worker", lease_ms=30_000)
     worker = Worker([compiled])
     assert [thread for thread, _ in (await worker.run_once()).taken] == ["c"]
     clock.now += timedelta(seconds=31)
@@ -130,7 +129,7 @@ async def test_a_recovering_worker_takes_over_the_runs_a_dead_process_left(
     tmp_path: Path,
 ) -> None:
     clock = Clock()
-    store, durable = MemoryCheckpointer(), MemoryCheckpointer(clock=epoch_ms(clock))
+    store = MemoryCheckpointer(clock=epoch_ms(clock))
     timers = timer_graph().compile(store, clock=clock)
     approvals = approval_graph().compile(store, clock=clock)
     await timers.run({"seconds": 3600, "logfile": str(tmp_path / "log")}, thread="mid-step")
@@ -139,10 +138,8 @@ async def test_a_recovering_worker_takes_over_the_runs_a_dead_process_left(
     with pytest.raises(StepLimitExceeded):
         await counter.run(counter_input(2), thread="loop")
     for thread in ("mid-step", "asks", "loop"):  # their processes died holding them
-        await hold(durable, thread, "dead-host:1:x", lease_ms=30_000)
-    worker = Worker(
-        [timers, approvals, counter_graph().compile(store, clock=clock)]
-    )
+        await hold(store, thread, "dead-host:1:x", lease_ms=30_000)
+    worker = Worker([timers, approvals, counter_graph().compile(store, clock=clock)])
     assert await worker.stranded() == []
     clock.now += timedelta(seconds=31)
     assert sorted(await worker.stranded()) == ["asks", "loop", "mid-step"]
@@ -154,6 +151,6 @@ async def test_a_recovering_worker_takes_over_the_runs_a_dead_process_left(
         ("mid-step", "waiting"),
     ]
     assert await worker.stranded() == []
-    record = await durable.load("asks")
+    record = await store.load("asks")
     assert record is not None and record.claim_token is None  # committed, unanswered
     assert (await approvals.resume("asks", "yes")).status == "done"
