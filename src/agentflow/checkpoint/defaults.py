@@ -8,16 +8,23 @@ never use this module; they override every method natively.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Final
+from typing import Final, Protocol
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer, ThreadInfo, ThreadPage, ThreadStatus
+from agentflow.checkpoint.model import ThreadInfo, ThreadPage, ThreadStatus
 from agentflow.checkpoint.timestamps import instant_of, parse_instant
 from agentflow.checkpoint.validation import check_limit, check_status
 from agentflow.errors import InvalidCursor
 
-__all__ = ["CoreOnlyCheckpointer", "list_due", "list_threads_page"]
+__all__ = ["Listing", "list_due", "list_threads_page"]
+
+
+class Listing(Protocol):
+    """What the defaults need of a backend: the original offset listing."""
+
+    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]: ...
+
 
 #: Threads per ``list_threads`` call while a default walks the store.
 _WALK_PAGE: Final = 1_000
@@ -34,7 +41,7 @@ def _offset_of(cursor: str | None) -> int:
     return int(digits)
 
 
-async def _walk(cp: Checkpointer, start: int) -> AsyncIterator[tuple[int, ThreadInfo]]:
+async def _walk(cp: Listing, start: int) -> AsyncIterator[tuple[int, ThreadInfo]]:
     offset = start
     while True:
         infos = await cp.list_threads(limit=_WALK_PAGE, offset=offset)
@@ -46,7 +53,7 @@ async def _walk(cp: Checkpointer, start: int) -> AsyncIterator[tuple[int, Thread
 
 
 async def list_threads_page(
-    cp: Checkpointer, *, limit: int, cursor: str | None, status: ThreadStatus | None
+    cp: Listing, *, limit: int, cursor: str | None, status: ThreadStatus | None
 ) -> ThreadPage:
     """:meth:`Checkpointer.list_threads_page` over ``list_threads`` offsets."""
     check_limit(limit)
@@ -78,7 +85,7 @@ def _due_after(cursor: str | None) -> tuple[int, str] | None:
 
 
 async def list_due(
-    cp: Checkpointer, now: str | datetime, *, limit: int, cursor: str | None
+    cp: Listing, now: str | datetime, *, limit: int, cursor: str | None
 ) -> ThreadPage:
     """:meth:`Checkpointer.list_due` by walking every thread."""
     check_limit(limit)
@@ -97,40 +104,3 @@ async def list_due(
         return ThreadPage(page, None)
     del page[limit:]
     return ThreadPage(page, _due_cursor(page[-1]))
-
-
-class CoreOnlyCheckpointer(Checkpointer):
-    """A backend with only the original six methods, given every later one."""
-
-    __slots__ = ("_inner",)
-
-    def __init__(self, inner: Checkpointer) -> None:
-        self._inner = inner
-
-    def __repr__(self) -> str:
-        return f"CoreOnlyCheckpointer({self._inner!r})"
-
-    async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
-        return await self._inner.put(cp, if_revision=if_revision)
-
-    async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
-        return await self._inner.get(thread, step)
-
-    def history(self, thread: str) -> AsyncIterator[Checkpoint]:
-        return self._inner.history(thread)
-
-    async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
-        return await self._inner.list_threads(limit=limit, offset=offset)
-
-    async def delete_thread(self, thread: str) -> None:
-        await self._inner.delete_thread(thread)
-
-    async def prune(
-        self, thread: str, *, before_step: int | None = None, older_than: str | None = None
-    ) -> int:
-        return await self._inner.prune(thread, before_step=before_step, older_than=older_than)
-
-    async def close(self) -> None:
-        close: Callable[[], Awaitable[None]] | None = getattr(self._inner, "close", None)
-        if close is not None:
-            await close()

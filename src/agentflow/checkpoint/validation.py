@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, get_args
 
-from agentflow.checkpoint.base import Checkpoint, ThreadStatus
+from agentflow.checkpoint.model import Checkpoint, ThreadStatus
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import InvalidArgument, InvalidThreadId
 
