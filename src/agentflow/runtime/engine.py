@@ -44,7 +44,6 @@ from agentflow.runtime.errors import (
 )
 from agentflow.runtime.events import RunEvent, Sink, no_events, stream_of
 from agentflow.runtime.fork import fork_checkpoint
-from agentflow.runtime.graph import START
 from agentflow.runtime.leases import instant_us, lease_ms_of
 from agentflow.runtime.records import Records, durable_of
 from agentflow.runtime.recovery import (
@@ -55,12 +54,12 @@ from agentflow.runtime.recovery import (
 from agentflow.runtime.result import RunResult
 from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY, runtime_of
 from agentflow.runtime.settle import Waiter, settle
+from agentflow.runtime.spec import START, GraphSpec
 from agentflow.runtime.steps import StepRunner
 from agentflow.runtime.takeover import deferred, ended, refuse_answered, settle_cycle, where
 
 if TYPE_CHECKING:
     from agentflow.durable import DurableCheckpoint
-    from agentflow.runtime.graph import Graph
 
 __all__ = ["CompiledGraph", "read_checkpoint"]
 
@@ -90,7 +89,7 @@ class CompiledGraph:
 
     def __init__(
         self,
-        graph: Graph,
+        graph: GraphSpec,
         checkpointer: Checkpointer,
         *,
         durable: DurableStore | None,

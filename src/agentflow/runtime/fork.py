@@ -17,8 +17,8 @@ from typing import Any
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.timestamps import utc_now_iso
 from agentflow.runtime.errors import CannotReroute
-from agentflow.runtime.graph import START
 from agentflow.runtime.section import RUNTIME_KEY, runtime_of
+from agentflow.runtime.spec import START
 from agentflow.runtime.steps import StepRunner
 
 __all__ = ["fork_checkpoint", "routed_by"]

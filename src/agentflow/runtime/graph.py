@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from agentflow.runtime.durability import Durability
 from agentflow.runtime.errors import GraphInvalid
 from agentflow.runtime.reducers import Reducer
+from agentflow.runtime.spec import END, START, AsyncNodeFn, Branch, NodeFn, Router, Update
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -28,21 +29,6 @@ if TYPE_CHECKING:
     from agentflow.runtime.engine import CompiledGraph
 
 __all__ = ["END", "START", "AsyncNodeFn", "Graph", "NodeFn", "Router"]
-
-#: The virtual node a run begins at; only an edge source.
-START = "__start__"
-#: The virtual node that ends a branch; only an edge target.
-END = "__end__"
-
-#: What a node returns: an update of the state, or None.
-Update = Mapping[str, Any] | None
-#: A node as the engine calls it.
-AsyncNodeFn = Callable[[Mapping[str, Any], "NodeContext"], Awaitable[Update]]
-#: A node as ``add_node`` takes it: ``async def`` (run on the event loop) or
-#: plain ``def`` (run in a worker thread).
-NodeFn = Callable[[Mapping[str, Any], "NodeContext"], Awaitable[Update] | Update]
-#: Returns the next node (or END), several, or an awaitable of either.
-Router = Callable[[Mapping[str, Any]], Any]
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -73,15 +59,6 @@ def _in_thread(fn: NodeFn) -> AsyncNodeFn:
         return update
 
     return node
-
-
-@dataclass(frozen=True, slots=True)
-class Branch:
-    """A conditional edge: ``router(state)`` picks targets after its node's step."""
-
-    router: Router
-    #: Names the router may return; None accepts any node. Checked at compile.
-    targets: frozenset[str] | None
 
 
 @dataclass

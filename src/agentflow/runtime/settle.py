@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import Protocol
 
+from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointConflict
 from agentflow.runtime.errors import NotDue
 from agentflow.runtime.leases import instant_us
 from agentflow.runtime.result import RunResult
 
-if TYPE_CHECKING:
-    from agentflow.runtime.engine import CompiledGraph
-
-__all__ = ["Waiter", "seconds_until_due", "settle"]
+__all__ = ["Settling", "Waiter", "seconds_until_due", "settle"]
 
 #: Called with a ``waiting`` result; returns once its ``wake_at`` has come.
 Waiter = Callable[[RunResult], Awaitable[None]]
@@ -32,14 +30,27 @@ Waiter = Callable[[RunResult], Awaitable[None]]
 _POLL = 0.1
 
 
-def seconds_until_due(graph: CompiledGraph, result: RunResult) -> float:
+class Settling(Protocol):
+    """What settling needs of a compiled graph: its clock, resume, and the latest state."""
+
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+
+    async def resume(
+        self, thread: str, value: object = None, *, step: int | None = None
+    ) -> RunResult: ...
+
+    async def get_state(self, thread: str, step: int | None = None) -> Checkpoint: ...
+
+
+def seconds_until_due(graph: Settling, result: RunResult) -> float:
     """Seconds from the graph's clock until ``result``'s timer is due (<= 0: due)."""
     assert result.wake_at is not None
     return (parse_instant(result.wake_at) - instant_us(graph.clock())) / 1e6
 
 
 async def settle(
-    graph: CompiledGraph,
+    graph: Settling,
     result: RunResult,
     *,
     max_wait: timedelta | None = None,

@@ -45,12 +45,11 @@ from agentflow.runtime.errors import (
     UpdateNotSerializable,
 )
 from agentflow.runtime.events import RunEvent, Sink
-from agentflow.runtime.graph import END
 from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY
+from agentflow.runtime.spec import END, GraphSpec
 
 if TYPE_CHECKING:
     from agentflow.runtime.durability import Durability
-    from agentflow.runtime.graph import Graph
     from agentflow.runtime.leases import Lease
 
 __all__ = ["StepAbandoned", "StepEnv", "StepRunner", "Updates"]
@@ -151,7 +150,7 @@ class StepRunner:
     """Steps of one graph against one store."""
 
     def __init__(
-        self, graph: Graph, checkpointer: Checkpointer, clock: Callable[[], datetime]
+        self, graph: GraphSpec, checkpointer: Checkpointer, clock: Callable[[], datetime]
     ) -> None:
         self.graph = graph
         self.checkpointer = checkpointer
