@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.durable.events import AcceptedEvent
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
@@ -103,4 +104,26 @@ class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
 
     async def delete(self, key: str, *, force: bool = False) -> bool:
         """:meth:`delete_thread` of ``key``; True when anything was stored under it."""
+        ...
+
+    async def restore(
+        self, stored: DurableCheckpoint, record: DurableCheckpoint
+    ) -> DurableCheckpoint:
+        """Replace the record stored as ``stored`` (the caller's snapshot) with ``record``, whole.
+
+        Status, claim and lease, both journals, outbox and terminal result are
+        written as ``record`` has them, with its revision, which must be above
+        the stored one (``checkpoint_revision_invalid`` before any I/O). Guarded
+        on the stored head as ``stored`` has it (revision, claim token and
+        cycle, terminal, identity, resume attempt, acknowledgement): a write in
+        between wins (:class:`~agentflow.durable.RevisionConflict`, ...). What
+        ``agentflow copy`` brings an older copy up to date with, and what
+        ``rekey`` re-seals a record with (the same record at revision + 1).
+        """
+        ...
+
+    async def reseal_event(self, event: AcceptedEvent) -> bool:
+        """Store the accepted ``event`` (as this store replayed it) again in its
+        current stored form (sealed with the current key); digest, sequence and
+        indexes stay. False when no event has its id. For ``rekey``."""
         ...
