@@ -1,4 +1,5 @@
-"""PostgreSQL harness: a fresh table set per test on the server at ``AGENTFLOW_POSTGRES_DSN``."""
+"""PostgreSQL harness: a fresh table set per test on the server at ``AGENTFLOW_POSTGRES_DSN``:
+checkpoints, records and events of one store."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ from agentflow.checkpoint.testing import BackendHarness
 from tests.backends import server_missing
 
 DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-#: The tables one checkpointer creates for ``table``.
-TABLE_SUFFIXES = ("", "_threads", "_meta")
+#: The tables one store creates for ``table`` (referencing tables first, for DROP).
+TABLE_SUFFIXES = (
+    "_durable_journal",
+    "_durable_bodies",
+    "_durable_runs",
+    "_durable_events",
+    "",
+    "_threads",
+    "_meta",
+)
 
 
 #: An asyncpg connection (asyncpg has no type hints).
@@ -43,6 +52,28 @@ def unique_table() -> str:
 async def drop_tables(conn: Connection, table: str) -> None:
     names = ", ".join(f'"{table}{suffix}"' for suffix in TABLE_SUFFIXES)
     await conn.execute(f"DROP TABLE IF EXISTS {names}")
+
+
+async def tables_of(admin: Connection, table: str) -> list[str]:
+    """The tables named after ``table``."""
+    rows = await admin.fetch(
+        "SELECT table_name FROM information_schema.tables WHERE starts_with(table_name, $1)"
+        " ORDER BY table_name",
+        table,
+    )
+    return [row[0] for row in rows]
+
+
+def part_row(table: str, key: str, part: str) -> tuple[str, str, str, list[object]]:
+    """The table, column, row condition (after ``namespace = $1``) and its
+    arguments of one stored part of a record or event."""
+    if part == "event":
+        return f"{table}_durable_events", "event", "event_id = $2", [key]
+    if part == "body":
+        return f"{table}_durable_bodies", "body", "key = $2", [key]
+    kind, _, index = part.partition(".")
+    condition = "key = $2 AND kind = $3 AND idx = $4"
+    return f"{table}_durable_journal", "entry", condition, [key, kind, int(index)]
 
 
 async def admin_session() -> AsyncIterator[Connection]:
@@ -91,6 +122,29 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     async def write_payload(namespace: str | None, thread: str, step: int, data: bytes) -> None:
         await overwrite("payload = $4", namespace, thread, step, data)
 
+    async def corrupt_run(namespace: str | None, key: str) -> None:
+        await write_part(namespace, key, "body", b'{"not": 1}')
+
+    async def read_part(namespace: str | None, key: str, part: str) -> bytes:
+        name, column, condition, args = part_row(table, key, part)
+        found = await admin.fetchval(
+            f'SELECT {column} FROM "{name}" WHERE namespace = $1 AND {condition}',
+            namespace or "",
+            *args,
+        )
+        assert isinstance(found, bytes), f"no stored {part} for {(namespace, key)}"
+        return found
+
+    async def write_part(namespace: str | None, key: str, part: str, data: bytes) -> None:
+        name, column, condition, args = part_row(table, key, part)
+        status = await admin.execute(
+            f'UPDATE "{name}" SET {column} = ${len(args) + 2} WHERE namespace = $1 AND {condition}',
+            namespace or "",
+            *args,
+            data,
+        )
+        assert status == "UPDATE 1", f"no stored {part} for {(namespace, key)}"
+
     try:
         yield BackendHarness(
             name="postgres",
@@ -100,6 +154,10 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
             damage_revision=damage_revision,
             read_payload=read_payload,
             write_payload=write_payload,
+            corrupt_run=corrupt_run,
+            contents=lambda: tables_of(admin, table),
+            read_part=read_part,
+            write_part=write_part,
         )
     finally:
         await drop_tables(admin, table)

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (asyncpg): tables, setup and migrations, kept connections."""
+"""The PostgreSQL backend (asyncpg): one store of checkpoints, records and events."""
 
 # First, so that importing the package without the driver fails here even when
 # a submodule is already loaded.

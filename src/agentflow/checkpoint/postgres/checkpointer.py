@@ -1,31 +1,49 @@
-"""A durable checkpointer on PostgreSQL, through asyncpg.
+"""A PostgreSQL store, through asyncpg: a thread's checkpoints, record and events.
 
-Three tables: the checkpoints (key ``(namespace, thread, step)``, so "latest" is
-one backward index probe), a one-row-per-thread summary that listings page by
-keyset (by thread, by status and thread, or by wake instant), written in the
-same statement or transaction as the checkpoints, and a meta table holding the
-schema version and the cursor secret. Payloads are the codec's bytes in
-``BYTEA`` (lz4): ``JSONB`` measured slower both ways and refuses ``\\u0000`` in
-strings, which agent state may hold (docs/postgres.md has the numbers).
-Statement text is in :mod:`~agentflow.checkpoint.postgres.sql`, setup and
-migrations in :mod:`~agentflow.checkpoint.postgres.schema`.
+The checkpoints are a table keyed ``(namespace, thread, step)`` (so "latest" is
+one backward index probe) and a one-row-per-thread summary that listings page
+by keyset (by thread, by effective status and thread, or by wake instant),
+written in the same statement as the checkpoints. Records and events are the
+durable tables beside them (:mod:`~agentflow.checkpoint.postgres.runs`,
+:mod:`~agentflow.checkpoint.postgres.events`); every record write sets the
+summary's run status in its own statement. A meta table holds the one schema
+version and the cursor secret (:mod:`~agentflow.checkpoint.postgres.schema`).
+Payloads are the codec's bytes in ``BYTEA`` (lz4): ``JSONB`` measured slower
+both ways and refuses ``\\u0000`` in strings, which agent state may hold.
+
+All three parts share one pool. A step's commit (checkpoint, receipts and
+record progress) is one statement, so one transaction commit; a thread's
+delete is one transaction.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Final
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+import asyncpg
+
+from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.postgres.connections import KeptConnections
-from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
+from agentflow.checkpoint.postgres.driver_errors import address_of, database_of, driver_error
+from agentflow.checkpoint.postgres.events import PostgresEvents
+from agentflow.checkpoint.postgres.rows import step_params, write_params
+from agentflow.checkpoint.postgres.runs import PostgresRuns
+from agentflow.checkpoint.postgres.runs_sql import Statement, Statements
 from agentflow.checkpoint.postgres.schema import prepare
-from agentflow.checkpoint.postgres.sql import statements
+from agentflow.checkpoint.store_base import RUN_STATUSES, StoreBase
+from agentflow.durable.errors import ClaimActive, DurableConflict
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.transitions import Write
 from agentflow.errors import AgentflowError, CheckpointCorrupted
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["DEFAULT_DSN", "PostgresCheckpointer", "from_url"]
 
@@ -37,10 +55,19 @@ _HISTORY_FIRST_ROWS: Final = 8
 _HISTORY_MAX_ROWS: Final = 1_024
 #: Sorts before every stored wake instant: where the first page of list_due starts.
 _BEFORE_ANY_WAKE: Final = (-(2**63), "")
+_RUN_STATUSES: Final = frozenset({None, *RUN_STATUSES.values()})
 
 
-class PostgresCheckpointer(CheckpointerBase):
-    """Checkpoints in PostgreSQL, safe under concurrent writers and processes.
+def _info(row: Any) -> ThreadInfo:
+    """A summary row as ThreadInfo; a run status no record write sets is damage."""
+    if row[6] not in _RUN_STATUSES:
+        raise CheckpointCorrupted(f"thread {row[0]!r}: the stored run status is damaged")
+    return ThreadInfo(*row)
+
+
+class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
+    """A thread's checkpoints, record and events in PostgreSQL (a Store), safe
+    under concurrent writers and processes.
 
     Pass a ``dsn`` or an existing asyncpg ``pool``; an injected pool stays the
     caller's (``close()`` leaves it open), one created here is closed by
@@ -48,9 +75,11 @@ class PostgresCheckpointer(CheckpointerBase):
     are created, or migrated from an older version, by :meth:`setup`, which
     also runs once on first use. A ``namespace`` confines every call to one
     tenant; ``redact`` masks values before they are stored; ``codec`` turns
-    checkpoints into the stored bytes (JSON by default). With ``create=False``
-    missing tables raise :class:`~agentflow.errors.StoreNotFound` on the first
-    call and nothing is created.
+    checkpoints into the stored bytes (JSON by default); ``sealing`` (a
+    :class:`~agentflow.checkpoint.sealing.KeyRing`) seals checkpoints, records
+    and events. With ``create=False`` missing tables raise
+    :class:`~agentflow.errors.StoreNotFound` on the first call and nothing is
+    created.
     """
 
     kind = "postgres"
@@ -65,17 +94,23 @@ class PostgresCheckpointer(CheckpointerBase):
         redact: Redactor | None = None,
         namespace: str | None = None,
         codec: CheckpointCodec | None = None,
+        sealing: KeyRing | None = None,
         create: bool = True,
     ) -> None:
-        super().__init__(namespace=namespace, redact=redact, codec=codec)
+        super().__init__(namespace=namespace, redact=redact, codec=codec, sealing=sealing)
         self._may_create = bool(create)
-        names, self._sql = statements(table, schema)
-        self._table, self._meta = names["cp"], names["meta"]
+        self._sql = Statements(table, schema)
+        self._table, self._meta = self._sql.names["cp"], self._sql.names["meta"]
+        self._database = f"postgresql://{database_of(dsn, pool)}?table={schema or ''}.{table}"
         self._where = address_of(dsn, pool)
         self._connections = KeptConnections(dsn, pool, self._prepare)
 
     def __repr__(self) -> str:
         return f"PostgresCheckpointer(table={self._table}, namespace={self.namespace!r})"
+
+    @property
+    def database(self) -> str:
+        return self._database
 
     async def setup(self) -> None:
         """Create the tables if absent, migrate a store of an older version, and
@@ -92,14 +127,26 @@ class PostgresCheckpointer(CheckpointerBase):
             self._reraise(exc, "setup")
 
     async def _prepare(self, conn: Any) -> None:
-        await prepare(conn, self._sql, self._meta, self._table, create=self._may_create)
+        await prepare(conn, self._sql.names, create=self._may_create)
 
     async def _query(self, method: str, key: str, *args: Any) -> Any:
-        """Run statement ``key`` of this namespace with ``conn.<method>``."""
+        """Run checkpoint statement ``key`` of this namespace with ``conn.<method>``."""
         async with self._connections.lease() as conn:
-            return await getattr(conn, method)(self._sql[key], self._namespace, *args)
+            return await getattr(conn, method)(self._sql.cp[key], self._namespace, *args)
 
-    # -- writes -----------------------------------------------------------------
+    async def _fetch(
+        self, operation: str, method: str, statement: str | Statement, params: dict[str, Any]
+    ) -> Any:
+        self._check_open()
+        if isinstance(statement, str):
+            statement = self._sql.runs[statement]
+        try:
+            async with self._connections.lease() as conn:
+                return await getattr(conn, method)(statement.text, *statement.args(params))
+        except Exception as exc:
+            self._reraise(exc, operation)
+
+    # -- checkpoint writes --------------------------------------------------------
 
     async def _write_step(
         self,
@@ -108,7 +155,7 @@ class PostgresCheckpointer(CheckpointerBase):
         encode: Callable[[], EncodedCheckpoint],
         if_revision: int | None,
     ) -> int | None:
-        enc, sql, ns = encode(), self._sql, self._namespace
+        enc, sql, ns = encode(), self._sql.cp, self._namespace
         columns = (enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at, enc.payload)
         args = (ns, thread, step, *columns, enc.wake_us)
         async with self._connections.lease() as conn:
@@ -125,10 +172,8 @@ class PostgresCheckpointer(CheckpointerBase):
             actual: int | None = await conn.fetchval(sql["revision"], ns, thread, step)
         return actual or 0
 
-    async def _delete_steps(
-        self, thread: str, before_step: int | None, cutoff_us: int | None
-    ) -> int:
-        """Delete matching rows, then rebuild the thread's summary row.
+    async def _rebuild_summary(self, conn: Any, thread: str) -> None:
+        """Rebuild ``thread``'s summary after its rows were deleted, in that transaction.
 
         The summary row is locked only after the rows are deleted (the order
         a put takes its locks in, so the two cannot deadlock), and rebuilt by
@@ -136,17 +181,63 @@ class PostgresCheckpointer(CheckpointerBase):
         touched the summary before us. A put still in flight moves the
         summary after we commit, through its own ``latest_step`` guard.
         """
-        sql, ns = self._sql, self._namespace
+        await conn.execute(self._sql.cp["lock_summary"], self._namespace, thread)
+        await conn.execute(self._sql.cp["rebuild_summary"], self._namespace, thread)
+
+    async def _delete_steps(
+        self, thread: str, before_step: int | None, cutoff_us: int | None
+    ) -> int:
+        delete = self._sql.cp["delete_rows"]
         async with self._connections.lease() as conn, conn.transaction():
             deleted: int = await conn.fetchval(
-                sql["delete_rows"], ns, thread, before_step, cutoff_us
+                delete, self._namespace, thread, before_step, cutoff_us
             )
             if deleted:
-                await conn.execute(sql["lock_summary"], ns, thread)
-                await conn.execute(sql["rebuild_summary"], ns, thread)
+                await self._rebuild_summary(conn, thread)
         return deleted
 
-    # -- reads ------------------------------------------------------------------
+    # -- the operations across parts ------------------------------------------------
+
+    async def _commit_step(
+        self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
+    ) -> tuple[int | None, DurableCheckpoint]:
+        """The record write and the step's put as one statement, so one commit.
+
+        The head's guard also requires the step to be absent, so a refused
+        guard or an existing step writes nothing; a put racing in after the
+        statement's snapshot fails its insert, which rolls the whole statement
+        back, and is reported as the conflict it is.
+        """
+        shape, params = write_params(self._namespace, write, step=True)
+        params.update(step_params(encode()))
+        statement = self._sql.write(shape)
+        async with self._connections.lease() as conn:
+            try:
+                applied, lease, found = await conn.fetchrow(statement.text, *statement.args(params))
+            except asyncpg.UniqueViolationError:
+                found = await conn.fetchval(self._sql.cp["revision"], self._namespace, thread, step)
+                if found is None:
+                    raise DurableConflict("a racing put neither held nor left") from None
+                return found, write.record
+        if found is not None:
+            return found, write.record
+        if not applied:
+            raise await self._refusal("commit_step", write)
+        return None, replace(write.record, lease_expires_at_ms=lease)
+
+    async def _delete_thread(self, thread: str, force: bool) -> bool:
+        """Record (refused on a live lease), events, steps and summary in one transaction."""
+        statement = self._sql.runs["delete_thread"]
+        params = {"namespace": self._namespace, "key": thread, "force": force}
+        async with self._connections.lease() as conn, conn.transaction():
+            live, record, steps = await conn.fetchrow(statement.text, *statement.args(params))
+            if live:
+                raise ClaimActive(f"run {thread!r} is held by a live lease; delete it with force")
+            if record or steps:
+                await self._rebuild_summary(conn, thread)
+        return bool(record or steps)
+
+    # -- checkpoint reads -------------------------------------------------------------
 
     async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
         if step is None:
@@ -181,20 +272,20 @@ class PostgresCheckpointer(CheckpointerBase):
             rows = await self._query("fetch", "list_after", after, limit)
         else:
             rows = await self._query("fetch", "list_status_after", after, limit, status)
-        return [ThreadInfo(*row) for row in rows]
+        return [_info(row) for row in rows]
 
     async def _read_due(
         self, now_us: int, after: tuple[int, str] | None, limit: int
     ) -> list[ThreadInfo]:
         wake_us, thread = after or _BEFORE_ANY_WAKE
         rows = await self._query("fetch", "list_due", now_us, wake_us, thread, limit)
-        return [ThreadInfo(*row) for row in rows]
+        return [_info(row) for row in rows]
 
     # -- cursors, errors, lifecycle -----------------------------------------------
 
     async def _cursor_secret(self) -> bytes:
         async with self._connections.lease() as conn:
-            secret = await conn.fetchval(self._sql["cursor_secret"], os.urandom(SECRET_BYTES))
+            secret = await conn.fetchval(self._sql.cp["cursor_secret"], os.urandom(SECRET_BYTES))
         if not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
             raise CheckpointCorrupted(f"the cursor secret in {self._meta} is damaged")
         return secret
@@ -212,7 +303,10 @@ def from_url(
     *,
     namespace: str | None = None,
     codec: CheckpointCodec | None = None,
+    sealing: KeyRing | None = None,
     create: bool = True,
 ) -> PostgresCheckpointer:
     """``postgresql://user@host:port/db`` (or ``postgres://``): the URL is asyncpg's DSN."""
-    return PostgresCheckpointer(url, namespace=namespace, codec=codec, create=create)
+    return PostgresCheckpointer(
+        url, namespace=namespace, codec=codec, sealing=sealing, create=create
+    )

@@ -22,7 +22,7 @@ from agentflow.errors import (
     StoreUnavailable,
 )
 
-__all__ = ["DRIVER_ERRORS", "address_of", "driver_error"]
+__all__ = ["DRIVER_ERRORS", "address_of", "database_of", "driver_error"]
 
 #: Client-side failures that leave a connection unusable. InternalClientError is
 #: what asyncpg raises when the server closed an idle connection it has not yet
@@ -81,3 +81,25 @@ def driver_error(exc: Exception, operation: str, where: str) -> AgentflowError |
             f"PostgreSQL at {where} read damaged data during {operation}: {exc}"
         )
     return CheckpointError(f"PostgreSQL at {where} failed during {operation} ({state}): {exc}")
+
+
+def _dsn_database(dsn: str) -> str:
+    parts = urlsplit(dsn)
+    query = parse_qs(parts.query)
+    user = parts.username or "".join(query.get("user", []))
+    named = parts.path.lstrip("/") or "".join(query.get("dbname", query.get("database", [])))
+    return f"{_dsn_address(dsn)}/{named or user}"
+
+
+def database_of(dsn: str, pool: Any) -> str:
+    """``host:port/database`` of the DSN, or of an injected pool's connect arguments
+    (never a user or password); a pool that tells neither is named by its identity."""
+    if pool is None:
+        return _dsn_database(dsn)
+    pool_dsn = (getattr(pool, "_connect_args", None) or (None,))[0]
+    if isinstance(pool_dsn, str):
+        return _dsn_database(pool_dsn)
+    kwargs = getattr(pool, "_connect_kwargs", None) or {}
+    if kwargs.get("database") is None:
+        return f"pool-{id(pool):x}"
+    return f"{address_of(dsn, pool)}/{kwargs['database']}"

@@ -1,94 +1,70 @@
-"""A :class:`~agentflow.durable.DurableStore` in PostgreSQL, beside the checkpointer's tables.
+"""The records of a PostgreSQL store: one statement per operation.
 
-Each operation is one statement (see :mod:`~agentflow.durable.stores.postgres_sql`
-for the layout and the statements): the guard is in the ``WHERE`` of the head's
-``UPDATE``, so PostgreSQL's row lock decides between racing writers in any
-number of processes (the loser re-checks the guard against the winner's row
-and matches nothing). A write that matched nothing is answered from the head
-read by a second statement.
+Each write's guard is in the ``WHERE`` of the head's ``UPDATE`` (see
+:mod:`~agentflow.checkpoint.postgres.runs_sql`), so PostgreSQL's row lock
+decides between racing writers in any number of processes (the loser re-checks
+the guard against the winner's row and matches nothing). A write that matched
+nothing is answered from the head read by a second statement.
 
 Leases run on the server's clock (``clock_timestamp()``, read inside the
 statement that compares them), so workers on machines with skewed clocks
-agree on who holds a run.
+agree on who holds a run, and a delete refuses a live lease on that clock.
 """
 
 from __future__ import annotations
 
+import abc
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
-from agentflow.checkpoint.stores import safe_url, scheme_of
+from agentflow.checkpoint.postgres.rows import (
+    HEAD_WIDTH,
+    decode_run,
+    head_from,
+    row_params,
+    write_params,
+)
+from agentflow.checkpoint.postgres.runs_sql import PostgresPart
+from agentflow.checkpoint.runs import RunsBase
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
     CheckpointAlreadyExists,
+    ClaimActive,
     DurableConflict,
     DurableCorrupted,
     DurableError,
 )
 from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
-from agentflow.durable.paged import ListedRuns
-from agentflow.durable.planned import PlannedWrites
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary
-from agentflow.durable.stores.postgres_base import PostgresDurableBase
-from agentflow.durable.stores.postgres_rows import (
-    HEAD_WIDTH,
-    decode_run,
-    head_from,
-    head_params,
-    journal_params,
-    write_params,
-)
-from agentflow.durable.transitions import (
-    Write,
-    refusal,
-)
+from agentflow.durable.rows import RunHead, RunSummary
+from agentflow.durable.transitions import Write, refusal
 from agentflow.durable.validators import validate_checkpoint_key
-from agentflow.errors import InvalidStoreUrl
 
-if TYPE_CHECKING:
-    from agentflow.checkpoint.sealing import KeyRing
-
-__all__ = ["PostgresDurableStore", "from_url"]
+__all__ = ["PostgresRuns"]
 
 
-class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
-    """Durable records of runs in PostgreSQL, beside a checkpointer's tables.
-
-    Takes the arguments of :class:`~agentflow.checkpoint.postgres.PostgresCheckpointer`
-    (``dsn`` or ``pool``, ``table``, ``schema``, ``namespace``); the durable
-    tables are created on first use.
-    """
-
-    kind: ClassVar[str] = "postgres"
+class PostgresRuns(PostgresPart, RunsBase, abc.ABC):
+    """The record part of :class:`~agentflow.checkpoint.postgres.PostgresCheckpointer`."""
 
     def _run(self, key: str) -> dict[str, Any]:
         return {"namespace": self._namespace, "key": key}
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
+        self._check_open()
         row = self._parts.encode_row(checkpoint)
-        params = {
-            **self._run(row.key),
-            **head_params(row.head),
-            **journal_params(row.model_journal, row.tool_journal),
-            "body": row.body,
-        }
-        if not await self._fixed("create", "fetchval", "create", params):
+        if not await self._fetch("create", "fetchval", "create", row_params(self._namespace, row)):
             raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
 
     async def load(self, key: str) -> DurableCheckpoint | None:
-        found = await self._fixed(
-            "load", "fetchrow", "load", self._run(validate_checkpoint_key(key))
-        )
-        if found is None:
-            return None
-        return decode_run(
-            self._parts, key, found[:HEAD_WIDTH], found[HEAD_WIDTH], found[HEAD_WIDTH + 1 :]
-        )
+        self._check_open()
+        run = self._run(validate_checkpoint_key(key))
+        found = await self._fetch("load", "fetchrow", "load", run)
+        return None if found is None else decode_run(self._parts, key, found)
 
     async def claim(
         self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
     ) -> DurableCheckpoint:
+        self._check_open()
         check_claim_request(cycle_index, claim_token, lease_ms)
         params = {
             **self._run(validate_checkpoint_key(key)),
@@ -97,12 +73,12 @@ class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
             "lease_ms": lease_ms,
             "recovery": int(mode is ClaimMode.RECOVERY),
         }
-        now, seen, *claimed = await self._fixed("claim", "fetchrow", "claim", params)
-        head, body, journal = claimed[:HEAD_WIDTH], claimed[HEAD_WIDTH], claimed[HEAD_WIDTH + 1 :]
-        if head[0] is not None:
-            if seen is not None and seen + 1 == head[0]:
-                return decode_run(self._parts, key, head, body, journal)
-            return await self._claimed_record(key, head[0])
+        now, seen, *claimed = await self._fetch("claim", "fetchrow", "claim", params)
+        revision = claimed[0]
+        if revision is not None:
+            if seen is not None and seen + 1 == revision:
+                return decode_run(self._parts, key, claimed)
+            return await self._claimed_record(key, revision)
         stored = await self._head("claim", key)
         error = claim_refusal(stored, cycle_index, now, mode)
         if error is None and stored is not None:  # only an overflow is left: raise it
@@ -120,18 +96,19 @@ class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
             raise DurableConflict("the claimed record moved on before it could be read")
         return record
 
-    async def _head(self, operation: str, key: str) -> Any:
-        found = await self._fixed(operation, "fetchrow", "refused", self._run(key))
+    async def _head(self, operation: str, key: str) -> RunHead | None:
+        found = await self._fetch(operation, "fetchrow", "refused", self._run(key))
         return None if found is None else head_from(key, found[:HEAD_WIDTH])
 
     async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
+        self._check_open()
         check_claim_request(1, claim_token, lease_ms)
         params = {
             **self._run(validate_checkpoint_key(key)),
             "claim_token": claim_token,
             "lease_ms": lease_ms,
         }
-        now, expiry = await self._fixed("renew_claim", "fetchrow", "renew", params)
+        now, expiry = await self._fetch("renew_claim", "fetchrow", "renew", params)
         if expiry is not None:
             renewed: int = expiry
             return renewed
@@ -143,23 +120,29 @@ class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
     async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:
         """Apply a planned write as its one statement; if it matched nothing, say why."""
         shape, params = write_params(self._namespace, write)
-        statement = self._sql.write(shape)
-        changed = await self._query(operation, "fetch", statement, params)
-        if changed:
-            return replace(write.record, lease_expires_at_ms=changed[0][0])
-        found = await self._fixed(operation, "fetchrow", "refused", self._run(write.key))
+        applied, lease = await self._fetch(operation, "fetchrow", self._sql.write(shape), params)
+        if not applied:
+            raise await self._refusal(operation, write)
+        return replace(write.record, lease_expires_at_ms=lease)
+
+    async def _refusal(self, operation: str, write: Write) -> Exception:
+        """Why ``write`` matched nothing, from the stored head."""
+        found = await self._fetch(operation, "fetchrow", "refused", self._run(write.key))
         if found is None:
-            raise refusal(None, write.guard)
+            return refusal(None, write.guard)
         head = head_from(write.key, found[:HEAD_WIDTH])
         if write.guard.holds(head) and not found[HEAD_WIDTH]:
-            raise DurableCorrupted(
+            return DurableCorrupted(
                 "checkpoint_row_invalid", f"stored record {write.key!r} has no body row"
             )
-        raise refusal(head, write.guard)
+        return refusal(head, write.guard)
 
-    async def delete(self, key: str) -> bool:
-        run = self._run(validate_checkpoint_key(key))
-        return bool(await self._fixed("delete", "fetchval", "delete", run))
+    async def _delete_run(self, key: str, *, force: bool) -> bool:
+        params = {**self._run(key), "force": force}
+        live, gone = await self._fetch("delete", "fetchrow", "delete_run", params)
+        if live:
+            raise ClaimActive(f"run {key!r} is held by a live lease; delete it with force")
+        return bool(gone)
 
     async def _list(
         self, status: CheckpointStatus | None, after: str | None, limit: int
@@ -169,19 +152,6 @@ class PostgresDurableStore(PlannedWrites, ListedRuns, PostgresDurableBase):
         name = "list_after"
         if status is not None:
             name, params["status"] = "list_status_after", status.value
-        rows = await self._fixed("list_runs", "fetch", name, params)
+        rows = await self._fetch("list_runs", "fetch", name, params)
         runs = [RunSummary.of(row[0], head_from(row[0], row[1:])) for row in rows[:limit]]
         return runs, runs[-1].key if len(rows) > limit else None
-
-
-def from_url(
-    url: str,
-    *,
-    namespace: str | None = None,
-    create: bool = True,
-    sealing: KeyRing | None = None,
-) -> PostgresDurableStore:
-    """``postgresql://user@host:port/db`` (or ``postgres://``), as the checkpointer's."""
-    if scheme_of(url) not in ("postgresql", "postgres"):
-        raise InvalidStoreUrl(f"not a PostgreSQL URL: {safe_url(url)!r}")
-    return PostgresDurableStore(url, namespace=namespace, create=create, sealing=sealing)

@@ -1,4 +1,4 @@
-"""Between the PostgreSQL durable store's rows and the shared row layout.
+"""Between a PostgreSQL store's record rows and the shared row layout.
 
 Reads check every column before trusting it, and a journal's rows must be
 exactly the places ``0..n-1`` of each kind: a damaged or missing row raises
@@ -10,26 +10,21 @@ parameters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from agentflow.checkpoint.backend import EncodedCheckpoint
+from agentflow.checkpoint.postgres.runs_sql import HEAD_COLUMNS, WriteShape
+from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunHead, RunRow
-from agentflow.durable.stores.postgres_sql import HEAD_COLUMNS, WriteShape
-from agentflow.durable.transitions import JournalPut, JournalReplace, Write
+from agentflow.durable.transitions import JournalReplace, Write
 
-__all__ = [
-    "HEAD_WIDTH",
-    "decode_run",
-    "head_from",
-    "head_params",
-    "journal_params",
-    "write_params",
-]
+__all__ = ["HEAD_WIDTH", "decode_run", "head_from", "row_params", "step_params", "write_params"]
 
 HEAD_WIDTH: Final = len(HEAD_COLUMNS)
 _ROW_INVALID: Final = "checkpoint_row_invalid"
@@ -75,53 +70,66 @@ def _journals(
     return journals
 
 
-def decode_run(
-    parts: RunParts, key: str, head: Sequence[Any], body: object, journal: Sequence[Any]
-) -> DurableCheckpoint:
-    """The record of ``key`` from its head columns, body and journal arrays (kind, idx, entry)."""
+def decode_run(parts: RunParts, key: str, columns: Sequence[Any]) -> DurableCheckpoint:
+    """The record of ``key`` from its head columns, then its body and journal arrays
+    (kinds, places, entries)."""
+    body = columns[HEAD_WIDTH]
     if not isinstance(body, bytes):
         raise DurableCorrupted(_ROW_INVALID, f"stored body of {key!r} is missing")
-    journals = _journals(key, *journal)
-    row = RunRow(
-        key,
-        head_from(key, head),
-        body,
-        tuple(journals[OperationKind.MODEL]),
-        tuple(journals[OperationKind.TOOL]),
-    )
-    return parts.decode_row(row)
+    journals = _journals(key, *columns[HEAD_WIDTH + 1 : HEAD_WIDTH + 4])
+    head = head_from(key, columns[:HEAD_WIDTH])
+    model, tool = journals[OperationKind.MODEL], journals[OperationKind.TOOL]
+    return parts.decode_row(RunRow(key, head, body, tuple(model), tuple(tool)))
 
 
-def head_params(head: RunHead) -> dict[str, Any]:
-    """The head columns' parameters, named as the columns."""
+def _head_params(head: RunHead) -> dict[str, Any]:
+    """The head columns' parameters, named as the columns, and the thread's run status."""
     params = {name: getattr(head, name) for name in HEAD_COLUMNS}
     params["status"] = head.status.value
+    params["run_status"] = run_thread_status(head.status)
     return params
 
 
-def journal_params(model: tuple[bytes, ...], tool: tuple[bytes, ...]) -> dict[str, Any]:
-    """Both journals as the three parallel arrays the statements unnest, and their lengths."""
-    rows = [
-        (kind.value, idx, entry)
-        for kind, entries in ((OperationKind.MODEL, model), (OperationKind.TOOL, tool))
-        for idx, entry in enumerate(entries)
-    ]
+def _entries(rows: Iterable[tuple[OperationKind, int, bytes]]) -> dict[str, list[Any]]:
+    """Journal rows as the three parallel arrays the statements unnest."""
+    listed = list(rows)
     return {
-        "kinds": [row[0] for row in rows],
-        "idxs": [row[1] for row in rows],
-        "entries": [row[2] for row in rows],
-        "model_count": len(model),
-        "tool_count": len(tool),
+        "kinds": [kind.value for kind, _, _ in listed],
+        "idxs": [idx for _, idx, _ in listed],
+        "entries": [entry for _, _, entry in listed],
     }
 
 
-def write_params(namespace: str, write: Write) -> tuple[WriteShape, dict[str, Any]]:
-    """The shape of a planned write's statement and its parameters."""
+def _both(model: tuple[bytes, ...], tool: tuple[bytes, ...]) -> dict[str, Any]:
+    rows = [
+        (kind, idx, entry)
+        for kind, entries in ((OperationKind.MODEL, model), (OperationKind.TOOL, tool))
+        for idx, entry in enumerate(entries)
+    ]
+    return {**_entries(rows), "model_count": len(model), "tool_count": len(tool)}
+
+
+def row_params(namespace: str, row: RunRow) -> dict[str, Any]:
+    """The parameters of the ``create`` statement of ``row``."""
+    return {
+        "namespace": namespace,
+        "key": row.key,
+        **_head_params(row.head),
+        **_both(row.model_journal, row.tool_journal),
+        "body": row.body,
+    }
+
+
+def write_params(
+    namespace: str, write: Write, *, step: bool = False
+) -> tuple[WriteShape, dict[str, Any]]:
+    """The shape of a planned write's statement (with a step's put when ``step``)
+    and its parameters, but the step's."""
     guard = write.guard
     params: dict[str, Any] = {
         "namespace": namespace,
         "key": write.key,
-        **head_params(write.head),
+        **_head_params(write.head),
         "g_revision": guard.revision,
         "g_claim_token": guard.claim_token,
         "g_terminal": guard.terminal,
@@ -134,12 +142,13 @@ def write_params(namespace: str, write: Write) -> tuple[WriteShape, dict[str, An
     journal: str | None = None
     if isinstance(write.journal, JournalReplace):
         journal = "replace"
-        params.update(journal_params(write.journal.model, write.journal.tool))
-    elif isinstance(write.journal, JournalPut):
-        journal = "put"
-        params.update(
-            kind=write.journal.kind.value, idx=write.journal.index, entry=write.journal.entry
-        )
+        params.update(_both(write.journal.model, write.journal.tool))
+    elif write.journal:
+        # Puts apply in order: a place written twice keeps its last entry, so
+        # the statement writes each row once.
+        final = {(put.kind, put.index): put.entry for put in write.journal}
+        journal = "puts"
+        params.update(_entries((kind, idx, entry) for (kind, idx), entry in final.items()))
     shape = WriteShape(
         body=write.body is not None,
         keep_lease=write.keep_lease,
@@ -147,5 +156,21 @@ def write_params(namespace: str, write: Write) -> tuple[WriteShape, dict[str, An
         claimed_cycle=guard.claim_token is not None,
         resume_attempt=guard.resume_attempt is not None,
         terminal_acknowledged=guard.terminal_acknowledged is not None,
+        step=step,
     )
     return shape, params
+
+
+def step_params(enc: EncodedCheckpoint) -> dict[str, Any]:
+    """The parameters of a step's put inside a commit (``cp_*``)."""
+    return {
+        "cp_step": enc.step,
+        "cp_ts_us": enc.ts_us,
+        "cp_interrupted": enc.interrupted,
+        "cp_done": enc.done,
+        "cp_ts": enc.ts,
+        "cp_wake_at": enc.wake_at,
+        "cp_payload": enc.payload,
+        "cp_wake_us": enc.wake_us,
+        "cp_status": enc.status,
+    }
