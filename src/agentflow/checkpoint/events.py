@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Final
 
 from agentflow.checkpoint.cursor import CursorSigner
 from agentflow.checkpoint.validation import check_limit
+from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
@@ -95,6 +96,13 @@ class EventsBase(StoredParts, abc.ABC):
         if type(sequence) is not int or sequence < 0:
             raise InvalidCursor("cursor body is malformed")
         return sequence
+
+    async def reseal_event(self, event: AcceptedEvent) -> bool:
+        self._check_open()
+        data = canonical_json(event.event, what="event payload")
+        return await self._rewrite_event(
+            event.event_id, self._parts.seal_event(event.event_id, data)
+        )
 
     async def append_once(
         self, event_id: str, payload_digest: str, event: Mapping[str, Any]

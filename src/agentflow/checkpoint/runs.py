@@ -33,6 +33,7 @@ from agentflow.durable.transitions import (
     plan_finalize_claimed,
     plan_progress,
     plan_record_operations,
+    plan_restore,
     plan_suspend,
 )
 from agentflow.errors import InvalidCursor
@@ -127,6 +128,11 @@ class RunsBase(StoredParts, abc.ABC):
 
     async def acknowledge_terminal(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:
         return await self._apply_planned("acknowledge_terminal", plan_acknowledge(checkpoint))
+
+    async def restore(
+        self, stored: DurableCheckpoint, record: DurableCheckpoint
+    ) -> DurableCheckpoint:
+        return await self._apply_planned("restore", plan_restore(stored, record))
 
     async def list_runs(
         self,

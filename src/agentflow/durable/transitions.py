@@ -56,6 +56,7 @@ __all__ = [
     "plan_progress",
     "plan_record_operation",
     "plan_record_operations",
+    "plan_restore",
     "plan_suspend",
     "refusal",
 ]
@@ -418,6 +419,31 @@ def plan_acknowledge(snapshot: DurableCheckpoint) -> Write:
         snapshot, terminal_acknowledged=True, revision=next_revision(snapshot.revision)
     )
     return Write(record.checkpoint_key, guard, head_of(record), False, None, None, record)
+
+
+def plan_restore(stored: DurableCheckpoint, record: DurableCheckpoint) -> Write:
+    """Replace the record stored as ``stored`` with ``record``, whole (its head included).
+
+    ``record`` keeps its own revision, which must be above the stored one; the
+    guard is the stored head as the caller read it, so a write in between wins.
+    """
+    if record.checkpoint_key != stored.checkpoint_key:
+        raise DurableError("checkpoint_key_invalid", "a record is restored under its own key")
+    if record.revision <= stored.revision:
+        raise DurableError(
+            "checkpoint_revision_invalid",
+            f"a restored record's revision must be above the stored {stored.revision}",
+        )
+    guard = Guard(
+        revision=stored.revision,
+        claim_token=stored.claim_token,
+        terminal=stored.terminal_result is not None,
+        identity=identity_of(stored),
+        claimed_cycle=stored.claimed_cycle,
+        resume_attempt=stored.resume_attempt,
+        terminal_acknowledged=stored.terminal_acknowledged,
+    )
+    return _write(guard, record, keep_lease=False)
 
 
 def refusal(head: RunHead | None, guard: Guard) -> DurableError:
