@@ -12,11 +12,38 @@ from agentflow.checkpoint.testing import BackendHarness
 BACKENDS = sorted(
     p.stem for p in (Path(__file__).parent / "backends").glob("*.py") if not p.stem.startswith("_")
 )
-#: ``AGENTFLOW_TEST_BACKENDS=sqlite,memory`` runs the harness suites on those only
-#: (for local work; CI leaves it unset and runs every backend).
+ALL_BACKENDS = tuple(BACKENDS)
+#: ``AGENTFLOW_TEST_BACKENDS=sqlite,memory`` runs the harness suites on those only, and
+#: leaves out the modules of the other backends' own tests (for local work; CI leaves it
+#: unset and runs every backend).
 _ONLY = os.environ.get("AGENTFLOW_TEST_BACKENDS")
 if _ONLY:
     BACKENDS = [name for name in BACKENDS if name in _ONLY.split(",")]
+#: A backend's own test modules are named for it: ``test_postgres_schema.py``.
+_ALIASES = {"postgres": ("postgres",), "mongodb": ("mongodb", "mongo")}
+
+
+def _backend_of(module: str) -> str | None:
+    """The backend whose own tests ``module`` (a file name) holds, or None."""
+    for backend in ALL_BACKENDS:
+        for name in _ALIASES.get(backend, (backend,)):
+            if module == f"test_{name}.py" or module.startswith(f"test_{name}_"):
+                return backend
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect (never skip) the modules of backends ``AGENTFLOW_TEST_BACKENDS`` leaves out."""
+    if not _ONLY:
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        backend = _backend_of(item.path.name)
+        (dropped if backend is not None and backend not in BACKENDS else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(params=BACKENDS)
