@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli import render
 from agentflow.cli.errors import ThreadHeld, UsageError
@@ -69,6 +70,7 @@ async def show(s: Session) -> int:
     latest = cp if s.args.step is None else await read_checkpoint(s.store, s.args.thread)
     record = await record_of(s, s.args.thread) if cp.step == latest.step else None
     lease = lease_of(record)
+    imposed = run_thread_status(record.status) if record is not None else None
     resumed_by = None
     if cp.interrupted and cp.step != latest.step:
         answered = await s.store.get(s.args.thread, cp.step + 1)
@@ -76,11 +78,17 @@ async def show(s: Session) -> int:
         resumed_by = str(by) if by else None
     if s.json:
         durable = {"durable_status": record.status.value if record is not None else None}
-        s.emit(render.checkpoint_json(cp, latest.step, lease, resumed_by) | durable)
+        s.emit(render.checkpoint_json(cp, latest.step, lease, resumed_by, imposed) | durable)
     else:
         line = durable_line(s, record)
         render.print_checkpoint(
-            s.console, cp, latest.step, lease=lease, resumed_by=resumed_by, durable=line
+            s.console,
+            cp,
+            latest.step,
+            lease=lease,
+            resumed_by=resumed_by,
+            durable=line,
+            status=imposed,
         )
     return 0
 

@@ -24,6 +24,7 @@ from agentflow.checkpoint.base import Checkpoint, ThreadInfo
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli.text import inert
 from agentflow.runtime import status_of
+from agentflow.runtime.result import Status
 
 __all__ = [
     "Change",
@@ -46,7 +47,14 @@ __all__ = [
 #: that only grew: ``new`` holds just the items added).
 Change = tuple[str, str, Any, Any]
 _MISSING = object()
-_STATUS_STYLE = {"done": "green", "interrupted": "yellow", "waiting": "cyan", "running": "red"}
+_STATUS_STYLE = {
+    "done": "green",
+    "interrupted": "yellow",
+    "waiting": "cyan",
+    "running": "red",
+    "reconciliation_required": "bold red",
+    "failed": "magenta",
+}
 #: Shown where what changed cannot be known (the step before was pruned).
 _UNKNOWN = "?"
 
@@ -68,8 +76,8 @@ def _short(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _status(cp: Checkpoint | ThreadInfo) -> Text:
-    status = status_of(cp)
+def _status(cp: Checkpoint | ThreadInfo, imposed: Status | None = None) -> Text:
+    status = imposed or status_of(cp)
     return Text(status, style=_STATUS_STYLE[status])
 
 
@@ -101,11 +109,14 @@ def checkpoint_json(
     latest_step: int,
     lease: dict[str, Any] | None = None,
     resumed_by: str | None = None,
+    status: Status | None = None,
 ) -> dict[str, Any]:
+    """``cp`` as ``show --json`` prints it; ``status`` is what the thread's record
+    imposes on its latest checkpoint (``reconciliation_required``, ``failed``)."""
     return {
         "thread": cp.thread,
         "step": cp.step,
-        "status": status_of(cp),
+        "status": status or status_of(cp),
         "state": cp.state,
         "next": list(cp.next),
         "parent": cp.parent,
@@ -258,9 +269,10 @@ def print_checkpoint(
     lease: dict[str, Any] | None = None,
     resumed_by: str | None = None,
     durable: str | None = None,
+    status: Status | None = None,
 ) -> None:
     lines = [
-        Text.assemble("status   ", _status(cp)),
+        Text.assemble("status   ", _status(cp, status)),
         Text(f"next     {inert(', '.join(cp.next)) or '-'}"),
         Text(f"parent   {inert(cp.parent or '-')}"),
         Text(f"written  {inert(cp.ts)}  (revision {cp.revision})"),
