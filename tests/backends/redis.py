@@ -1,4 +1,6 @@
-"""Redis harness: a unique key prefix on the shared server, removed afterwards."""
+"""Redis harness: a unique key prefix on the shared server, removed afterwards.
+
+The store's checkpoints, records and events share it; the hooks reach each part's keys."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import cast
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agentflow.checkpoint.redis import RedisCheckpointer, namespace_keys, thread_keys
+from agentflow.checkpoint.redis import Keys, RedisCheckpointer
 from agentflow.checkpoint.redis.migration import upgrade_summary
 from agentflow.checkpoint.testing import BackendHarness
 from tests.backends import server_missing
@@ -87,17 +89,21 @@ async def stored_keys(admin: aioredis.Redis, prefix: str) -> set[bytes]:
 async def assert_consistent(
     admin: aioredis.Redis, prefix: str, namespace: str, threads: list[str]
 ) -> None:
-    """No orphans: the namespace indexes agree with the summaries, every
-    summary is its thread's latest step's, and an empty thread has no key."""
-    idx, _, sums, st, due, _ = namespace_keys(prefix, namespace)
+    """No orphans: the namespace indexes agree with the summaries and the
+    statuses records impose, every summary is its thread's latest step's, and
+    an empty thread has no key."""
+    keys = Keys(prefix, namespace)
+    idx, _, sums, st, due, rs = keys.threads
     indexed = set(await admin.zrange(idx, 0, -1))
     summaries = cast(dict[bytes, bytes], await admin.hgetall(sums))
+    imposed = cast(dict[bytes, bytes], await admin.hgetall(rs))
     assert set(summaries) == indexed
-    assert set(await admin.zrange(st, 0, -1)) == {s[:1] + t for t, s in summaries.items()}
+    letters = {imposed.get(t, s[:1]) + t for t, s in summaries.items()}
+    assert set(await admin.zrange(st, 0, -1)) == letters
     waits = {s[1:19] + t for t, s in summaries.items() if s[:1] == b"w"}
     assert set(await admin.zrange(due, 0, -1)) == waits
     for thread in threads:
-        s, d = thread_keys(prefix, namespace, thread)
+        s, d = keys.thread(thread)
         steps = set(cast(list[bytes], await admin.zrange(s, 0, -1)))
         if not steps:
             assert await admin.exists(s, d) == 0, thread
@@ -138,32 +144,66 @@ async def private_redis(directory: Path, *flags: str) -> AsyncIterator[str]:
         await process.wait()
 
 
+async def _part_field(
+    admin: aioredis.Redis, keys: Keys, key: str, part: str
+) -> tuple[bytes, bytes]:
+    """The hash and field holding one part of a record or event: the record's
+    ``body`` / ``jt.<i>``, or the event data field named by the event's sequence."""
+    if part != "event":
+        name = part if part == "body" else f"j{part[0]}.{part.partition('.')[2]}"
+        return keys.run(key), name.encode()
+    _, ids, data = keys.events
+    found = await admin.hget(ids, key.encode())
+    assert isinstance(found, bytes), f"no stored event {key!r}"
+    return data, found.split(b":")[0]
+
+
 @asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     admin = await admin_client()
     prefix = unique_prefix()
 
+    def field(namespace: str | None, thread: str, step: int) -> tuple[bytes, bytes]:
+        """The data hash of a thread and the field of one step's payload."""
+        return Keys(prefix, namespace or "").thread(thread)[1], b"%020d" % step
+
     async def corrupt(namespace: str | None, thread: str, step: int) -> None:
-        data = thread_keys(prefix, namespace or "", thread)[1]
-        assert await admin.hexists(data, b"%020d" % step)
-        await admin.hset(data, b"%020d" % step, b"\xff{")
+        data, name = field(namespace, thread, step)
+        assert await admin.hexists(data, name)
+        await admin.hset(data, name, b"\xff{")
 
     async def damage_revision(namespace: str | None, thread: str, step: int) -> None:
-        data = thread_keys(prefix, namespace or "", thread)[1]
-        meta = await admin.hget(data, b"%020dm" % step)
+        data, name = field(namespace, thread, step)
+        meta = await admin.hget(data, name + b"m")
         assert isinstance(meta, bytes), f"no stored step {(namespace, thread, step)}"
-        await admin.hset(data, b"%020dm" % step, b"-7:" + meta.split(b":", 1)[1])
+        await admin.hset(data, name + b"m", b"-7:" + meta.split(b":", 1)[1])
 
     async def read_payload(namespace: str | None, thread: str, step: int) -> bytes:
-        data = thread_keys(prefix, namespace or "", thread)[1]
-        payload = await admin.hget(data, b"%020d" % step)
+        payload = await admin.hget(*field(namespace, thread, step))
         assert isinstance(payload, bytes), f"no stored step {(namespace, thread, step)}"
         return payload
 
     async def write_payload(namespace: str | None, thread: str, step: int, payload: bytes) -> None:
-        data = thread_keys(prefix, namespace or "", thread)[1]
-        assert await admin.hexists(data, b"%020d" % step)
-        await admin.hset(data, b"%020d" % step, payload)
+        data, name = field(namespace, thread, step)
+        assert await admin.hexists(data, name)
+        await admin.hset(data, name, payload)
+
+    async def corrupt_run(namespace: str | None, key: str) -> None:
+        run = Keys(prefix, namespace or "").run(key)
+        assert await admin.hexists(run, b"body"), f"no stored run {(namespace, key)}"
+        await admin.hset(run, b"body", b'{"not": 1}')
+
+    async def read_part(namespace: str | None, key: str, part: str) -> bytes:
+        found = await admin.hget(
+            *await _part_field(admin, Keys(prefix, namespace or ""), key, part)
+        )
+        assert isinstance(found, bytes), f"no stored {part} for {(namespace, key)}"
+        return found
+
+    async def write_part(namespace: str | None, key: str, part: str, data: bytes) -> None:
+        name, field = await _part_field(admin, Keys(prefix, namespace or ""), key, part)
+        assert await admin.hexists(name, field), f"no stored {part} for {(namespace, key)}"
+        await admin.hset(name, field, data)
 
     try:
         yield BackendHarness(
@@ -174,6 +214,10 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
             damage_revision=damage_revision,
             read_payload=read_payload,
             write_payload=write_payload,
+            corrupt_run=corrupt_run,
+            contents=lambda: stored_keys(admin, prefix),
+            read_part=read_part,
+            write_part=write_part,
         )
     finally:
         await drop_prefix(admin, prefix)

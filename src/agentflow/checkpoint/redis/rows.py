@@ -1,4 +1,4 @@
-"""Between a run's Redis hash and the shared row layout.
+"""Between a record's Redis hash and the shared row layout.
 
 A run's hash holds the :class:`~agentflow.durable.rows.RunHead` fields by
 name (integers in decimal, flags ``0`` / ``1``, None as the empty string),
@@ -18,12 +18,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from agentflow.checkpoint.redis.run_scripts import FIELDS, HEAD_FIELDS
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.rows import RunHead, RunRow
-from agentflow.durable.stores.redis_scripts import FIELDS, HEAD_FIELDS
-from agentflow.durable.transitions import Guard, JournalPut, JournalReplace, Write
+from agentflow.durable.transitions import Guard, JournalReplace, Write
 
 __all__ = [
     "create_args",
@@ -194,8 +194,10 @@ def write_args(write: Write, written: bytes, key: bytes) -> list[bytes]:
     if isinstance(change, JournalReplace):
         args += [b"r", b"%d" % len(change.model), b"%d" % len(change.tool)]
         args += [*change.model, *change.tool]
-    elif isinstance(change, JournalPut):
-        args += [_JOURNALS[change.kind][1:], b"%d" % change.index, change.entry]
+    elif change is not None:
+        args += [b"p", b"%d" % len(change)]
+        for put in change:
+            args += [_JOURNALS[put.kind][1:], b"%d" % put.index, put.entry]
     else:
         args.append(b"")
     return args

@@ -1,4 +1,4 @@
-"""An accepted-once event store on Redis, one script per append.
+"""The event part of the Redis store: the accepted-once log, one script per append.
 
 Events of a namespace share one hash tag: a sequence counter, an id index
 (event id -> sequence, digest and write id) and the event data, plus one
@@ -6,34 +6,35 @@ sorted set per run (and one per parent run) of its events' sequences. An
 append is one script that accepts an id exactly once, so concurrent appends
 of one id across processes agree; a re-sent append finds its own write id
 and answers as the first one did. Replay reads one run's index (and its
-children's) from a sequence on: a page costs O(log n + page). Cursors are
-``{"sequence": n}``. Every event read back is checked against its digest.
+children's) from a sequence on: a page costs O(log n + page).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+import abc
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, cast
 
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from agentflow.checkpoint.events import EventsBase
+from agentflow.checkpoint.redis.keys import Keys
+from agentflow.checkpoint.redis.rows import encode_text, write_id
 from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
     AppendOnceResult,
-    check_append,
     repeated_append,
     run_member,
-    sequence_of,
     stored_event,
 )
-from agentflow.durable.paged import ReplayedEvents
 from agentflow.durable.parts import RunParts
-from agentflow.durable.stores.redis_client import RedisStoreBase
-from agentflow.durable.stores.redis_rows import encode_text, write_id
-from agentflow.durable.stores.redis_scripts import LUA_APPEND, LUA_REPLAY, event_index, event_keys
-from agentflow.durable.validators import CapabilityRef
 
-__all__ = ["RedisRunEventStore"]
+__all__ = ["RedisEvents"]
+
+T = TypeVar("T")
 
 
 def _stored(event_id: str, found: bytes | None) -> tuple[str, int] | None:
@@ -63,61 +64,62 @@ def _accepted(
     )
 
 
-class RedisRunEventStore(ReplayedEvents, RedisStoreBase):
-    """A :class:`~agentflow.durable.DurableEventStore` in Redis.
+class RedisEvents(EventsBase, abc.ABC):
+    """The event part of :class:`~agentflow.checkpoint.redis.RedisCheckpointer`."""
 
-    Takes the arguments of :class:`~agentflow.durable.stores.redis.RedisDurableStore`.
-    """
+    _client: aioredis.Redis
+    _keys: Keys
+    _lua: dict[str, AsyncScript]
 
-    def _register(self) -> None:
-        self._events = event_keys(self._prefix, self._namespace)
-        self._append = self._script(LUA_APPEND)
-        self._replay_script = self._script(LUA_REPLAY)
+    @abc.abstractmethod
+    async def _redis(self, operation: str, job: Callable[[], Awaitable[T]]) -> T:
+        """Run ``job`` once the store is set up, with redis-py's errors as ours."""
 
-    @property
-    def store_ref(self) -> CapabilityRef:
-        return CapabilityRef("events.redis", "1")
-
-    def _index(self, run_id: str, *, parent: bool) -> bytes:
-        return event_index(self._prefix, self._namespace, run_id, parent=parent)
-
-    async def append_once(
-        self, event_id: str, payload_digest: str, event: Mapping[str, Any]
+    async def _append_once(
+        self, event_id: str, payload_digest: str, computed_digest: str, event: Mapping[str, Any]
     ) -> AppendOnceResult:
-        computed = check_append(event_id, payload_digest, event)
         name = encode_text(event_id, "checkpoint_value_invalid", "event_id")
-        if computed == payload_digest:
-            indexes = [
-                self._index(run, parent=parent)
-                for member, parent in (("run_id", False), ("parent_run_id", True))
-                if (run := run_member(event, member)) is not None
-            ]
+        if computed_digest == payload_digest:
+            run, parent = run_member(event, "run_id"), run_member(event, "parent_run_id")
+            indexes = [] if run is None else [self._keys.event_index(run, parent=False)]
+            position = b""
+            if parent is not None:
+                indexes.append(self._keys.event_index(parent, parent=True))
+                position = b"%d" % (3 + len(indexes))
             data = self._parts.seal_event(event_id, canonical_json(event, what="event payload"))
-            args = [name, payload_digest.encode(), data, write_id()]
-            keys = [*self._events, *indexes]
-            reply = await self._redis("append_once", lambda: self._append(keys=keys, args=args))
+            args = [name, payload_digest.encode(), data, write_id(), position]
+            keys = [*self._keys.events, *indexes]
+            reply = await self._redis(
+                "append_once", lambda: self._lua["append"](keys=keys, args=args)
+            )
             if reply[0] == 1:
                 return AppendOnceResult(True, {"sequence": int(reply[1])})
             found: bytes | None = reply[1]
         else:  # refused either way; the stored digest decides which error
-            ids = self._events[1]
+            ids = self._keys.events[1]
             found = cast(
                 bytes | None,
                 await self._redis("append_once", lambda: self._client.hget(ids, name)),
             )
-        return repeated_append(event_id, payload_digest, computed, _stored(event_id, found))
+        return repeated_append(event_id, payload_digest, computed_digest, _stored(event_id, found))
 
     async def _replay(
-        self, run_id: str, after: Mapping[str, Any] | None, count: int, include_children: bool
+        self, run_id: str, after: int, count: int, include_children: bool
     ) -> list[AcceptedEvent]:
-        start = sequence_of(after)
         encode_text(run_id, "checkpoint_value_invalid", "run_id")
-        keys = [self._events[2], self._index(run_id, parent=False)]
+        keys = [self._keys.events[2], self._keys.event_index(run_id, parent=False)]
         if include_children:
-            keys.append(self._index(run_id, parent=True))
-        args = [b"%d" % start, b"%d" % count]
-        reply = await self._redis("replay", lambda: self._replay_script(keys=keys, args=args))
+            keys.append(self._keys.event_index(run_id, parent=True))
+        args = [b"%d" % after, b"%d" % count]
+        reply = await self._redis("replay", lambda: self._lua["replay"](keys=keys, args=args))
         return [
             _accepted(self._parts, reply[i], reply[i + 1], reply[i + 2])
             for i in range(0, len(reply), 3)
         ]
+
+    async def _rewrite_event(self, event_id: str, stored: bytes) -> bool:
+        name = encode_text(event_id, "checkpoint_value_invalid", "event_id")
+        keys = self._keys.events[1:]
+        args = [name, stored]
+        done = await self._redis("rekey", lambda: self._lua["rewrite"](keys=keys, args=args))
+        return bool(done)

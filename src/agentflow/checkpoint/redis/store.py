@@ -1,59 +1,62 @@
-"""A durable checkpointer on plain Redis 7 or Valkey (no modules).
+"""A store on plain Redis 7 or Valkey (no modules): a namespace's checkpoints, records and events.
 
-Every mutation is one Lua script, so it is atomic and costs one round trip.
-The scripts and the key layout they work on (one hash tag per thread, one per
-namespace) are in :mod:`~agentflow.checkpoint.redis.scripts`; ``docs/redis.md``
-gives the reasons.
+Every mutation is one Lua script, so it is atomic and costs one round trip;
+``commit_step`` (a step's checkpoint and its calls' receipts) and a thread's
+delete are one script each. The key layout is in
+:mod:`~agentflow.checkpoint.redis.keys`, the scripts in
+:mod:`~agentflow.checkpoint.redis.scripts` and
+:mod:`~agentflow.checkpoint.redis.run_scripts`; ``docs/redis.md`` gives the
+reasons. The scripts span a thread's hash tag, its record's and the
+namespace's, so the store needs a single primary (not Redis Cluster).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
-from typing import cast
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.redis import run_scripts, scripts
 from agentflow.checkpoint.redis.errors import driver_error
-from agentflow.checkpoint.redis.migration import migrate_namespace, upgrade_summary
-from agentflow.checkpoint.redis.records import stored_row, summary_of, thread_info
-from agentflow.checkpoint.redis.scripts import (
-    LAYOUT_VERSION,
-    LUA_DELETE,
-    LUA_LATEST,
-    LUA_PAGE,
-    LUA_PRUNE,
-    LUA_PUT,
+from agentflow.checkpoint.redis.events import RedisEvents
+from agentflow.checkpoint.redis.keys import (
+    LAYOUT,
+    Keys,
     check_prefix,
     due_range,
     instant_bound,
     listing_range,
-    namespace_keys,
-    secret_key,
     sortable_instant,
     step_member,
-    thread_keys,
     utf8,
 )
+from agentflow.checkpoint.redis.migration import prepare, upgrade_summary
+from agentflow.checkpoint.redis.records import stored_row, summary_of, thread_info
+from agentflow.checkpoint.redis.rows import write_args, write_id
+from agentflow.checkpoint.redis.runs import RedisRuns
+from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import safe_url
-from agentflow.errors import (
-    AgentflowError,
-    CheckpointCorrupted,
-    IncompatibleSchema,
-    InvalidArgument,
-    InvalidStoreUrl,
-    StoreNotFound,
-)
+from agentflow.durable.errors import ClaimActive, DurableCorrupted
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.transitions import Write
+from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument, InvalidStoreUrl
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = ["RedisCheckpointer", "from_url"]
 
+T = TypeVar("T")
 #: Step ids per history index read, and the most payloads per data read.
 _BATCH = 128
 #: Payload bytes a history data read aims for, so memory stays bounded even
@@ -69,6 +72,12 @@ _PAGE_READ = 1_000
 _DEFAULT_MAX_BULK = 512 * 1024 * 1024
 #: What HMGET gives a client without decode_responses.
 _Values = list[bytes | None]
+_SCRIPTS = {
+    name.removeprefix("LUA_").lower(): getattr(module, name)
+    for module in (scripts, run_scripts)
+    for name in module.__all__
+    if name.startswith("LUA_") and name not in ("LUA_COMMON", "LUA_THREADS")
+}
 
 
 def _ttl_ms(ttl: object) -> bytes:
@@ -91,19 +100,19 @@ def _address(client: aioredis.Redis) -> str:
     return f"{options.get('host', 'localhost')}:{options.get('port', 6379)}"
 
 
-class RedisCheckpointer(CheckpointerBase):
-    """Checkpoints in Redis, one atomic Lua script per write.
+class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
+    """A namespace's checkpoints, records and events in Redis (a Store).
 
     Pass a ``url`` (we create, own and close the client) or an async
     ``client`` (it stays yours: ``close()`` leaves it open; it must use
     ``decode_responses=False``). The client we create never retries a command
     by itself: a retried script could land twice. An injected client may
     retry; every write carries a random write id, and a script that finds its
-    own id already stored returns the stored revision instead of writing
-    again, so a driver-level re-send after a lost reply is harmless.
+    own id already stored answers as the first did instead of writing again.
 
-    ``ttl`` (seconds) makes a thread expire that long after its last write by
-    a checkpointer with a ttl; a write without ttl makes the thread permanent.
+    ``ttl`` (seconds) makes a thread's checkpoints expire that long after its
+    last write by a store with a ttl; a write without ttl makes them
+    permanent. Records and events never expire.
 
     With ``create=False`` a namespace that has no keys under ``prefix`` raises
     :class:`~agentflow.errors.StoreNotFound` on the first call, and no key is
@@ -122,9 +131,10 @@ class RedisCheckpointer(CheckpointerBase):
         namespace: str | None = None,
         ttl: float | None = None,
         codec: CheckpointCodec | None = None,
+        sealing: KeyRing | None = None,
         create: bool = True,
     ) -> None:
-        super().__init__(namespace=namespace, redact=redact, codec=codec)
+        super().__init__(namespace=namespace, redact=redact, codec=codec, sealing=sealing)
         self._may_create = bool(create)
         self._prefix = check_prefix(prefix)
         self._ttl_ms = _ttl_ms(ttl)
@@ -138,12 +148,10 @@ class RedisCheckpointer(CheckpointerBase):
         except ValueError as exc:
             raise InvalidStoreUrl(f"not a Redis URL: {safe_url(url)!r}") from exc
         self._where = _address(self._client)
-        self._ns = namespace_keys(self._prefix, self._namespace)
-        self._put = self._client.register_script(LUA_PUT)
-        self._latest = self._client.register_script(LUA_LATEST)
-        self._delete = self._client.register_script(LUA_DELETE)
-        self._prune = self._client.register_script(LUA_PRUNE)
-        self._page = self._client.register_script(LUA_PAGE)
+        self._keys = Keys(self._prefix, self._namespace)
+        self._lua: dict[str, AsyncScript] = {
+            name: self._client.register_script(source) for name, source in _SCRIPTS.items()
+        }
         #: The largest payload the server takes; 0 until :meth:`_setup` ran.
         self._max_payload = 0
         self._setup_lock = asyncio.Lock()
@@ -151,8 +159,13 @@ class RedisCheckpointer(CheckpointerBase):
     def __repr__(self) -> str:
         return f"RedisCheckpointer({self._where!r}, prefix={self._prefix!r})"
 
+    @property
+    def database(self) -> str:
+        db = self._client.connection_pool.connection_kwargs.get("db", 0)
+        return f"redis://{self._where}/{db} prefix={self._prefix!r}"
+
     async def _setup(self) -> None:
-        """Once per checkpointer: learn the server's size limit, and bring the
+        """Once per store: learn the server's size limit, and bring the
         namespace onto this layout unless it is there (refusing a newer one)."""
         if self._max_payload:
             return
@@ -160,30 +173,54 @@ class RedisCheckpointer(CheckpointerBase):
             if self._max_payload:
                 return
             async with self._client.pipeline(transaction=False) as pipe:
-                pipe.get(self._ns[5])
+                pipe.get(self._keys.version)
+                pipe.get(self._keys.runs[2])
                 pipe.config_get("proto-max-bulk-len")
-                version, config = await pipe.execute(raise_on_error=False)
-            if isinstance(version, Exception):
-                raise version
-            if version is None:
-                if not self._may_create and not await self._client.exists(self._ns[0]):
-                    ns = (
-                        f"namespace {self._namespace!r}" if self._namespace else "default namespace"
-                    )
-                    where = f"prefix {self._prefix!r}"
-                    raise StoreNotFound(f"no store: the {ns} has no keys under {where}")
-                await migrate_namespace(self._client, self._prefix, self._namespace)
-            elif version != LAYOUT_VERSION:
-                raise IncompatibleSchema(
-                    f"namespace {self.namespace!r} under prefix {self._prefix!r} has Redis "
-                    f"layout {version!r}, newer than this agentflow's ({LAYOUT_VERSION.decode()})"
+                version, fence, config = await pipe.execute(raise_on_error=False)
+            for reply in (version, fence):
+                if isinstance(reply, Exception):
+                    raise reply
+            if version != LAYOUT:
+                versions = (version, fence)
+                await prepare(
+                    self._client, self._keys, self._namespace, versions, create=self._may_create
                 )
             limit = str(config.get("proto-max-bulk-len")) if isinstance(config, dict) else ""
             self._max_payload = int(limit) if limit.isdigit() else _DEFAULT_MAX_BULK
 
-    def _thread(self, thread: str) -> list[bytes]:
+    async def _redis(self, operation: str, job: Callable[[], Awaitable[T]]) -> T:
+        """Run ``job`` of a record or event operation once the store is set up;
+        redis-py's errors become agentflow's (damage as DurableCorrupted)."""
+        self._check_open()
+        try:
+            await self._setup()
+            return await job()
+        except AgentflowError:
+            raise
+        except Exception as exc:
+            error = self._driver_error(exc, operation)
+            if error is None:
+                raise
+            if isinstance(error, CheckpointCorrupted):
+                error = DurableCorrupted("checkpoint_row_invalid", str(error))
+            raise error from exc
+
+    def _thread_keys(self, thread: str) -> list[bytes]:
         """The keys of ``thread`` and of the namespace indexes it is in."""
-        return [*thread_keys(self._prefix, self._namespace, thread), *self._ns[:5]]
+        return [*self._keys.thread(thread), *self._keys.threads]
+
+    def _encoded(
+        self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint]
+    ) -> list[bytes]:
+        """The step, payload and metadata tail ("write-id:instant:summary") of a put."""
+        enc = encode()
+        if len(enc.payload) > self._max_payload:
+            raise InvalidArgument(
+                f"thread {thread!r} step {step}: the encoded checkpoint is {len(enc.payload):,} "
+                f"bytes; this Redis accepts at most {self._max_payload:,} (proto-max-bulk-len)"
+            )
+        tail = b"%s:%s:%s" % (write_id(), sortable_instant(enc.ts_us), summary_of(enc))
+        return [step_member(step), enc.payload, tail]
 
     async def _write_step(
         self,
@@ -193,24 +230,30 @@ class RedisCheckpointer(CheckpointerBase):
         if_revision: int | None,
     ) -> int | None:
         await self._setup()
-        enc = encode()
-        if len(enc.payload) > self._max_payload:
-            raise InvalidArgument(
-                f"thread {thread!r} step {step}: the encoded checkpoint is {len(enc.payload):,} "
-                f"bytes; this Redis accepts at most {self._max_payload:,} (proto-max-bulk-len)"
-            )
-        write_id = os.urandom(16).hex().encode()
-        tail = b"%s:%s:%s" % (write_id, sortable_instant(enc.ts_us), summary_of(enc))
+        step_, payload, tail = self._encoded(thread, step, encode)
         expected = b"" if if_revision is None else b"%d" % if_revision
-        args = (step_member(step), enc.payload, tail, expected, self._ttl_ms, utf8(thread))
-        written, revision = await self._put(keys=self._thread(thread), args=args)
+        args = (step_, payload, tail, expected, self._ttl_ms, utf8(thread))
+        written, revision = await self._lua["put"](keys=self._thread_keys(thread), args=args)
         return None if written else int(revision)
+
+    async def _commit_step(
+        self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
+    ) -> tuple[int | None, DurableCheckpoint]:
+        """One script: the step as a new put and ``write``, both or neither."""
+        await self._setup()
+        step_, payload, tail = self._encoded(thread, step, encode)
+        args = [step_, payload, tail, self._ttl_ms, *write_args(write, tail[:32], utf8(thread))]
+        keys = [*self._thread_keys(thread), self._keys.run(thread), self._keys.runs[1]]
+        reply = await self._lua["commit"](keys=keys, args=args)
+        if reply[0] == 4:
+            return int(reply[1]), write.record
+        return None, self._applied(write, reply)
 
     async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
         await self._setup()
-        index, data = thread_keys(self._prefix, self._namespace, thread)
+        index, data = self._keys.thread(thread)
         if step is None:
-            reply = await self._latest(keys=(index, data))
+            reply = await self._lua["latest"](keys=(index, data))
             if not reply:
                 return None
             (member,), (payload, meta) = reply
@@ -229,7 +272,7 @@ class RedisCheckpointer(CheckpointerBase):
         instant). A step pruned between the two reads is skipped; a step still
         indexed but without data is damage."""
         await self._setup()
-        index, data = thread_keys(self._prefix, self._namespace, thread)
+        index, data = self._keys.thread(thread)
         start, chunk = b"-", 1
         while True:
             steps = cast(
@@ -267,8 +310,8 @@ class RedisCheckpointer(CheckpointerBase):
         infos: list[ThreadInfo] = []
         while True:
             args = (start, stop, min(limit - len(infos), _PAGE_READ), skip)
-            last, *found = await self._page(keys=[*self._ns[:5], target], args=args)
-            infos += [thread_info(n, s) for n, s in zip(found[::2], found[1::2], strict=True)]
+            last, *found = await self._lua["page"](keys=[*self._keys.threads, target], args=args)
+            infos += [thread_info(*found[i : i + 3]) for i in range(0, len(found), 3)]
             if not last or len(infos) == limit:
                 return infos
             start = b"(" + last
@@ -276,27 +319,50 @@ class RedisCheckpointer(CheckpointerBase):
     async def _read_threads(
         self, after: str, limit: int, status: ThreadStatus | None
     ) -> list[ThreadInfo]:
-        target = self._ns[0] if status is None else self._ns[3]
+        target = self._keys.threads[0 if status is None else 3]
         return await self._scan(target, listing_range(status, after), limit)
 
     async def _read_due(
         self, now_us: int, after: tuple[int, str] | None, limit: int
     ) -> list[ThreadInfo]:
-        return await self._scan(self._ns[4], due_range(now_us, after), limit)
+        return await self._scan(self._keys.threads[4], due_range(now_us, after), limit)
+
+    async def _delete(self, thread: str, parts: bytes, *, force: bool = False) -> list[int]:
+        """One delete script over ``parts`` of ``thread`` (``r`` record, ``e``
+        events, ``c`` checkpoints): [record existed, events, steps deleted]."""
+        await self._setup()
+        k = self._keys
+        keys = [*self._thread_keys(thread), k.run(thread), k.run(thread, b"gone"), *k.runs[:2]]
+        keys += [*k.events[1:], k.event_index(thread, parent=False)]
+        args = [utf8(thread), write_id(), parts, b"1" if force else b"0"]
+        reply = cast(list[int], await self._lua["delete"](keys=keys, args=args))
+        if reply == [-2]:
+            raise ClaimActive(f"run {thread!r} is held by a live lease; delete it with force")
+        if reply == [2]:
+            raise DurableCorrupted("checkpoint_row_invalid", f"stored record {thread!r} is damaged")
+        return reply
+
+    async def _delete_thread(self, thread: str, force: bool) -> bool:
+        return any(await self._delete(thread, b"rec", force=force))
+
+    async def _delete_run(self, key: str, *, force: bool) -> bool:
+        return bool((await self._delete(key, b"r", force=force))[0])
+
+    async def _delete_events(self, run_id: str) -> int:
+        return (await self._delete(run_id, b"e"))[1]
 
     async def _delete_steps(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
-        await self._setup()
-        keys, name = self._thread(thread), utf8(thread)
         if before_step is None and cutoff_us is None:
-            return int(await self._delete(keys=keys, args=(name,)))
+            return (await self._delete(thread, b"c"))[2]
         before = b"+" if before_step is None else b"(" + step_member(before_step)
         cutoff = b"" if cutoff_us is None else instant_bound(cutoff_us)
+        keys, name = self._thread_keys(thread), utf8(thread)
         removed, resume, hint = 0, b"-", (b"", b"", b"")
         while resume:
             args = (before, cutoff, name, _PRUNE_BATCH, resume, *hint)
-            reply = await self._prune(keys=keys, args=args)
+            reply = await self._lua["prune"](keys=keys, args=args)
             if reply[0] == -1:  # the new latest step has a layout-1 summary
                 hint = (reply[1], reply[2], upgrade_summary(reply[2].split(b":", 3)[3]))
                 continue
@@ -308,7 +374,7 @@ class RedisCheckpointer(CheckpointerBase):
         if not self._may_create:
             await self._setup()  # a reader creates no secret in a store that is not there
         mine = os.urandom(SECRET_BYTES)
-        stored = await self._client.set(secret_key(self._prefix), mine, nx=True, get=True)
+        stored = await self._client.set(self._keys.secret, mine, nx=True, get=True)
         if stored is None:
             return mine
         if not isinstance(stored, bytes) or len(stored) != SECRET_BYTES:
@@ -328,7 +394,8 @@ def from_url(
     *,
     namespace: str | None = None,
     codec: CheckpointCodec | None = None,
+    sealing: KeyRing | None = None,
     create: bool = True,
 ) -> RedisCheckpointer:
     """``redis://`` or ``rediss://`` URL (redis-py's query options apply)."""
-    return RedisCheckpointer(url, namespace=namespace, codec=codec, create=create)
+    return RedisCheckpointer(url, namespace=namespace, codec=codec, sealing=sealing, create=create)
