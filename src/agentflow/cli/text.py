@@ -2,10 +2,12 @@
 
 Whoever can write the store chooses thread ids, node names, questions and
 state. Shown raw, an ``ESC[2J`` clears the operator's screen, an OSC-8
-sequence plants a link, a bidi override reorders what they read. So every
-character that does not print as itself (controls, format characters such
-as bidi overrides and zero-width marks, line separators) is shown as a
-``\\uXXXX`` escape: inert, visible, and valid inside JSON text. Rich markup
+sequence plants a link, a bidi override reorders what they read, and a
+variation selector or a Hangul filler makes two different ids look the same.
+So every character that does not show as itself (controls, format characters
+such as bidi overrides and zero-width marks, line separators, Unicode's
+default-ignorable code points, private-use and unassigned ones) is shown as
+a ``\\uXXXX`` escape: inert, visible, and valid inside JSON text. Rich markup
 (``[bold red]``) and emoji codes are never interpreted: the command's console
 has both off, and our own styles are attached to ``Text`` spans.
 
@@ -17,8 +19,52 @@ exactly, so the command still does what it says when pasted.
 from __future__ import annotations
 
 import shlex
+import unicodedata
+from bisect import bisect_right
+from typing import Final
 
-__all__ = ["inert", "shell_word"]
+__all__ = ["INVISIBLE", "inert", "shell_word", "shows_as_itself"]
+
+#: Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt, 15.1):
+#: code points a renderer may draw as nothing, although Python calls several of
+#: them printable (variation selectors, the Hangul fillers, U+034F, U+180B...).
+INVISIBLE: Final = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+_STARTS: Final = [start for start, _ in INVISIBLE]
+#: Categories that never show as themselves: format, surrogate, private use, unassigned.
+_HIDDEN_CATEGORIES: Final = frozenset({"Cf", "Cs", "Co", "Cn"})
+
+
+def _ignorable(code: int) -> bool:
+    index = bisect_right(_STARTS, code) - 1
+    return index >= 0 and code <= INVISIBLE[index][1]
+
+
+def shows_as_itself(char: str) -> bool:
+    """Whether ``char`` is drawn as a visible mark of its own: printable, not a
+    default-ignorable code point, not a format, private-use or unassigned one."""
+    if not char.isprintable():
+        return False
+    if char.isascii():
+        return True
+    return not _ignorable(ord(char)) and unicodedata.category(char) not in _HIDDEN_CATEGORIES
 
 
 def _escape(char: str) -> str:
@@ -27,16 +73,16 @@ def _escape(char: str) -> str:
 
 
 def inert(text: str) -> str:
-    """``text`` with every character that does not print as itself escaped."""
-    if text.isprintable():
+    """``text`` with every character that does not show as itself escaped."""
+    if text.isascii() and text.isprintable():
         return text
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
+    return "".join(c if shows_as_itself(c) else _escape(c) for c in text)
 
 
 def _ansi_c(char: str) -> str:
     if char in "\\'":
         return "\\" + char
-    if char.isprintable():
+    if shows_as_itself(char):
         return char
     code = ord(char)
     if code < 0x100:
@@ -47,6 +93,6 @@ def _ansi_c(char: str) -> str:
 def shell_word(word: str) -> str:
     """``word`` quoted for a POSIX shell, or for bash as ``$'...'`` when it holds
     characters a terminal would act on."""
-    if word.isprintable():
+    if all(shows_as_itself(c) for c in word):
         return shlex.quote(word)
     return "$'" + "".join(_ansi_c(c) for c in word) + "'"
