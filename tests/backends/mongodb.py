@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,9 @@ from tests.support.mongod import MongodProcess, mongodb_uri
 #: Fail fast when no server answers, instead of PyMongo's 30 s default.
 PROBE_TIMEOUT_MS = 5_000
 Doc = dict[str, Any]
+#: The collection a harness's stores are named after, and their events' collection.
+COLLECTION = "checkpoints"
+EVENTS = f"{COLLECTION}_durable_events"
 
 
 @asynccontextmanager
@@ -43,14 +48,17 @@ async def scratch_database() -> AsyncIterator[tuple[str, AsyncMongoClient[Doc], 
         await client.close()
 
 
-class CommandNames(monitoring.CommandListener):
-    """The names of the commands a client sends, in order (``event_listeners=[...]``)."""
+@dataclass
+class Commands(monitoring.CommandListener):
+    """Every command a client sends: its name and its body (``event_listeners=[...]``)."""
 
-    def __init__(self) -> None:
-        self.names: list[str] = []
+    sent: list[tuple[str, Doc]] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.sent]
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.names.append(event.command_name)
+        self.sent.append((event.command_name, dict(event.command)))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass
@@ -61,20 +69,26 @@ class CommandNames(monitoring.CommandListener):
 
 class MongoStore:
     """A fresh database on the session's mongod, a client of the test's own, and
-    checkpointers on it that leave that client open."""
+    stores on it: ``open`` leaves that client open, ``store`` makes its own."""
 
     def __init__(self, uri: str, client: AsyncMongoClient[Doc], database: str) -> None:
         self.uri, self.client, self.database = uri, client, database
-        self.raw: AsyncCollection[Doc] = client[database]["checkpoints"]
+        #: Checkpoints and thread documents (summaries and records).
+        self.raw: AsyncCollection[Doc] = client[database][COLLECTION]
+        self.events: AsyncCollection[Doc] = client[database][EVENTS]
 
     def open(self, **kwargs: Any) -> MongoCheckpointer:
         kwargs.setdefault("database", self.database)
         return MongoCheckpointer(client=self.client, **kwargs)
 
+    def store(self, **kwargs: Any) -> MongoCheckpointer:
+        kwargs.setdefault("database", self.database)
+        return MongoCheckpointer(self.uri, **kwargs)
+
     @asynccontextmanager
-    async def profiling(self) -> AsyncIterator[list[Doc]]:
+    async def profiling(self, collection: str = COLLECTION) -> AsyncIterator[list[Doc]]:
         """Profile the database within the block; the list then holds every query,
-        command and getMore run on the collection, in order."""
+        command and getMore run on ``collection``, in order."""
         db = self.client[self.database]
         found: list[Doc] = []
         await db.command("profile", 2)
@@ -82,7 +96,7 @@ class MongoStore:
             yield found
         finally:
             await db.command("profile", 0)
-        ops = db["system.profile"].find({"ns": f"{self.database}.checkpoints"})
+        ops = db["system.profile"].find({"ns": f"{self.database}.{collection}"})
         found.extend(await ops.to_list())
         await db["system.profile"].drop()
 
@@ -91,6 +105,53 @@ class MongoStore:
 async def mongo_store() -> AsyncIterator[MongoStore]:
     async with scratch_database() as (uri, client, database):
         yield MongoStore(uri, client, database)
+
+
+async def scratch() -> AsyncIterator[MongoStore]:
+    """Fixture body (``scratch = pytest.fixture(scratch)``): the database is dropped after."""
+    async with mongo_store() as opened:
+        yield opened
+
+
+@dataclass(frozen=True)
+class Explained:
+    """What the server did for one read command: index keys and documents read, and
+    every plan stage (a ``$unionWith`` sub-pipeline's included)."""
+
+    keys: int
+    docs: int
+    stages: frozenset[str]
+
+
+def _walk(plan: object, found: dict[str, Any]) -> None:
+    """Gather what the executed plans did (the planner's candidates left out)."""
+    if isinstance(plan, dict):
+        for name, value in plan.items():
+            if name in ("queryPlanner", "allPlansExecution"):
+                continue
+            if name in ("totalKeysExamined", "totalDocsExamined"):
+                found[name] = found.get(name, 0) + int(value)
+            elif name == "stage":
+                found.setdefault("stages", set()).add(value)
+            _walk(value, found)
+    elif isinstance(plan, list):
+        for item in plan:
+            _walk(item, found)
+
+
+async def explain(client: AsyncMongoClient[Doc], command: Doc) -> Explained:
+    """Run ``command`` (as a client sent it) again under ``explain``."""
+    plain = {name: value for name, value in command.items() if not name.startswith("$")}
+    plain.pop("lsid", None)
+    database = client[command["$db"]]
+    report = await database.command("explain", plain, verbosity="executionStats")
+    found: dict[str, Any] = {}
+    _walk(report, found)
+    return Explained(
+        found.get("totalKeysExamined", 0),
+        found.get("totalDocsExamined", 0),
+        frozenset(found.get("stages", ())),
+    )
 
 
 def private_mongod(*flags: str) -> MongodProcess:
@@ -116,9 +177,30 @@ def private_mongod(*flags: str) -> MongodProcess:
 
 
 @asynccontextmanager
+async def replica_set(*flags: str) -> AsyncIterator[tuple[MongodProcess, str]]:
+    """A private one-member replica set (an oplog, retryable writes) and its URI."""
+    server = private_mongod("--replSet", "rs0", *flags)
+    try:
+        admin: AsyncMongoClient[Doc] = AsyncMongoClient(server.uri)
+        try:
+            members = [{"_id": 0, "host": server.host}]
+            await admin.admin.command("replSetInitiate", {"_id": "rs0", "members": members})
+            for _ in range(300):
+                if (await admin.admin.command("hello")).get("isWritablePrimary"):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await admin.close()
+        yield server, server.uri.replace("directConnection=true", "replicaSet=rs0")
+    finally:
+        server.cleanup()
+
+
+@asynccontextmanager
 async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
     async with scratch_database() as (uri, client, database):
-        collection = client[database]["checkpoints"]
+        collection = client[database][COLLECTION]
+        events = client[database][EVENTS]
 
         async def damage(namespace: str | None, thread: str, step: int, fields: Doc) -> None:
             key = {"n": namespace or "", "t": thread, "s": step}
@@ -142,12 +224,46 @@ async def harness(tmp_path: Path) -> AsyncIterator[BackendHarness]:
         async def write_payload(namespace: str | None, thread: str, step: int, data: bytes) -> None:
             await damage(namespace, thread, step, {"payload": data})
 
+        async def corrupt_run(namespace: str | None, key: str) -> None:
+            run = {"_id": {"n": namespace or "", "t": key}, "revision": {"$exists": True}}
+            changed = await collection.update_one(run, {"$set": {"body": b'{"not": 1}'}})
+            assert changed.matched_count == 1, f"no stored run {(namespace, key)}"
+
+        def part_of(
+            namespace: str | None, key: str, part: str
+        ) -> tuple[AsyncCollection[Doc], Doc, str]:
+            """The collection, document and field path of one stored part."""
+            if part == "event":
+                return events, {"_id": {"n": namespace or "", "e": key}}, "b"
+            run = {"_id": {"n": namespace or "", "t": key}}
+            return collection, run, "body" if part == "body" else f"journal.{part}"
+
+        async def read_part(namespace: str | None, key: str, part: str) -> bytes:
+            where, doc, path = part_of(namespace, key, part)
+            found = await where.find_one(doc)
+            assert found is not None, f"no stored {part} for {(namespace, key)}"
+            value: Any = found
+            for name in path.split("."):
+                value = value[int(name)] if isinstance(value, list) else value[name]
+            assert isinstance(value, bytes), f"no stored {part} for {(namespace, key)}"
+            return value
+
+        async def write_part(namespace: str | None, key: str, part: str, data: bytes) -> None:
+            where, doc, path = part_of(namespace, key, part)
+            changed = await where.update_one(doc, {"$set": {path: data}})
+            assert changed.matched_count == 1, f"no stored {part} for {(namespace, key)}"
+
         yield BackendHarness(
             name="mongodb",
             factory=MongoCheckpointer,
             kwargs={"uri": uri, "database": database},
+            atomic_steps=False,
             corrupt=corrupt,
             damage_revision=damage_revision,
             read_payload=read_payload,
             write_payload=write_payload,
+            corrupt_run=corrupt_run,
+            contents=client[database].list_collection_names,
+            read_part=read_part,
+            write_part=write_part,
         )

@@ -1,5 +1,6 @@
-"""The MongoDB backend: checkpoints and thread summaries in one collection (docs/mongodb.md)."""
+"""The MongoDB backend: a thread's checkpoints, durable record and events in one
+database (docs/mongodb.md)."""
 
-from agentflow.checkpoint.mongodb.checkpointer import MongoCheckpointer, from_url
+from agentflow.checkpoint.mongodb.store import MongoCheckpointer, from_url
 
 __all__ = ["MongoCheckpointer", "from_url"]

@@ -1,18 +1,23 @@
-"""The stored shape of the MongoDB backend: documents, updates, indexes, rows.
+"""The stored shape of the MongoDB backend's checkpoints and thread documents.
 
 One collection holds three kinds of document, told apart by their ``_id``
 (docs/mongodb.md has the layout and why):
 
 - a checkpoint, ``_id: {n, t, s}`` (namespace, thread, step), with ``n, t, s``
   repeated at the top level for the ``(n, t, s desc)`` index;
-- a thread summary, ``_id: {n, t}``, with ``tn, tt`` repeated for the listing
-  indexes, and the latest step's number ``ls``, revision ``lr``, status ``st``,
-  ``ts``, wake time ``wa`` and, while it waits on a timer, its instant ``wk``;
+- a thread, ``_id: {n, t}``: while the thread has checkpoints, its summary
+  (``tn, tt`` repeated for the listing indexes, the latest step's number
+  ``ls``, revision ``lr``, status ``st``, ``ts``, wake time ``wa`` and, while
+  it waits on a timer, its instant ``wk``); while it has a durable record, the
+  record (:mod:`~agentflow.checkpoint.mongodb.records`), and ``rs``, the
+  thread status the record imposes, if any. One document, so a record write
+  sets ``rs`` in the same single-document update;
 - store metadata, ``_id: {m: name}`` (the schema version, the cursor secret).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final, get_args
 
@@ -22,6 +27,7 @@ from pymongo import IndexModel
 
 from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
+from agentflow.checkpoint.store_base import RUN_STATUSES
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
 
@@ -35,8 +41,11 @@ _FIELDS_HEADROOM: Final = 4096
 THREADS_INDEX: Final = "agentflow_threads"
 #: Summaries in thread order: the unfiltered listing.
 LISTING_INDEX: Final = "agentflow_thread_registry"
-#: Summaries by the latest step's status, then thread: the status filter.
-STATUS_INDEX: Final = "agentflow_thread_status"
+#: Summaries by the latest step's status and the record's, then thread: the
+#: filter on a checkpoint's status (``rs: null``, the record imposing none).
+STATUS_INDEX: Final = "agentflow_thread_steps_status"
+#: Summaries of threads whose record imposes a status, by it, then thread.
+RUN_STATUS_INDEX: Final = "agentflow_thread_run_status"
 #: Summaries of threads waiting on a timer, by wake instant then thread: ``list_due``.
 DUE_INDEX: Final = "agentflow_due"
 _INDEXES: Final = [
@@ -47,9 +56,14 @@ _INDEXES: Final = [
         partialFilterExpression={"tn": {"$exists": True}},
     ),
     IndexModel(
-        [("tn", 1), ("st", 1), ("tt", 1)],
+        [("tn", 1), ("st", 1), ("rs", 1), ("tt", 1)],
         name=STATUS_INDEX,
-        partialFilterExpression={"st": {"$exists": True}},
+        partialFilterExpression={"tn": {"$exists": True}},
+    ),
+    IndexModel(
+        [("tn", 1), ("rs", 1), ("tt", 1)],
+        name=RUN_STATUS_INDEX,
+        partialFilterExpression={"tn": {"$exists": True}, "rs": {"$exists": True}},
     ),
     IndexModel(
         [("tn", 1), ("wk", 1), ("tt", 1)],
@@ -74,11 +88,15 @@ STATUS_FIELDS: Final = {
     "wake_at": 1,
     "expires_at": 1,
 }
-#: What a listing reads of a summary.
-INFO_FIELDS: Final = {"_id": 0, "tt": 1, "ls": 1, "st": 1, "ts": 1, "wa": 1}
+#: What a listing reads of a thread document.
+INFO_FIELDS: Final = {"_id": 0, "tt": 1, "ls": 1, "st": 1, "ts": 1, "wa": 1, "rs": 1}
 #: The fields that make a summary right or wrong (reconciliation compares these).
 SUMMARY_KEYS: Final = ("ls", "lr", "st", "ts", "wa", "wk")
+#: Every field of a summary: what goes when the thread's last checkpoint does.
+SUMMARY_FIELDS: Final = ("tn", "tt", *SUMMARY_KEYS, "expires_at")
 _STATUSES: Final = frozenset(get_args(ThreadStatus))
+#: The statuses a record imposes on its thread (``rs``).
+IMPOSED: Final = frozenset(RUN_STATUSES.values())
 
 
 def indexes(ttl: bool) -> list[IndexModel]:
@@ -232,10 +250,11 @@ def summary_of_stored(namespace: str, doc: Document) -> Document:
 
 
 def newer_wins(doc: Document, expires: datetime | None) -> list[Document]:
-    """An update pipeline that sets a thread's summary to ``doc`` unless it already
-    names a later (step, revision): the summary converges to the highest, in any
-    order the writes land. It upserts on ``_id``. Every value is a ``$literal``,
-    so a thread id such as ``"$where"`` is never read as a field path."""
+    """An update pipeline that sets a thread's summary fields to ``doc`` unless it
+    already names a later (step, revision): the summary converges to the highest,
+    in any order the writes land. The record's fields are left as they are. It
+    upserts on ``_id``. Every value is a ``$literal``, so a thread id such as
+    ``"$where"`` is never read as a field path."""
     step, revision = doc["ls"], doc["lr"]
     newer = {
         "$or": [
@@ -243,33 +262,37 @@ def newer_wins(doc: Document, expires: datetime | None) -> list[Document]:
             {"$and": [{"$eq": ["$ls", step]}, {"$lt": ["$lr", revision]}]},
         ]
     }
-    replacement: Any = {"$literal": doc}
-    if expires is None:
-        return [{"$replaceWith": {"$cond": [newer, replacement, "$$ROOT"]}}]
-    kept = {"$mergeObjects": [replacement, {"expires_at": "$expires_at"}]}
-    latest = {"$max": ["$expires_at", {"$literal": expires}]}
-    return [
-        {"$replaceWith": {"$cond": [newer, kept, "$$ROOT"]}},
-        {"$set": {"expires_at": latest}},
-    ]
+    fields: Document = {
+        name: {"$cond": [newer, {"$literal": value}, f"${name}"]}
+        for name, value in doc.items()
+        if name != "_id"
+    }
+    if "wk" not in doc:
+        fields["wk"] = {"$cond": [newer, "$$REMOVE", "$wk"]}
+    stages: list[Document] = [{"$set": fields}]
+    if expires is not None:
+        latest = {"$max": ["$expires_at", {"$literal": expires}]}
+        stages.append({"$set": {"expires_at": latest}})
+    return stages
 
 
 def thread_info(doc: Document) -> ThreadInfo:
     """The listing entry of a thread, from its summary (``INFO_FIELDS``)."""
     thread, step, status = doc.get("tt"), plain(doc.get("ls")), doc.get("st")
-    ts, wake_at = doc.get("ts"), doc.get("wa")
+    ts, wake_at, imposed = doc.get("ts"), doc.get("wa"), doc.get("rs")
     if (
         isinstance(thread, str)
         and type(step) is int
         and step >= 0
-        and status in _STATUSES
+        and status in _STATUSES - IMPOSED
         and isinstance(ts, str)
         and (wake_at is None or isinstance(wake_at, str))
+        and (imposed is None or imposed in IMPOSED)
     ):
         suspended = status in ("interrupted", "waiting")
         info = ThreadInfo(thread, step, suspended, status == "done", ts, wake_at)
         if info.status == status:
-            return info
+            return replace(info, run_status=imposed)
     raise CheckpointCorrupted(f"the summary of thread {thread!r} is malformed")
 
 

@@ -1,12 +1,16 @@
-"""Setting a collection up for the MongoDB backend, and upgrading an older layout.
+"""Setting a database up for the MongoDB store, and upgrading an older layout.
 
-Version 2 keeps a summary per thread (its latest step's number, revision,
-status and wake instant, indexed). Version 1 had no version document and a
-registry entry per thread holding nothing but the thread's id, so its listing
-joined every entry to the thread's latest checkpoint. The first version-2
-``setup()`` on a version-1 store builds every summary from the checkpoints;
-one process does it, under a lease in the version document, while the others
-wait for it to finish.
+One version, in the checkpoints collection's ``{m: "schema"}`` document,
+covers every part: checkpoints, thread documents (summary, record) and
+events. Version 3 keeps a thread's durable record in its thread document and
+numbers events in one sequence per namespace. Version 2 kept the summaries
+only; its durable store had collections of its own (``<collection>_durable_runs``
+with a layout version of its own, and ``<collection>_durable_events`` numbered
+per run): :mod:`~agentflow.checkpoint.mongodb.migration` moves them in.
+Version 1 had no version document and a registry entry per thread holding
+nothing but the thread's id; its summaries are built from the checkpoints.
+One process migrates, under a lease in the version document, while the
+others wait for it to finish.
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from agentflow.checkpoint.mongodb.documents import (
     newer_wins,
     summary_of_stored,
 )
+from agentflow.checkpoint.mongodb.events import EVENT_INDEXES
+from agentflow.checkpoint.mongodb.migration import absorb_durable
+from agentflow.checkpoint.mongodb.records import RECORD_INDEXES
 from agentflow.errors import IncompatibleSchema, InvalidArgument, StoreNotFound
 
 __all__ = ["SCHEMA_VERSION", "prepare"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 _SCHEMA_ID: Final = {"m": "schema"}
 #: How long a migrating process holds the store before another may take over.
 _LEASE_MS: Final = 60_000
@@ -40,34 +47,47 @@ _POLL_S: Final = 0.1
 _BATCH: Final = 500
 
 
-async def prepare(coll: AsyncCollection[Document], ttl: bool, *, create: bool = True) -> None:
-    """Check the collation, create the indexes, and bring the layout to this version;
-    with ``create=False`` a missing collection raises StoreNotFound instead."""
-    listing = await coll.database.list_collections(filter={"name": coll.name})
-    info = await listing.to_list()
-    if not info and not create:
+async def prepare(
+    coll: AsyncCollection[Document],
+    events: AsyncCollection[Document],
+    ttl: bool,
+    *,
+    create: bool = True,
+) -> None:
+    """Check the collations, create the indexes, and bring the layout to this version;
+    with ``create=False`` a missing checkpoints collection raises StoreNotFound instead."""
+    names = [coll.name, events.name]
+    listing = await coll.database.list_collections(filter={"name": {"$in": names}})
+    info = {found["name"]: found for found in await listing.to_list()}
+    if coll.name not in info and not create:
         raise StoreNotFound(f"no store: collection {coll.full_name} does not exist")
-    collation = info[0].get("options", {}).get("collation") if info else None
-    if collation and collation.get("locale") != "simple":
-        raise InvalidArgument(
-            f"collection {coll.name!r} has a default collation; "
-            "agentflow needs the simple (binary) collation"
-        )
-    await coll.create_indexes(indexes(ttl))
+    for name, found in info.items():
+        collation = found.get("options", {}).get("collation")
+        if collation and collation.get("locale") != "simple":
+            raise InvalidArgument(
+                f"collection {name!r} has a default collation; "
+                "agentflow needs the simple (binary) collation"
+            )
+    await coll.create_indexes([*indexes(ttl), *RECORD_INDEXES])
     token = os.urandom(12).hex()
-    while not await _current(coll):
+    while (version := await _version(coll)) < SCHEMA_VERSION:
         if await _claim(coll, token):
-            await _summarize_every_thread(coll, token)
+            if version < 2:
+                await _summarize_every_thread(coll, token)
+            await absorb_durable(coll, events, lambda: _renew(coll, token))
             await coll.update_one(
                 {"_id": _SCHEMA_ID, "owner": token},
                 {"$set": {"v": SCHEMA_VERSION}, "$unset": {"owner": "", "lease": ""}},
             )
         else:
             await asyncio.sleep(_POLL_S)
+    # after the migration: events of version 2 have no number in the namespace's sequence
+    await events.create_indexes(EVENT_INDEXES)
 
 
-async def _current(coll: AsyncCollection[Document]) -> bool:
-    """Whether the store is at this version; a newer one is refused, never misread."""
+async def _version(coll: AsyncCollection[Document]) -> int:
+    """The store's version (1 without a version document); a newer one is refused,
+    never misread."""
     doc = await coll.find_one({"_id": _SCHEMA_ID}, {"v": 1})
     version = doc.get("v", 1) if doc else 1
     if type(version) is not int or version > SCHEMA_VERSION:
@@ -75,7 +95,15 @@ async def _current(coll: AsyncCollection[Document]) -> bool:
             f"the MongoDB collection {coll.name!r} has layout version {version!r}; "
             f"this agentflow reads version {SCHEMA_VERSION}"
         )
-    return version == SCHEMA_VERSION
+    return version
+
+
+async def _renew(coll: AsyncCollection[Document], token: str) -> None:
+    """Push the migration lease back: the migrator is still at work."""
+    await coll.update_one(
+        {"_id": _SCHEMA_ID, "owner": token},
+        [{"$set": {"lease": {"$add": ["$$NOW", _LEASE_MS]}}}],
+    )
 
 
 async def _claim(coll: AsyncCollection[Document], token: str) -> bool:
@@ -131,7 +159,4 @@ async def _summarize(coll: AsyncCollection[Document], keys: list[Document], toke
     ]
     if writes:
         await coll.bulk_write(writes, ordered=False)
-    await coll.update_one(
-        {"_id": _SCHEMA_ID, "owner": token},
-        [{"$set": {"lease": {"$add": ["$$NOW", _LEASE_MS]}}}],
-    )
+    await _renew(coll, token)

@@ -5,6 +5,8 @@ wake time and (while it waits on a timer) wake instant. Puts raise it
 newer-wins by (step, revision), so concurrent puts converge on the highest
 whatever order they land in; deletes and prunes reconcile it with the
 checkpoints left by compare-and-set. Every read is one range of one index.
+A summary shares its document with the thread's durable record, so every
+write here names its own fields and leaves the record's (and ``rs``) alone.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ from agentflow.checkpoint.backend import EncodedCheckpoint
 from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
 from agentflow.checkpoint.mongodb.documents import (
     DUE_INDEX,
+    IMPOSED,
     INFO_FIELDS,
     LISTING_INDEX,
+    RUN_STATUS_INDEX,
     STATUS_FIELDS,
     STATUS_INDEX,
+    SUMMARY_FIELDS,
     SUMMARY_KEYS,
     Document,
     newer_wins,
@@ -74,35 +79,58 @@ class Summaries:
         raised it meanwhile is never undone, and the loop ends only when one read
         finds summary and checkpoints agreeing: a put whose summary statement was
         ignored against a summary naming a deleted step is caught by the next round.
+        A thread left with a record but no checkpoint keeps its document, without
+        the summary's fields.
         """
         key = summary_key(self._namespace, thread)
+        read = dict.fromkeys((*SUMMARY_KEYS, "revision"), 1)
         for _ in range(_RECONCILE_ROUNDS):
-            current = await self._coll.find_one({"_id": key}, dict.fromkeys(SUMMARY_KEYS, 1))
+            current = await self._coll.find_one({"_id": key}, read)
             latest = await self._coll.find_one(
                 {"_id": steps(self._namespace, thread)}, STATUS_FIELDS, sort=[("_id", -1)]
             )
+            summarized = current is not None and "ls" in current
             if latest is None:
-                if current is None:
+                if not summarized:
                     return
-                await self._coll.delete_one(_as_read(key, current))
+                assert current is not None
+                if "revision" in current:
+                    gone = {"$unset": dict.fromkeys(SUMMARY_FIELDS, "")}
+                    await self._coll.update_one(_as_read(key, current), gone)
+                else:
+                    unrecorded = {"revision": {"$exists": False}}
+                    await self._coll.delete_one(_as_read(key, current) | unrecorded)
                 continue
             wanted = summary_of_stored(self._namespace, latest)
-            if current is not None and all(current.get(k) == wanted.get(k) for k in SUMMARY_KEYS):
+            if current is not None and summarized and _agrees(current, wanted):
                 return
             if latest.get("expires_at") is not None:
                 wanted["expires_at"] = latest["expires_at"]
-            if current is None:
-                with contextlib.suppress(DuplicateKeyError):
-                    await self._coll.insert_one(wanted)
+            del wanted["_id"]
+            update: Document = {"$set": wanted}
+            if "wk" not in wanted:
+                update["$unset"] = {"wk": ""}
+            if summarized:
+                assert current is not None
+                await self._coll.update_one(_as_read(key, current), update)
             else:
-                await self._coll.replace_one(_as_read(key, current), wanted)
+                # a thread with a record but no summary yet has its document already
+                with contextlib.suppress(DuplicateKeyError):
+                    unsummarized = {"_id": key, "ls": {"$exists": False}}
+                    await self._coll.update_one(unsummarized, update, upsert=True)
 
     async def page(self, after: str, limit: int, status: ThreadStatus | None) -> list[ThreadInfo]:
-        """Up to ``limit`` summaries after thread ``after``, of ``status`` if given."""
+        """Up to ``limit`` summaries after thread ``after``, of ``status`` if given:
+        the status the record imposes, else the latest checkpoint's."""
         query: Document = {"tn": self._namespace, "tt": {"$gt": after}}
         if status is None:
             return await self._read(query, ["tn", "tt"], LISTING_INDEX, limit)
-        return await self._read(query | {"st": status}, ["tn", "st", "tt"], STATUS_INDEX, limit)
+        if status in IMPOSED:
+            return await self._read(
+                query | {"rs": status}, ["tn", "rs", "tt"], RUN_STATUS_INDEX, limit
+            )
+        query |= {"st": status, "rs": None}
+        return await self._read(query, ["tn", "st", "rs", "tt"], STATUS_INDEX, limit)
 
     async def due(self, now_us: int, after: tuple[int, str] | None, limit: int) -> list[ThreadInfo]:
         """Up to ``limit`` summaries of timer waits due at ``now_us``, after ``after``.
@@ -134,6 +162,10 @@ class Summaries:
             low, high = bounds
             cursor = cursor.min(low).max(high)
         return [thread_info(doc) for doc in await cursor.to_list()]
+
+
+def _agrees(summary: Document, wanted: Document) -> bool:
+    return all(summary.get(k) == wanted.get(k) for k in SUMMARY_KEYS)
 
 
 def _as_read(key: Document, summary: Document) -> Document:

@@ -1,26 +1,22 @@
-"""The stored shape of the MongoDB durable stores: runs with each write's filter and update, and
-the event indexes.
+"""The stored shape of a durable record in its thread's document, and each write's filter
+and update.
 
-A run is one document of ``<collection>_durable_runs``:
+A thread's record lives in the thread document ``_id: {n, t}`` (beside its
+summary, :mod:`~agentflow.checkpoint.mongodb.documents`):
 
-- ``_id: {n, k}`` (namespace, key), the only copy of either;
 - the :class:`~agentflow.durable.rows.RunHead` fields by name (the status as
   its wire name, None as null, the lease in epoch milliseconds);
 - ``body``, the body bytes, and ``journal: {model: [...], tool: [...]}``, one
   bytes value per entry, so a journal transition is ``$set`` of
-  ``journal.tool.<i>``.
+  ``journal.tool.<i>``;
+- ``rs``, the thread status the record's status imposes (present only then),
+  set by the same update that writes the status.
 
-Two indexes hold every field of a :class:`~agentflow.durable.rows.RunSummary`,
-``(_id.n, _id.k, status, ...)`` for a namespace in key order and
-``(_id.n, status, _id.k, ...)`` for one status: a listing page is a covered
+Two partial indexes (``revision >= 0``: a thread document holding a record)
+hold every field of a :class:`~agentflow.durable.rows.RunSummary`,
+``(_id.n, _id.t, status, ...)`` for a namespace in key order and
+``(_id.n, status, _id.t, ...)`` for one status: a listing page is a covered
 query that reads index entries only, never a document and so never a body.
-``_id: {m: "durable"}`` holds the layout version; it sorts before every run,
-outside every run range.
-
-Events are documents of ``<collection>_durable_events`` (see
-:mod:`~agentflow.durable.stores.mongodb_events`), unique by ``_id: {n, e}``
-(namespace, event id), numbered per run by the unique index
-``(_id.n, r, rs)`` and per parent run by ``(_id.n, p, ps)``.
 
 Every write's filter is its guard plus the document's shape (bytes for the
 body, arrays for the journals), so a write never lands on a damaged
@@ -37,24 +33,23 @@ from typing import Any, Final
 from bson.int64 import Int64
 from pymongo import IndexModel
 
-from agentflow.checkpoint.mongodb.documents import Document, plain
+from agentflow.checkpoint.mongodb.documents import Document, plain, summary_key
+from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
-from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.rows import RunHead, RunRow, RunSummary
-from agentflow.durable.transitions import Guard, JournalPut, JournalReplace, Write
+from agentflow.durable.transitions import Guard, JournalReplace, Write
 
 __all__ = [
-    "CHILD_EVENTS_INDEX",
-    "EVENT_INDEXES",
     "HEAD_READ",
-    "LAYOUT_ID",
     "LEASE",
     "LISTING_INDEX",
-    "RUN_EVENTS_INDEX",
-    "RUN_INDEXES",
+    "RECORD_FIELDS",
+    "RECORD_INDEXES",
     "STATUS_INDEX",
     "SUMMARY_READ",
+    "check_text",
     "claim_filter",
     "claim_update",
     "guard_filter",
@@ -63,19 +58,20 @@ __all__ = [
     "lease_from",
     "listing_filter",
     "new_run",
+    "record_fields",
     "renew_filter",
     "renew_update",
     "row_from",
-    "run_id",
     "summary_from",
     "write_update",
 ]
 
-LAYOUT_ID: Final = {"m": "durable"}
-LISTING_INDEX: Final = "agentflow_durable_listing"
-STATUS_INDEX: Final = "agentflow_durable_status"
+LISTING_INDEX: Final = "agentflow_runs"
+STATUS_INDEX: Final = "agentflow_run_status"
 _ROW_INVALID: Final = "checkpoint_row_invalid"
 _HEAD_FIELDS: Final = tuple(field.name for field in fields(RunHead))
+#: Everything a record keeps in its thread's document: what a delete removes.
+RECORD_FIELDS: Final = (*_HEAD_FIELDS, "body", "journal", "rs")
 #: What a summary holds besides key and status; both listing indexes end with these.
 _SUMMARY_FIELDS: Final = (
     "revision",
@@ -87,31 +83,25 @@ _SUMMARY_FIELDS: Final = (
     "terminal_acknowledged",
     "ambiguous",
 )
-RUN_INDEXES: Final = [
+#: The partial filter of both listing indexes, which every listing repeats so the
+#: planner may use them: thread documents that hold a record.
+_RECORDED: Final = {"revision": {"$gte": 0}}
+RECORD_INDEXES: Final = [
     IndexModel(
-        [("_id.n", 1), ("_id.k", 1), ("status", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
+        [("_id.n", 1), ("_id.t", 1), ("status", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
         name=LISTING_INDEX,
+        partialFilterExpression=_RECORDED,
     ),
     IndexModel(
-        [("_id.n", 1), ("status", 1), ("_id.k", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
+        [("_id.n", 1), ("status", 1), ("_id.t", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
         name=STATUS_INDEX,
+        partialFilterExpression=_RECORDED,
     ),
 ]
-RUN_EVENTS_INDEX: Final = "agentflow_durable_run_events"
-CHILD_EVENTS_INDEX: Final = "agentflow_durable_child_events"
-EVENT_INDEXES: Final = [
-    IndexModel([("_id.n", 1), ("r", 1), ("rs", 1)], name=RUN_EVENTS_INDEX, unique=True),
-    IndexModel(
-        [("_id.n", 1), ("p", 1), ("ps", 1)],
-        name=CHILD_EVENTS_INDEX,
-        unique=True,
-        partialFilterExpression={"p": {"$exists": True}},
-    ),
-]
-#: A listing's projection: index fields only, no ``_id``, so the query is covered.
-SUMMARY_READ: Final = {"_id.k": 1, "status": 1, **dict.fromkeys(_SUMMARY_FIELDS, 1)}
+#: A listing's projection: index fields only, so the query is covered.
+SUMMARY_READ: Final = {"_id.t": 1, "status": 1, **dict.fromkeys(_SUMMARY_FIELDS, 1)}
 #: The server's clock in epoch milliseconds, as an aggregation expression.
-_NOW: Final = {"$toLong": "$$NOW"}
+NOW: Final = {"$toLong": "$$NOW"}
 #: The fields of a document that every write requires to be of their type.
 _SHAPE: Final = {
     "body": {"$type": "binData"},
@@ -122,7 +112,7 @@ _SHAPE: Final = {
 HEAD_READ: Final = {
     "_id": 0,
     **dict.fromkeys(_HEAD_FIELDS, 1),
-    "now": _NOW,
+    "now": NOW,
     "intact": {
         "$and": [
             {"$eq": [{"$type": "$body"}, "binData"]},
@@ -135,19 +125,22 @@ LEASE: Final = {"_id": 0, "lease_expires_at_ms": 1}
 _CLAIMABLE: Final = [CheckpointStatus.RUNNING.value, CheckpointStatus.RECONCILIATION_REQUIRED.value]
 
 
-def run_id(namespace: str, key: str) -> Document:
-    """A run's ``_id``. BSON compares embedded documents field by field, so a
-    namespace's runs are one key-ordered range of the ``_id`` index."""
-    return {"n": namespace, "k": key}
+def check_text(text: str, code: str, what: str) -> str:
+    """A caller's string BSON can hold; a lone surrogate is refused with ``code``."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise DurableError(code, f"{what} is not valid Unicode") from exc
+    return text
 
 
 def listing_filter(namespace: str, status: CheckpointStatus | None, after: str | None) -> Document:
     """The runs of a listing page: top-level fields only, so one index covers it."""
-    found: Document = {"_id.n": namespace}
+    found: Document = {"_id.n": namespace, **_RECORDED}
     if status is not None:
         found["status"] = status.value
     if after is not None:
-        found["_id.k"] = {"$gt": after}
+        found["_id.t"] = {"$gt": after}
     return found
 
 
@@ -157,14 +150,30 @@ def _head_fields(head: RunHead) -> Document:
     return values
 
 
-def new_run(namespace: str, row: RunRow) -> Document:
-    """The document ``create`` inserts."""
-    return {
-        "_id": run_id(namespace, row.key),
+def _status_update(status: CheckpointStatus, update: Document) -> Document:
+    """``update`` setting (or removing) ``rs`` for a record now in ``status``."""
+    imposed = run_thread_status(status)
+    if imposed is None:
+        update["$unset"] = {"rs": ""}
+    else:
+        update.setdefault("$set", {})["rs"] = imposed
+    return update
+
+
+def record_fields(row: RunRow) -> Document:
+    """Every field a record keeps in its thread's document (``rs`` included)."""
+    values = {
         **_head_fields(row.head),
         "body": row.body,
         "journal": {"model": list(row.model_journal), "tool": list(row.tool_journal)},
     }
+    imposed = run_thread_status(row.head.status)
+    return values if imposed is None else values | {"rs": imposed}
+
+
+def new_run(row: RunRow) -> Document:
+    """The update ``create`` upserts on a thread document that holds no record."""
+    return {"$set": record_fields(row)}
 
 
 def _count(value: object) -> bool:
@@ -209,14 +218,14 @@ def _checked(key: str, doc: Document, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def head_from(key: str, doc: Document) -> RunHead:
-    """The head a run document holds."""
+    """The head a thread document's record holds."""
     return RunHead(**_checked(key, doc, _HEAD_FIELDS))
 
 
 def summary_from(doc: Document) -> RunSummary:
     """A listing entry from a covered read (``SUMMARY_READ``)."""
     names = doc.get("_id")
-    key = names.get("k") if isinstance(names, dict) else None
+    key = names.get("t") if isinstance(names, dict) else None
     if not isinstance(key, str):
         raise DurableCorrupted(_ROW_INVALID, "a listing index holds a key that is not a string")
     values = _checked(key, doc, ("status", *_SUMMARY_FIELDS))
@@ -232,7 +241,7 @@ def _entries(key: str, journal: object, kind: OperationKind) -> tuple[bytes, ...
 
 
 def row_from(key: str, doc: Document) -> RunRow:
-    """The row a whole run document holds; every part checked."""
+    """The row a thread document's record holds; every part checked."""
     body, journal = doc.get("body"), doc.get("journal")
     if not isinstance(body, bytes):
         raise DurableCorrupted(_ROW_INVALID, f"stored body of {key!r} is missing or not bytes")
@@ -269,17 +278,17 @@ def guard_filter(namespace: str, key: str, guard: Guard) -> Document:
         del compared["claimed_cycle"]
         compared["claim_token"] = {"$type": "null"}  # unclaimed: null, not a missing field
     held = {name: value for name, value in compared.items() if value is not None}
-    return {"_id": run_id(namespace, key), **held, **_SHAPE}
+    return {"_id": summary_key(namespace, key), **held, **_SHAPE}
 
 
 def write_update(write: Write) -> tuple[Document, Document]:
     """The shape conditions a write's journal change adds to its filter, and its update.
 
-    A journal put at ``i`` needs the stored journal to reach ``i`` already,
-    so MongoDB never pads it with nulls.
+    A journal put at ``i`` needs the stored journal to reach ``i`` already (or an
+    earlier put of the same write to have written ``i - 1``), so MongoDB never
+    pads it with nulls.
     """
     values = _head_fields(write.head)
-    del values["identity"]  # guarded equal; never changes
     if write.keep_lease:
         del values["lease_expires_at_ms"]
     if write.body is not None:
@@ -287,12 +296,17 @@ def write_update(write: Write) -> tuple[Document, Document]:
     reaches: Document = {}
     if isinstance(write.journal, JournalReplace):
         values["journal"] = {"model": list(write.journal.model), "tool": list(write.journal.tool)}
-    elif isinstance(write.journal, JournalPut):
-        kind, index = write.journal.kind.value, write.journal.index
-        values[f"journal.{kind}.{index}"] = write.journal.entry
-        if index:
-            reaches[f"journal.{kind}.{index - 1}"] = {"$exists": True}
-    return reaches, {"$set": values}
+    elif write.journal:
+        written: set[tuple[str, int]] = set()
+        needed: dict[str, int] = {}
+        for put in write.journal:
+            kind, index = put.kind.value, put.index
+            values[f"journal.{kind}.{index}"] = put.entry
+            if index and (kind, index - 1) not in written:
+                needed[kind] = max(needed.get(kind, 0), index - 1)
+            written.add((kind, index))
+        reaches = {f"journal.{kind}.{index}": {"$exists": True} for kind, index in needed.items()}
+    return reaches, _status_update(write.head.status, {"$set": values})
 
 
 def claim_filter(
@@ -301,7 +315,7 @@ def claim_filter(
     """Every rule of :func:`~agentflow.durable.leases.claim_refusal` (and the
     overflow checks of :func:`~agentflow.durable.leases.claimed_head`), on ``$$NOW``."""
     found: Document = {
-        "_id": run_id(namespace, key),
+        "_id": summary_key(namespace, key),
         "terminal": False,
         "cycle_index": cycle_index - 1,
         "revision": {"$lt": MAX_WIRE_INTEGER},
@@ -309,8 +323,8 @@ def claim_filter(
         "$expr": {
             "$and": [
                 # null sorts before every number: an unclaimed run passes
-                {"$lte": ["$lease_expires_at_ms", _NOW]},
-                {"$lte": [{"$add": [_NOW, lease_ms]}, MAX_WIRE_INTEGER]},
+                {"$lte": ["$lease_expires_at_ms", NOW]},
+                {"$lte": [{"$add": [NOW, lease_ms]}, MAX_WIRE_INTEGER]},
             ]
         },
     }
@@ -327,13 +341,15 @@ def claim_filter(
 def claim_update(
     claim_token: str, cycle_index: int, lease_ms: int, mode: ClaimMode
 ) -> list[Document]:
-    """The head after a claim (:func:`~agentflow.durable.leases.claimed_head`), as a pipeline."""
+    """The head after a claim (:func:`~agentflow.durable.leases.claimed_head`), as a
+    pipeline; a claimed record is running, so it imposes no thread status."""
     values: Document = {
         "revision": {"$add": ["$revision", 1]},
         "status": {"$literal": CheckpointStatus.RUNNING.value},
         "claim_token": {"$literal": claim_token},
         "claimed_cycle": {"$literal": cycle_index},
-        "lease_expires_at_ms": {"$add": [_NOW, Int64(lease_ms)]},
+        "lease_expires_at_ms": {"$add": [NOW, Int64(lease_ms)]},
+        "rs": "$$REMOVE",
     }
     if mode is ClaimMode.RECOVERY:
         values["resume_attempt"] = {"$add": ["$resume_attempt", 1]}
@@ -343,13 +359,13 @@ def claim_update(
 def renew_filter(namespace: str, key: str, claim_token: str, lease_ms: int) -> Document:
     """The caller's claim with a live lease (expiry > ``$$NOW``) and room to extend it."""
     return {
-        "_id": run_id(namespace, key),
+        "_id": summary_key(namespace, key),
         "claim_token": claim_token,
         "lease_expires_at_ms": {"$type": "number"},
         "$expr": {
             "$and": [
-                {"$gt": ["$lease_expires_at_ms", _NOW]},
-                {"$lte": [{"$add": [_NOW, lease_ms]}, MAX_WIRE_INTEGER]},
+                {"$gt": ["$lease_expires_at_ms", NOW]},
+                {"$lte": [{"$add": [NOW, lease_ms]}, MAX_WIRE_INTEGER]},
             ]
         },
     }
@@ -357,4 +373,4 @@ def renew_filter(namespace: str, key: str, claim_token: str, lease_ms: int) -> D
 
 def renew_update(lease_ms: int) -> list[Document]:
     """The lease, and nothing else, set to now + ``lease_ms``."""
-    return [{"$set": {"lease_expires_at_ms": {"$add": [_NOW, Int64(lease_ms)]}}}]
+    return [{"$set": {"lease_expires_at_ms": {"$add": [NOW, Int64(lease_ms)]}}}]

@@ -1,12 +1,16 @@
-"""A MongoDB checkpointer on PyMongo's native asyncio client.
+"""The MongoDB store on PyMongo's native asyncio client: checkpoints, records, events.
 
 One collection holds a document per checkpoint, ``_id: {n, t, s}``, and a
-summary per thread, ``_id: {n, t}``, naming its latest step's number,
-revision, status and wake instant. A put of a new step is one ``update``
-command of two statements: create the checkpoint, then raise the summary to it
-unless the summary names a later (step, revision) already. Listings and
-``list_due`` are keyset ranges of the summaries' indexes. docs/mongodb.md has
-the layout, the races and the guarantees.
+document per thread, ``_id: {n, t}``: its summary (its latest step's number,
+revision, status and wake instant) and its durable record
+(:mod:`~agentflow.checkpoint.mongodb.runs`); events are in a collection
+beside it (:mod:`~agentflow.checkpoint.mongodb.events`). A put of a new step
+is one ``update`` command of two statements: create the checkpoint, then
+raise the summary to it unless the summary names a later (step, revision)
+already. ``commit_step`` is the same command with the record's guarded write
+as its first statement. Listings and ``list_due`` are keyset ranges of the
+thread documents' indexes. docs/mongodb.md has the layout, the races and the
+guarantees.
 """
 
 from __future__ import annotations
@@ -15,17 +19,17 @@ import asyncio
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from bson import Binary
 from pymongo import AsyncMongoClient, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import ConfigurationError, InvalidName
+from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName
 from pymongo.write_concern import WriteConcern
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
@@ -42,10 +46,22 @@ from agentflow.checkpoint.mongodb.documents import (
     stored_row,
 )
 from agentflow.checkpoint.mongodb.errors import driver_error
+from agentflow.checkpoint.mongodb.events import MongoEvents
+from agentflow.checkpoint.mongodb.records import LEASE
+from agentflow.checkpoint.mongodb.runs import MongoRuns
 from agentflow.checkpoint.mongodb.summaries import Summaries
+from agentflow.checkpoint.store_base import StoreBase
+from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.transitions import Write
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument
 
-__all__ = ["MongoCheckpointer"]
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
+
+__all__ = ["MongoCheckpointer", "from_url"]
+
+T = TypeVar("T")
 
 #: Checkpoints per history round trip: bounds memory, amortizes the round trip.
 _HISTORY_BATCH: Final = 256
@@ -56,10 +72,17 @@ _TTL_BUCKET_S: Final = 60.0
 #: memo is dropped when it grows past this, costing one refresh per thread.
 _REFRESH_MEMO: Final = 10_000
 _CURSOR_SECRET_ID: Final = {"m": "cursor"}
+#: What ``commit_step``'s record statement sets on an insert: an upsert of a record
+#: whose guard does not hold fails on it, which stops the ordered command there.
+_REFUSED: Final = {"_id": "refused"}
+#: The write errors of that insert (ImmutableField; DuplicateKey on servers that
+#: look for the document's _id first).
+_REFUSED_CODES: Final = frozenset({66, 11000})
 
 
-class MongoCheckpointer(CheckpointerBase):
-    """Checkpoints in one MongoDB collection, safe for many processes at once.
+class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
+    """A thread's checkpoints, durable record and events in one MongoDB database
+    (a :class:`~agentflow.checkpoint.store.Store`), safe for many processes at once.
 
     A checkpointer built from ``uri`` owns its client and closes it on
     :meth:`close`; an injected ``client`` stays the caller's. Every write waits
@@ -68,9 +91,11 @@ class MongoCheckpointer(CheckpointerBase):
     client's write concern as it is, faster but losing the last ~100 ms of
     acknowledged writes in a crash. ``ttl`` (seconds) makes a thread expire as a
     whole once it has not been written for that long (give or take MongoDB's
-    60 s TTL pass). With ``create=False`` a missing collection raises
-    :class:`~agentflow.errors.StoreNotFound` on the first call and nothing is
-    created.
+    60 s TTL pass), its record with it; events do not expire. ``sealing``
+    seals checkpoints, records and events alike. Events are kept in
+    ``<collection>_durable_events``. With ``create=False`` a missing collection
+    raises :class:`~agentflow.errors.StoreNotFound` on the first call and
+    nothing is created.
     """
 
     kind = "mongodb"
@@ -85,11 +110,12 @@ class MongoCheckpointer(CheckpointerBase):
         namespace: str | None = None,
         redact: Redactor | None = None,
         codec: CheckpointCodec | None = None,
+        sealing: KeyRing | None = None,
         ttl: float | None = None,
         journal: bool = True,
         create: bool = True,
     ) -> None:
-        super().__init__(namespace=namespace, redact=redact, codec=codec)
+        super().__init__(namespace=namespace, redact=redact, codec=codec, sealing=sealing)
         self._may_create = bool(create)
         if ttl is not None and not (
             isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl < math.inf
@@ -114,6 +140,9 @@ class MongoCheckpointer(CheckpointerBase):
                 write_concern=WriteConcern(**{**coll.write_concern.document, "j": True})
             )
         self._coll = coll
+        self._events = coll.database.get_collection(
+            f"{collection}_durable_events", write_concern=coll.write_concern
+        )
         self._summaries = Summaries(coll, self._namespace)
         seeds = self._client.topology_description.server_descriptions()
         self._where = ",".join(h if p is None else f"{h}:{p}" for h, p in sorted(seeds, key=str))
@@ -124,13 +153,19 @@ class MongoCheckpointer(CheckpointerBase):
     def __repr__(self) -> str:
         return f"MongoCheckpointer({self._where!r}, namespace={self.namespace!r})"
 
+    @property
+    def database(self) -> str:
+        return f"mongodb://{self._where}/{self._coll.database.name}/{self._coll.name}"
+
     async def setup(self) -> None:
         """Create the indexes and bring an older layout up to date; idempotent, and
         run once before the first call that needs it.
 
         Call it at deploy time when the runtime user may not create indexes. A
         collection with a default collation is refused: ``_id`` ranges and the
-        listings need thread ids compared as plain code points.
+        listings need thread ids compared as plain code points. An older
+        layout (checkpoints and the durable collections of version 2) is
+        migrated here, once, by one process.
         """
         self._check_open()
         try:
@@ -143,8 +178,25 @@ class MongoCheckpointer(CheckpointerBase):
             return
         async with self._setup_lock:
             if not self._set_up:
-                await schema.prepare(self._coll, self._ttl is not None, create=self._may_create)
+                ttl, create = self._ttl is not None, self._may_create
+                await schema.prepare(self._coll, self._events, ttl, create=create)
                 self._set_up = True
+
+    async def _io(self, operation: str, job: Callable[[], Awaitable[T]]) -> T:
+        """Run a record or event ``job`` once the store is set up; PyMongo's errors
+        become agentflow's (damage as DurableCorrupted)."""
+        try:
+            await self._ready()
+            return await job()
+        except AgentflowError:
+            raise
+        except Exception as exc:
+            error = self._driver_error(exc, operation)
+            if error is None:
+                raise
+            if isinstance(error, CheckpointCorrupted):
+                error = DurableCorrupted("checkpoint_row_invalid", str(error))
+            raise error from exc
 
     # -- writes ------------------------------------------------------------
 
@@ -195,10 +247,13 @@ class MongoCheckpointer(CheckpointerBase):
         await self._summaries.write(enc, _revision_of(stored, thread, step), expires)
         return None
 
-    async def _create(self, enc: EncodedCheckpoint, expires: datetime | None) -> tuple[bool, bool]:
+    async def _create(
+        self, enc: EncodedCheckpoint, expires: datetime | None, first: UpdateOne | None = None
+    ) -> tuple[bool, bool]:
         """Create the step at revision 1 if absent and raise the summary to it, in one
         ordered command (checkpoint first, so a summary never names a step not yet
-        written). Returns (created, whether the summary statement changed anything).
+        written), after ``first`` if given. Returns (created, whether the summary
+        statement may have changed anything).
 
         With ttl the same command first pushes back the expiry of the thread's older
         checkpoints, once per expiry bucket per checkpointer.
@@ -206,7 +261,7 @@ class MongoCheckpointer(CheckpointerBase):
         thread = enc.thread
         doc = new_checkpoint(self._namespace, enc, expires)
         key = doc.pop("_id")
-        ops: list[UpdateOne | UpdateMany] = []
+        ops: list[UpdateOne | UpdateMany] = [] if first is None else [first]
         if expires is not None and self._refreshed.get(thread) != expires:
             stale = {"n": self._namespace, "t": thread, "expires_at": {"$not": {"$gte": expires}}}
             ops.append(UpdateMany(stale, {"$set": {"expires_at": expires}}))
@@ -219,7 +274,8 @@ class MongoCheckpointer(CheckpointerBase):
             self._refreshed[thread] = expires
         upserted = result.upserted_ids or {}
         created = len(ops) - 2 in upserted
-        return created, len(ops) - 1 in upserted or result.modified_count > 0
+        changed = result.modified_count > (first is not None)  # the record statement's own
+        return created, len(ops) - 1 in upserted or changed
 
     async def _revision(self, thread: str, step: int) -> int:
         """The revision stored at (thread, step) now, 0 if none: a lost race's answer."""
@@ -231,6 +287,43 @@ class MongoCheckpointer(CheckpointerBase):
         bucket = min(self._ttl, _TTL_BUCKET_S)
         deadline = math.ceil((time.time() + self._ttl) / bucket) * bucket
         return datetime.fromtimestamp(deadline, UTC)
+
+    async def _commit_step(
+        self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
+    ) -> tuple[int | None, DurableCheckpoint]:
+        """The record's guarded write and the step's put as one ordered command.
+
+        The record statement is an upsert that cannot insert: when the guard
+        does not hold, the insert it attempts fails, and an ordered command stops
+        at its first error, so a refused claim writes nothing. MongoDB commits
+        each statement on its own (no transactions on a standalone server), so
+        a crash inside the command may keep the receipts without the step, and a
+        step that exists is refused after the record was written, as the base's
+        order has it. One round trip and one journal wait; with a kept lease, a
+        read of it.
+        """
+        await self._ready()
+        enc = encode()
+        check_size(enc, self._namespace)
+        expires = self._expiry() if self._ttl is not None else None
+        found, update = self._statement(write)
+        record = UpdateOne(found, update | {"$setOnInsert": _REFUSED}, upsert=True)
+        try:
+            created, summarized = await self._create(enc, expires, record)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors") or [{}]
+            if errors[0].get("index") != 0 or errors[0].get("code") not in _REFUSED_CODES:
+                raise
+            raise await self._refused("commit_step", write) from None
+        lease = {"lease_expires_at_ms": write.head.lease_expires_at_ms}
+        if write.keep_lease:
+            lease = await self._coll.find_one(self._run(thread), LEASE) or {}
+        stored = self._stored(write, lease)
+        if created:
+            return None, stored
+        if summarized:
+            await self._summaries.reconcile(thread)
+        return await self._revision(thread, step), stored
 
     async def _delete_steps(
         self, thread: str, before_step: int | None, cutoff_us: int | None
@@ -316,7 +409,8 @@ def from_url(
     *,
     namespace: str | None = None,
     codec: CheckpointCodec | None = None,
+    sealing: KeyRing | None = None,
     create: bool = True,
 ) -> MongoCheckpointer:
-    """``mongodb://...`` or ``mongodb+srv://...``: a checkpointer that owns its client."""
-    return MongoCheckpointer(url, namespace=namespace, codec=codec, create=create)
+    """``mongodb://...`` or ``mongodb+srv://...``: a store that owns its client."""
+    return MongoCheckpointer(url, namespace=namespace, codec=codec, sealing=sealing, create=create)
