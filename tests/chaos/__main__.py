@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from tests.chaos.harness import Figures, Settings, chaos
-from tests.runtime.shared_stores import PROCESS_BACKENDS
+from tests.runtime.shared_stores import ALL_PROCESS_BACKENDS, PROCESS_BACKENDS
 
 _COLUMNS = (
     ("backend", "backend"),
@@ -58,7 +58,7 @@ def table(results: list[Figures]) -> str:
 
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
-    parser.add_argument("--backend", action="append", choices=PROCESS_BACKENDS)
+    parser.add_argument("--backend", action="append", choices=ALL_PROCESS_BACKENDS)
     parser.add_argument("--kills", type=int, default=100)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--lease", type=float, default=1.5, help="claim_ttl in seconds")

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.harness import Settings, chaos
-from tests.runtime.shared_stores import PROCESS_BACKENDS
+from tests.runtime.shared_stores import PROCESS_BACKENDS, on_process_backends
 
 KILLS = int(os.environ.get("AGENTFLOW_CHAOS_KILLS", "4"))
 
 
 @pytest.mark.slow
+@on_process_backends
 @pytest.mark.parametrize("backend", PROCESS_BACKENDS)
 async def test_runs_killed_at_random_moments_charge_once_and_all_finish(
     backend: str, tmp_path: Path

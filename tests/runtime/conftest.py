@@ -15,12 +15,20 @@ from agentflow.checkpoint.sealing import KeyRing
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.testing import BackendHarness
 from tests.conftest import BACKENDS
+from tests.runtime.selection import pytest_collection_modifyitems, pytest_configure
+
+__all__ = [
+    "RuntimeBackend",
+    "durable_backend",
+    "needs_sqlite",
+    "pytest_collection_modifyitems",
+    "pytest_configure",
+    "runtime_backend",
+]
 
 #: Marks a test of an SQLite file by path (the crash tests, the samples): it runs
-#: unless ``AGENTFLOW_TEST_BACKENDS`` leaves SQLite out.
-needs_sqlite = pytest.mark.skipif(
-    "sqlite" not in BACKENDS, reason="AGENTFLOW_TEST_BACKENDS leaves sqlite out"
-)
+#: unless ``AGENTFLOW_TEST_BACKENDS`` leaves SQLite out (then it is deselected).
+needs_sqlite = pytest.mark.backends("sqlite")
 
 
 @dataclass

@@ -15,17 +15,27 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from agentflow.checkpoint import open_store
 from agentflow.checkpoint.store import Store
 from tests.conftest import BACKENDS
 
-__all__ = ["PROCESS_BACKENDS", "SharedStore", "opened", "shared_store"]
+__all__ = [
+    "ALL_PROCESS_BACKENDS",
+    "PROCESS_BACKENDS",
+    "SharedStore",
+    "on_process_backends",
+    "opened",
+    "shared_store",
+]
 
-#: The backends whose stores outlive a process (memory does not), as far as
-#: ``AGENTFLOW_TEST_BACKENDS`` keeps them.
-PROCESS_BACKENDS = tuple(
-    name for name in ("sqlite", "postgres", "redis", "mongodb", "file") if name in BACKENDS
-)
+#: The backends whose stores outlive a process (memory does not).
+ALL_PROCESS_BACKENDS = ("sqlite", "postgres", "redis", "mongodb", "file")
+#: Those ``AGENTFLOW_TEST_BACKENDS`` keeps.
+PROCESS_BACKENDS = tuple(name for name in ALL_PROCESS_BACKENDS if name in BACKENDS)
+#: Marks a test over :data:`PROCESS_BACKENDS` (deselected when it is empty).
+on_process_backends = pytest.mark.backends(*ALL_PROCESS_BACKENDS)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,16 @@ import pytest
 from agentflow.runtime import Worker
 from tests.runtime.graphs import ledger_lines, slow_charge_graph
 from tests.runtime.lease_child import CLAIMED, ENDED, LEASE
-from tests.runtime.shared_stores import PROCESS_BACKENDS, SharedStore, opened, shared_store
+from tests.runtime.shared_stores import (
+    PROCESS_BACKENDS,
+    SharedStore,
+    on_process_backends,
+    opened,
+    shared_store,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = on_process_backends
 TRIALS = 3
 RUNS = 4
 WORKERS = 3
