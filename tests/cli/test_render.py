@@ -8,6 +8,7 @@ import pytest
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.stores import has_password, local_path, safe_url, server_hosts
+from agentflow.cli.render import _changed_keys as changed_keys
 from agentflow.cli.render import diff_json, diff_states, event_of
 from agentflow.cli.session import _with_timeouts
 from agentflow.cli.text import inert, shell_word
@@ -18,12 +19,25 @@ def test_diff_walks_mappings_and_reports_appends() -> None:
     old = {"a": 1, "gone": True, "nested": {"x": 1, "y": 2}, "log": ["a"]}
     new = {"a": 1, "nested": {"x": 1, "y": 3}, "log": ["a", "b"], "new": None}
     assert diff_json(diff_states(old, new)) == [
-        {"path": "gone", "change": "removed", "old": True},
-        {"path": "nested.y", "change": "changed", "old": 2, "new": 3},
-        {"path": "log", "change": "appended", "new": ["b"]},
-        {"path": "new", "change": "added", "new": None},
+        {"path": "/gone", "change": "removed", "old": True},
+        {"path": "/nested/y", "change": "changed", "old": 2, "new": 3},
+        {"path": "/log", "change": "appended", "new": ["b"]},
+        {"path": "/new", "change": "added", "new": None},
     ]
     assert diff_states(old, old) == []
+    assert diff_json(diff_states(1, 2)) == [{"path": "", "change": "changed", "old": 1, "new": 2}]
+
+
+def test_diff_paths_are_json_pointers_that_tell_keys_apart() -> None:
+    literal = diff_states({"refund.amount": 1}, {"refund.amount": 2})
+    nested = diff_states({"refund": {"amount": 1}}, {"refund": {"amount": 2}})
+    odd = diff_states({"a/b": 1, "m~n": 1}, {"a/b": 2, "m~n": 2})
+    assert [c[0] for c in literal] == ["/refund.amount"]
+    assert [c[0] for c in nested] == ["/refund/amount"]
+    assert [c[0] for c in odd] == ["/a~1b", "/m~0n"]
+    before = Checkpoint("t", 0, {"refund.amount": 1, "a/b": 1}, next=("a",))
+    step = Checkpoint("t", 1, {"refund.amount": 2, "a/b": 2}, parent="t:0")
+    assert changed_keys(before, step) == "a/b, refund.amount"  # history's "changed" column
 
 
 def test_events_name_what_produced_each_step() -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "checkpoint_json",
     "diff_json",
     "diff_states",
+    "pointer_token",
     "dump_json",
     "event_of",
     "info_json",
@@ -140,13 +141,26 @@ def info_json(info: ThreadInfo) -> dict[str, Any]:
     }
 
 
+def pointer_token(key: str) -> str:
+    """``key`` as one reference token of a JSON Pointer (RFC 6901: ``~`` and ``/`` escaped)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _first_key(pointer: str) -> str:
+    """The top-level key a JSON Pointer into the state starts with ("" for the root)."""
+    token = pointer[1:].split("/", 1)[0] if pointer else ""
+    return token.replace("~1", "/").replace("~0", "~")
+
+
 def diff_states(old: Any, new: Any, path: str = "") -> list[Change]:
     """What changed from ``old`` to ``new``: mappings are compared key by key,
-    anything else as a whole, so paths stay short and readable."""
+    anything else as a whole. Paths are JSON Pointers (RFC 6901; ``""`` is the
+    whole state), so the literal key ``"refund.amount"`` (``/refund.amount``) and
+    the nested ``refund -> amount`` (``/refund/amount``) never read alike."""
     if isinstance(old, Mapping) and isinstance(new, Mapping):
         changes: list[Change] = []
         for key in [*old, *(k for k in new if k not in old)]:
-            sub = f"{path}.{key}" if path else str(key)
+            sub = f"{path}/{pointer_token(str(key))}"
             if key not in new:
                 changes.append((sub, "removed", old[key], _MISSING))
             elif key not in old:
@@ -156,10 +170,9 @@ def diff_states(old: Any, new: Any, path: str = "") -> list[Change]:
         return changes
     if old == new:
         return []
-    where = path or "(state)"
     if isinstance(old, list) and isinstance(new, list) and new[: len(old)] == old:
-        return [(where, "appended", _MISSING, new[len(old) :])]
-    return [(where, "changed", old, new)]
+        return [(path, "appended", _MISSING, new[len(old) :])]
+    return [(path, "changed", old, new)]
 
 
 def question_of(payload: Any) -> str:
@@ -197,7 +210,7 @@ def _changed_keys(previous: Checkpoint | None, cp: Checkpoint) -> str:
     if previous is None and (cp.step != 0 or _forked_from(cp) is not None):
         return _UNKNOWN
     before = previous.state if previous is not None else {}
-    changed = sorted({path.split(".")[0] for path, *_ in diff_states(before, cp.state)})
+    changed = sorted({_first_key(path) for path, *_ in diff_states(before, cp.state)})
     return inert(", ".join(changed)) or "-"
 
 
@@ -300,7 +313,10 @@ def print_diff(console: Console, changes: Sequence[Change], a: int, b: int) -> N
     table = Table("path", "change", f"step {a}", f"step {b}", title=f"state diff {a} -> {b}")
     for path, kind, old, new in changes:
         table.add_row(
-            Text(inert(path)), Text(kind), Text(inert(_short(old))), Text(inert(_short(new)))
+            Text(inert(path or "(the whole state)")),
+            Text(kind),
+            Text(inert(_short(old))),
+            Text(inert(_short(new))),
         )
     console.print(table)
 
