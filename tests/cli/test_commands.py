@@ -59,7 +59,7 @@ def test_show_diff_fork_prune_delete(tmp_path: Path) -> None:
     assert shown["interrupt_node"] == "request_approval" and shown["claim"] is None
     assert shown["resumed_by"] and shown["latest"] is False
     diff = af_json(tmp_path, "diff", "src", "0", "1")
-    assert {c["path"] for c in diff["changes"]} >= {"customer", "order", "log"}
+    assert {c["path"] for c in diff["changes"]} >= {"/customer", "/order", "/log"}
     assert "state diff 0 -> 1" in af(tmp_path, "diff", "src", "0", "1").stdout
     forked = af_json(tmp_path, "fork", "src", "2", "--to", "what-if")
     assert forked["parent"] == "src:2" and forked["status"] == "interrupted"
