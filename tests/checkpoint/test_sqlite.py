@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint.sqlite import SCHEMA_VERSION, SqliteCheckpointer
-from agentflow.checkpoint.sqlite import checkpointer as backend
-from agentflow.checkpoint.sqlite import schema as sqlite_schema
+from agentflow.checkpoint.sqlite import checkpoints as backend
+from agentflow.checkpoint.sqlite import sql as statements
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
     CheckpointConflict,
@@ -63,7 +63,7 @@ def _stored_version(path: Path) -> Any:
 async def test_schema_version_recorded_and_newer_file_refused(db: Path) -> None:
     async with SqliteCheckpointer(db) as cp:
         await cp.put(make_checkpoint("t", 0))
-    assert _stored_version(db) == SCHEMA_VERSION == 2
+    assert _stored_version(db) == SCHEMA_VERSION == 3
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("UPDATE agentflow_meta SET value = ?", (SCHEMA_VERSION + 1,))
     async with SqliteCheckpointer(db) as cp:
@@ -326,11 +326,11 @@ async def test_unencodable_thread_id_is_refused(db: Path) -> None:
 def test_hot_queries_seek_an_index(db: Path) -> None:
     asyncio.run(_create(db))
     queries = [
-        (sqlite_schema.GET_LATEST, ("", "t")),
-        (sqlite_schema.HISTORY, ("", "t", 5, 256)),
-        (sqlite_schema.LIST_AFTER, ("", "t", 100)),
-        (sqlite_schema.LIST_STATUS_AFTER, ("", "done", "t", 100)),
-        (sqlite_schema.DUE, ("", 10**15, 0, "", 100)),
+        (statements.GET_LATEST, ("", "t")),
+        (statements.HISTORY, ("", "t", 5, 256)),
+        (statements.LIST_AFTER, ("", "t", 100)),
+        (statements.LIST_STATUS_AFTER, ("", "done", "t", 100)),
+        (statements.DUE, ("", 10**15, 0, "", 100)),
     ]
     with contextlib.closing(sqlite3.connect(db)) as conn:
         for sql, args in queries:

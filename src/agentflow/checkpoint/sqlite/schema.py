@@ -1,9 +1,12 @@
-"""The tables and SQL text of the SQLite backend, and opening a file for them.
+"""The tables of the SQLite store, their one schema version, and opening a file for them.
 
-Opening switches a new file to WAL (waiting out processes that open it at the
-same moment), sets ``synchronous``, and creates the tables, migrates a file of
-an older schema version, or refuses one whose version is newer than this
-agentflow understands.
+One version (``schema_version`` in ``agentflow_meta``) covers every table of
+the file: checkpoints, thread summaries, records, journal entries, events.
+Opening switches a new file to WAL (waiting out processes that open it at
+the same moment), sets ``synchronous``, and creates the tables, migrates a
+file of an older version, or refuses one whose version is newer than this
+agentflow understands. Creation and migration re-check the version under the
+write lock, so processes opening a file at once change it exactly once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from agentflow.checkpoint.sqlite.sql import BODY_PART, HEAD_PART, RUN_STATUS_OF
 from agentflow.checkpoint.timestamps import parse_instant
+from agentflow.durable.canonical import canonical_json, parse_json
+from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.errors import (
     CheckpointCorrupted,
     CheckpointError,
@@ -25,34 +31,32 @@ from agentflow.errors import (
     StoreNotFound,
 )
 
-__all__ = [
-    "DUE",
-    "GET_LATEST",
-    "GET_STEP",
-    "HISTORY",
-    "KEY",
-    "LIST_AFTER",
-    "LIST_STATUS_AFTER",
-    "READ_SECRET",
-    "REBUILD_SUMMARY",
-    "REVISION",
-    "SCHEMA_VERSION",
-    "STORE_SECRET",
-    "UPSERT",
-    "UPSERT_SUMMARY",
-    "open_connection",
-    "transaction",
-]
+__all__ = ["SCHEMA_VERSION", "open_connection", "transaction"]
 
-#: Version of the tables below, kept in ``agentflow_meta``. A file written by a
+#: Version of every table below, kept in ``agentflow_meta``. A file written by a
 #: newer agentflow is refused rather than misread; an older one is migrated.
-SCHEMA_VERSION: Final = 2
+#: 1: checkpoints and summaries; 2: status and wake instant in the summary;
+#: 3: one store: records (their journal entries as rows), events, and the
+#: status a record imposes on its thread's summary.
+SCHEMA_VERSION: Final = 3
+#: ``RETURNING`` (3.35), ``iif`` (3.32), ``DROP COLUMN`` (3.35) and STRICT tables (3.37).
+_MIN_SQLITE: Final = (3, 37, 0)
 
+_RUNS_DDL: Final = f"""CREATE TABLE agentflow_runs (namespace TEXT NOT NULL, key TEXT NOT NULL,
+    part INTEGER NOT NULL CHECK (part IN ({HEAD_PART}, {BODY_PART})),
+    revision INTEGER, status TEXT, cycle_index INTEGER, resume_attempt INTEGER,
+    claim_token TEXT, claimed_cycle INTEGER, lease_expires_at_ms INTEGER, terminal INTEGER,
+    terminal_acknowledged INTEGER, ambiguous INTEGER, identity TEXT, body BLOB,
+    PRIMARY KEY (namespace, key, part)) STRICT"""
+_EVENTS_DDL: Final = """CREATE TABLE agentflow_events (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    namespace TEXT NOT NULL, event_id TEXT NOT NULL, payload_digest TEXT NOT NULL,
+    run_id TEXT, parent_run_id TEXT, event BLOB NOT NULL, UNIQUE (namespace, event_id)) STRICT"""
 # Payload last: reading the small columns never touches its overflow pages.
-# A thread's summary carries its latest step's status, and its wake instant only
-# while it waits on a timer, so the two indexes below hold just what the status
-# listing and list_due read.
-_SCHEMA: Final = (
+# A thread's summary carries its latest step's status, the status its record
+# imposes (if any), and its wake instant only while it waits on a timer.
+# STRICT record tables: a column holds only its declared type, so a comparison
+# in a guard never meets SQLite's type affinity (text "1" is not the integer 1).
+_TABLES: Final = (
     """CREATE TABLE agentflow_checkpoints (namespace TEXT NOT NULL, thread TEXT NOT NULL,
     step INTEGER NOT NULL, revision INTEGER NOT NULL, ts_us INTEGER NOT NULL, ts TEXT NOT NULL,
     interrupted INTEGER NOT NULL, done INTEGER NOT NULL, wake_at TEXT, payload BLOB NOT NULL,
@@ -61,13 +65,26 @@ _SCHEMA: Final = (
     """CREATE TABLE agentflow_threads (namespace TEXT NOT NULL, thread TEXT NOT NULL,
     latest_step INTEGER NOT NULL, interrupted INTEGER NOT NULL, done INTEGER NOT NULL,
     ts TEXT NOT NULL, wake_at TEXT, status TEXT NOT NULL DEFAULT '', wake_us INTEGER,
-    PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
+    run_status TEXT, PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
+)
+_PARTS: Final = (
+    _RUNS_DDL,
+    """CREATE TABLE agentflow_journal (namespace TEXT NOT NULL, key TEXT NOT NULL,
+    kind TEXT NOT NULL, idx INTEGER NOT NULL, entry BLOB NOT NULL,
+    PRIMARY KEY (namespace, key, kind, idx)) STRICT, WITHOUT ROWID""",
+    _EVENTS_DDL,
 )
 _INDEXES: Final = (
     """CREATE INDEX IF NOT EXISTS agentflow_threads_by_status
-    ON agentflow_threads (namespace, status, thread)""",
+    ON agentflow_threads (namespace, coalesce(run_status, status), thread)""",
     """CREATE INDEX IF NOT EXISTS agentflow_threads_due
     ON agentflow_threads (namespace, wake_us, thread) WHERE wake_us IS NOT NULL""",
+    f"""CREATE INDEX IF NOT EXISTS agentflow_runs_by_status ON agentflow_runs
+    (namespace, status, key) WHERE part = {HEAD_PART}""",
+    """CREATE INDEX IF NOT EXISTS agentflow_events_by_run ON agentflow_events
+    (namespace, run_id, seq) WHERE run_id IS NOT NULL""",
+    """CREATE INDEX IF NOT EXISTS agentflow_events_by_parent ON agentflow_events
+    (namespace, parent_run_id, seq) WHERE parent_run_id IS NOT NULL""",
 )
 _STATUS_OF_ROW: Final = """CASE WHEN done THEN 'done'
     WHEN interrupted AND wake_at IS NOT NULL THEN 'waiting'
@@ -85,37 +102,25 @@ _MIGRATE_1_TO_2: Final = (
     wake_us = CASE WHEN interrupted AND wake_at IS NOT NULL
     THEN agentflow_instant(wake_at) END""",
 )
-_META: Final = "SELECT value FROM agentflow_meta WHERE key = 'schema_version'"
-KEY: Final = "namespace = ? AND thread = ?"
-_ROWS: Final = "SELECT step, revision, payload FROM agentflow_checkpoints WHERE " + KEY
-GET_LATEST: Final = f"{_ROWS} ORDER BY step DESC LIMIT 1"
-GET_STEP: Final = f"{_ROWS} AND step = ?"
-HISTORY: Final = f"{_ROWS} AND step > ? ORDER BY step LIMIT ?"
-REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {KEY} AND step = ?"
-UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (namespace, thread, step) DO UPDATE SET revision = revision + 1,
-    ts_us = excluded.ts_us, ts = excluded.ts, interrupted = excluded.interrupted,
-    done = excluded.done, wake_at = excluded.wake_at, payload = excluded.payload,
-    wake_us = excluded.wake_us, status = excluded.status"""
-UPSERT_SUMMARY: Final = """INSERT INTO agentflow_threads VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = excluded.latest_step,
-    interrupted = excluded.interrupted, done = excluded.done, ts = excluded.ts,
-    wake_at = excluded.wake_at, status = excluded.status, wake_us = excluded.wake_us
-    WHERE excluded.latest_step >= agentflow_threads.latest_step"""
-REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads SELECT namespace, thread, step,
-    interrupted, done, ts, wake_at, status, wake_us FROM agentflow_checkpoints WHERE {KEY}
-    ORDER BY step DESC LIMIT 1"""
-_SUMMARIES: Final = (
-    "SELECT thread, latest_step, interrupted, done, ts, wake_at FROM agentflow_threads"
+#: From version 2 (and the durable tables of durable schema version 1, if any) to 3.
+_MIGRATE_2_TO_3: Final = (
+    "ALTER TABLE agentflow_threads ADD COLUMN run_status TEXT",
+    "DROP INDEX IF EXISTS agentflow_threads_by_status",
 )
-LIST_AFTER: Final = f"{_SUMMARIES} WHERE namespace = ? AND thread > ? ORDER BY thread LIMIT ?"
-LIST_STATUS_AFTER: Final = (
-    f"{_SUMMARIES} WHERE namespace = ? AND status = ? AND thread > ? ORDER BY thread LIMIT ?"
+#: The durable tables as durable schema version 1 kept them, moved into version 3's.
+_MOVE_DURABLE_1: Final = (
+    """INSERT INTO agentflow_runs SELECT namespace, key, part, revision, status, cycle_index,
+    resume_attempt, claim_token, claimed_cycle, lease_expires_at_ms, terminal,
+    terminal_acknowledged, ambiguous, identity, body FROM agentflow_durable_runs""",
+    """INSERT INTO agentflow_events SELECT seq, namespace, event_id, payload_digest, run_id,
+    parent_run_id, event FROM agentflow_durable_events ORDER BY seq""",
+    "DROP TABLE agentflow_durable_runs",
+    "DROP TABLE agentflow_durable_events",
+    "DELETE FROM agentflow_meta WHERE key = 'durable_schema_version'",
 )
-DUE: Final = f"""{_SUMMARIES} WHERE namespace = ? AND wake_us IS NOT NULL AND wake_us <= ?
-    AND (wake_us, thread) > (?, ?) ORDER BY wake_us, thread LIMIT ?"""
-STORE_SECRET: Final = "INSERT OR IGNORE INTO agentflow_meta VALUES ('cursor_secret', ?)"
-READ_SECRET: Final = "SELECT value FROM agentflow_meta WHERE key = 'cursor_secret'"
+_OLD_JOURNALS: Final = f"""SELECT namespace, key, model_journal, tool_journal
+    FROM agentflow_durable_runs WHERE part = {HEAD_PART}"""
+_META: Final = "SELECT value FROM agentflow_meta WHERE key = ?"
 
 _BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 #: Pause between attempts to switch a contended new file to WAL.
@@ -135,11 +140,11 @@ def transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def _schema_version(conn: sqlite3.Connection) -> Any:
+def _meta(conn: sqlite3.Connection, key: str) -> Any:
     tables = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agentflow_meta'"
     if not conn.execute(tables).fetchall():
         return None
-    rows = conn.execute(_META).fetchall()
+    rows = conn.execute(_META, (key,)).fetchall()
     return rows[0][0] if rows else None
 
 
@@ -155,7 +160,7 @@ def _create(conn: sqlite3.Connection) -> None:
         "CREATE TABLE IF NOT EXISTS agentflow_meta "
         "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
     )
-    for statement in _SCHEMA:
+    for statement in (*_TABLES, *_PARTS):
         conn.execute(statement)
     conn.execute("INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
 
@@ -164,7 +169,63 @@ def _migrate_from_1(conn: sqlite3.Connection) -> None:
     conn.create_function("agentflow_instant", 1, _instant_or_null, deterministic=True)
     for statement in _MIGRATE_1_TO_2:
         conn.execute(statement)
-    conn.execute("UPDATE agentflow_meta SET value = 2 WHERE key = 'schema_version'")
+
+
+def _old_entries(namespace: str, key: str, text: object) -> list[bytes]:
+    """The entries of a version-1 journal column (a JSON array of stored parts),
+    each as the canonical bytes the durable store read it as."""
+    try:
+        items = parse_json(text) if isinstance(text, str) else None
+    except DurableError:
+        items = None
+    if not isinstance(items, list):
+        raise DurableCorrupted(
+            "checkpoint_row_invalid",
+            f"cannot migrate: the stored journal of {key!r} (namespace {namespace!r}) is damaged",
+        )
+    return [canonical_json(item, what="stored journal entry") for item in items]
+
+
+def _migrate_durable_1(conn: sqlite3.Connection) -> None:
+    """Move the records and events of durable schema version 1 into version 3's tables:
+    each journal column becomes one row per entry, the bytes kept as they were read."""
+    for namespace, key, model, tool in conn.execute(_OLD_JOURNALS).fetchall():
+        for kind, text in (("model", model), ("tool", tool)):
+            conn.executemany(
+                "INSERT INTO agentflow_journal VALUES (?, ?, ?, ?, ?)",
+                [
+                    (namespace, key, kind, index, entry)
+                    for index, entry in enumerate(_old_entries(namespace, key, text))
+                ],
+            )
+    for statement in _MOVE_DURABLE_1:
+        conn.execute(statement)
+
+
+def _migrate_from_2(conn: sqlite3.Connection, path: Path) -> None:
+    durable = _meta(conn, "durable_schema_version")
+    if durable is not None and durable != 1:
+        _refuse(path, durable, "durable schema version", 1)
+    for statement in _MIGRATE_2_TO_3:
+        conn.execute(statement)
+    for statement in _PARTS:
+        conn.execute(statement)
+    if durable == 1:
+        _migrate_durable_1(conn)
+    conn.execute(
+        f"""UPDATE agentflow_threads SET run_status = (SELECT {RUN_STATUS_OF} FROM agentflow_runs
+        WHERE agentflow_runs.namespace = agentflow_threads.namespace
+        AND key = thread AND part = {HEAD_PART})"""
+    )
+
+
+def _refuse(path: Path, version: object, what: str, known: int) -> None:
+    if isinstance(version, int) and not isinstance(version, bool) and version > known:
+        raise IncompatibleSchema(
+            f"{path} has agentflow {what} {version}, newer than version "
+            f"{known} that this agentflow understands; upgrade agentflow"
+        )
+    raise CheckpointCorrupted(f"{path} holds an invalid agentflow {what} {version!r}")
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
@@ -172,28 +233,29 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
 
     The version lives in our own ``agentflow_meta`` table rather than
     ``PRAGMA user_version``, so a file shared with another application keeps
-    its version slot. Creation and migration re-check under the write lock, so
-    processes opening a file at once change it exactly once.
+    its version slot. A failed migration rolls back whole: the file stays as
+    it was, at its old version.
     """
-    version = _schema_version(conn)
+    version = _meta(conn, "schema_version")
     if version != SCHEMA_VERSION:
         with transaction(conn):
-            version = _schema_version(conn)
+            version = _meta(conn, "schema_version")
             if version is None:
                 _create(conn)
-            elif version == 1:
-                _migrate_from_1(conn)
-            version = _schema_version(conn)
+            elif version in (1, 2):
+                if version == 1:
+                    _migrate_from_1(conn)
+                _migrate_from_2(conn, path)
+                conn.execute(
+                    "UPDATE agentflow_meta SET value = ? WHERE key = 'schema_version'",
+                    (SCHEMA_VERSION,),
+                )
+            version = _meta(conn, "schema_version")
             if version == SCHEMA_VERSION:
                 for statement in _INDEXES:
                     conn.execute(statement)
-    if not isinstance(version, int) or version < 1:
-        raise CheckpointCorrupted(f"{path} holds an invalid agentflow schema version {version!r}")
-    if version > SCHEMA_VERSION:
-        raise IncompatibleSchema(
-            f"{path} has agentflow schema version {version}, newer than version "
-            f"{SCHEMA_VERSION} that this agentflow understands; upgrade agentflow"
-        )
+    if version != SCHEMA_VERSION:
+        _refuse(path, version, "schema version", SCHEMA_VERSION)
 
 
 def _use_wal(conn: sqlite3.Connection, path: Path, busy_timeout: float) -> None:
@@ -239,7 +301,7 @@ def _connect_existing(path: Path, busy_timeout: float) -> sqlite3.Connection:
     uri = f"{path.absolute().as_uri()}?mode=rw"
     conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None)
     try:
-        if _schema_version(conn) is None:
+        if _meta(conn, "schema_version") is None:
             raise StoreNotFound(f"no store at {path}: the file holds no agentflow tables")
     except BaseException:
         conn.close()
@@ -258,6 +320,11 @@ def open_connection(
 ) -> sqlite3.Connection:
     """A connection to the store at ``path``, in WAL mode, its tables created or
     migrated; with ``create=False`` a missing store is refused and nothing made."""
+    if sqlite3.sqlite_version_info < _MIN_SQLITE:
+        raise CheckpointError(
+            f"the SQLite store needs SQLite {'.'.join(map(str, _MIN_SQLITE))} or newer,"
+            f" this Python has {sqlite3.sqlite_version}"
+        )
     if not create:
         conn = _connect_existing(path, busy_timeout)
     else:

@@ -1,0 +1,241 @@
+"""A store in one SQLite file: checkpoints, records and events, safe across tasks,
+threads and processes.
+
+Why it is shaped this way (the full story, with figures, is docs/sqlite.md):
+
+* Every write goes through **one writer thread** owning one long-lived connection
+  (:mod:`~agentflow.checkpoint.sqlite.workers`). It drains whatever writes are
+  waiting, applies them in one ``BEGIN IMMEDIATE`` transaction (each guard or
+  compare-and-set decided in order, a refusal failing only its own write) and
+  commits once: **group commit**. Eight concurrent writers then cost about one
+  fsync, not eight, and every write is still durable before it returns.
+* Reads run on **their own thread and connection**, so a read never waits behind
+  the writer's fsync (WAL lets readers proceed during a write).
+* A thread's parts are rows of one file written by that one writer, so
+  :meth:`~agentflow.checkpoint.store.Store.commit_step` (the step's checkpoint,
+  its receipts and the record's progress) and ``delete_thread`` are each **one
+  job in one transaction**: one commit, all or nothing.
+
+The parts live in :mod:`.checkpoints`, :mod:`.runs` and :mod:`.events`, their
+statements in :mod:`.sql`, the tables and their one schema version in
+:mod:`.schema`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from agentflow.checkpoint.backend import EncodedCheckpoint
+from agentflow.checkpoint.base import Redactor
+from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.sqlite.checkpoints import SqliteCheckpoints, checked_size, put_rows
+from agentflow.checkpoint.sqlite.events import SqliteEvents
+from agentflow.checkpoint.sqlite.runs import SqliteRuns, apply_write, delete_run, refused
+from agentflow.checkpoint.sqlite.sql import DELETE_EVENTS, DELETE_STEPS, DELETE_SUMMARY, REVISION
+from agentflow.checkpoint.sqlite.workers import Pair, PairKey, acquire_pair, release_pair
+from agentflow.checkpoint.store_base import StoreBase
+from agentflow.durable.errors import ClaimActive, DurableCorrupted
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.transitions import Write
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointCorrupted,
+    CheckpointError,
+    InvalidArgument,
+    StoreUnavailable,
+)
+
+if TYPE_CHECKING:
+    from agentflow.checkpoint.sealing import KeyRing
+
+__all__ = ["SYNCHRONOUS_MODES", "SqliteCheckpointer"]
+
+#: Accepted values of ``synchronous``, weakest to strongest (SQLite's PRAGMA).
+SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+# Primary result codes (the low byte of an extended code) and what they mean to a caller.
+_CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+_UNAVAILABLE_CODES: Final = frozenset(
+    getattr(sqlite3, f"SQLITE_{name}")
+    for name in ("BUSY", "LOCKED", "IOERR", "FULL", "CANTOPEN", "PROTOCOL", "NOMEM")
+)
+#: How sqlite3 reports a TEXT value that is not UTF-8 (a damaged column).
+_NOT_UTF8: Final = "Could not decode to UTF-8"
+
+
+class SqliteCheckpointer(SqliteCheckpoints, SqliteRuns, SqliteEvents, StoreBase):
+    """A :class:`~agentflow.checkpoint.store.Store` in one SQLite file in WAL mode.
+
+    ``synchronous`` is SQLite's durability knob: ``"FULL"`` (default) syncs the
+    log at every commit, so a write that returned survives power loss;
+    ``"NORMAL"`` survives a crash of the process but may lose the last commits
+    on power loss; ``"OFF"`` leaves flushing to the OS; ``"EXTRA"`` also syncs
+    the directory. ``busy_timeout`` (seconds) is how long a write waits for
+    another process holding the file's write lock before raising
+    :class:`~agentflow.errors.StoreUnavailable`. With ``secure_permissions``
+    (default) a new file is created owner-only (0600, and its WAL files with
+    it) in directories created owner-only (0700). With ``create=False`` a
+    file that does not exist or holds no agentflow tables raises
+    :class:`~agentflow.errors.StoreNotFound` on the first call, and nothing is
+    created (read-only callers). ``sealing`` (a
+    :class:`~agentflow.checkpoint.sealing.KeyRing`) seals checkpoints, record
+    bodies, journal entries and event payloads alike.
+
+    The two worker threads and their connections start on first use, are
+    shared by every store open on the same file in this process (tenants
+    included, so they join one group commit), and stop when the last of them
+    is closed (``close`` or ``async with``), after the queued writes.
+    ``put`` encodes the checkpoint on the writer thread: do not mutate its
+    state until ``put`` returns. Leases run on this machine's wall clock.
+    """
+
+    kind = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ".runs/checkpoints.db",
+        *,
+        redact: Redactor | None = None,
+        namespace: str | None = None,
+        codec: CheckpointCodec | None = None,
+        sealing: KeyRing | None = None,
+        synchronous: str = "FULL",
+        busy_timeout: float = 5.0,
+        secure_permissions: bool = True,
+        create: bool = True,
+    ) -> None:
+        super().__init__(namespace=namespace, redact=redact, codec=codec, sealing=sealing)
+        if not isinstance(path, str | os.PathLike) or str(path) in {"", ":memory:"}:
+            raise InvalidArgument(f"path must name a database file, got {path!r}")
+        mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
+        if mode not in SYNCHRONOUS_MODES:
+            raise InvalidArgument(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {mode!r}")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
+            raise InvalidArgument(f"busy_timeout must be seconds, got {busy_timeout!r}")
+        if not 0 <= busy_timeout <= 86_400:
+            raise InvalidArgument(f"busy_timeout must be 0 to 86400 seconds, not {busy_timeout}")
+        self.path = Path(path)
+        self.synchronous: str = mode
+        private = bool(secure_permissions)
+        absolute = os.path.abspath(self.path)
+        self._key: PairKey = (absolute, mode, float(busy_timeout), private, bool(create))
+        self._pair: Pair | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteCheckpointer({str(self.path)!r}, namespace={self.namespace!r})"
+
+    @property
+    def database(self) -> str:
+        """``sqlite:///`` and the file's resolved path."""
+        return f"sqlite:///{os.path.realpath(self._key[0])}"
+
+    # -- the one writer and the one reader ---------------------------------------
+
+    def _started(self) -> Pair:
+        pair = self._pair
+        if pair is None:
+            self._check_open()
+            pair = self._pair = acquire_pair(self._key)
+        return pair
+
+    async def _submit(self, operation: str, job: Callable[[Pair], Awaitable[Any]]) -> Any:
+        try:
+            return await job(self._started())
+        except AgentflowError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_NOT_UTF8):
+                # sqlite3's message quotes the column's text: stored data stays out of errors
+                raise DurableCorrupted(
+                    "checkpoint_row_invalid",
+                    f"sqlite {operation}: a stored text column is not UTF-8 (damaged)",
+                ) from None
+            error = self._driver_error(exc, operation)
+            if error is None:
+                raise
+            raise error from exc
+
+    async def _prepared(
+        self, operation: str, prepare: Callable[[], Callable[[sqlite3.Connection], Any]]
+    ) -> Any:
+        return await self._submit(operation, lambda pair: pair.writer.submit(prepare))
+
+    async def _write(self, operation: str, apply: Callable[[sqlite3.Connection], Any]) -> Any:
+        return await self._prepared(operation, lambda: apply)
+
+    async def _read(self, operation: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
+        return await self._submit(operation, lambda pair: pair.reader.submit(read))
+
+    # -- what crosses the parts ------------------------------------------------------
+
+    async def _commit_step(
+        self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
+    ) -> tuple[int | None, DurableCheckpoint]:
+        """One writer job, so one transaction and one commit: the step must be new,
+        then the guarded record write, then the put. A refusal of either is a
+        result, so nothing of this step is written and its group commits the rest."""
+        namespace = self._namespace
+
+        def prepare() -> Callable[[sqlite3.Connection], tuple[Any, Any, Any]]:
+            encoded = checked_size(encode())
+
+            def apply(conn: sqlite3.Connection) -> tuple[Any, Any, Any]:
+                existing = conn.execute(REVISION, (namespace, thread, step)).fetchall()
+                if existing:
+                    return existing[0][0], None, None
+                lease, found = apply_write(conn, namespace, write)
+                if found is None:
+                    put_rows(conn, namespace, encoded)
+                return None, lease, found
+
+            return apply
+
+        existing, lease, found = await self._prepared("commit_step", prepare)
+        if existing is not None:
+            return int(existing), write.record
+        if found is not None:
+            raise refused(write, found)
+        return None, replace(write.record, lease_expires_at_ms=lease)
+
+    async def _delete_thread(self, thread: str, force: bool) -> bool:
+        """Record, journal, events, checkpoints and summary in one transaction, refused
+        (deleting nothing) on a lease live on the clock read inside it."""
+        run = {"namespace": self._namespace, "key": thread}
+        key = (self._namespace, thread)
+
+        def apply(conn: sqlite3.Connection) -> bool | None:
+            found = delete_run(conn, run, force)
+            if found is None:
+                return None
+            events: int = conn.execute(DELETE_EVENTS, run).rowcount
+            steps: int = conn.execute(DELETE_STEPS, key).rowcount
+            conn.execute(DELETE_SUMMARY, key)
+            return found or events > 0 or steps > 0
+
+        deleted: bool | None = await self._write("delete_thread", apply)
+        if deleted is None:
+            raise ClaimActive(f"thread {thread!r} is held by a live lease; delete it with force")
+        return deleted
+
+    async def _close_store(self) -> None:
+        """Finish queued writes, then close both connections and stop both threads
+        (unless another open store on the same file still uses them)."""
+        pair, self._pair = self._pair, None
+        if pair is not None:
+            await release_pair(self._key, pair)
+
+    def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
+        if not isinstance(exc, sqlite3.Error | OSError):
+            return None
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        kind: type[CheckpointError] = CheckpointError
+        if code in _CORRUPT_CODES:
+            kind = CheckpointCorrupted
+        elif code in _UNAVAILABLE_CODES or isinstance(exc, OSError):
+            kind = StoreUnavailable
+        return kind(f"sqlite {operation} on {self.path}: {exc}")
