@@ -91,7 +91,7 @@ async def _race(openers: Openers, worker: int) -> list[str]:
             try:
                 result = await events.append_once(event_id, event_payload_digest(event), event)
                 kind = "inserted" if result.inserted else "duplicate"
-                outcomes.append(f"{kind} {result.cursor['sequence']}")
+                outcomes.append(f"{kind} {result.cursor['cursor']}")  # one token per acceptance
             except DurableError as exc:
                 outcomes.append(exc.code)
     return outcomes

@@ -6,24 +6,22 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.durable import event_payload_digest
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.stores.postgres import PostgresDurableStore
-from agentflow.durable.stores.postgres_events import PostgresRunEventStore
 from agentflow.durable.testing import make_tool_entry
 from agentflow.durable.testing.claims import claimed
-from tests.backends.postgres import DSN, Connection, admin_session
-from tests.durable.backends.postgres import scratch_durable_table
+from tests.backends.postgres import DSN, Connection, admin_session, scratch_table
 
 admin = pytest.fixture(admin_session)
 
 
-table = pytest.fixture(scratch_durable_table)
+table = pytest.fixture(scratch_table)
 
 
 @pytest.fixture
-async def store(table: str) -> AsyncIterator[PostgresDurableStore]:
-    async with PostgresDurableStore(DSN, table=table) as opened:
+async def store(table: str) -> AsyncIterator[PostgresCheckpointer]:
+    async with PostgresCheckpointer(DSN, table=table) as opened:
         yield opened
 
 
@@ -45,7 +43,7 @@ async def _revision(admin: Connection, table: str) -> int:
     ],
 )
 async def test_a_damaged_head_raises_on_every_read(
-    admin: Connection, table: str, store: PostgresDurableStore, change: str, malformed: bool
+    admin: Connection, table: str, store: PostgresCheckpointer, change: str, malformed: bool
 ) -> None:
     await claimed(store)
     await admin.execute(f'UPDATE "{table}_durable_runs" SET {change}')
@@ -66,7 +64,7 @@ async def test_a_damaged_head_raises_on_every_read(
     ],
 )
 async def test_a_damaged_journal_raises(
-    admin: Connection, table: str, store: PostgresDurableStore, change: str
+    admin: Connection, table: str, store: PostgresCheckpointer, change: str
 ) -> None:
     record = await claimed(store)
     for position in (1, 2):
@@ -78,7 +76,7 @@ async def test_a_damaged_journal_raises(
 
 
 async def test_a_missing_body_raises_and_nothing_is_written(
-    admin: Connection, table: str, store: PostgresDurableStore
+    admin: Connection, table: str, store: PostgresCheckpointer
 ) -> None:
     record = await claimed(store)
     await admin.execute(f'DELETE FROM "{table}_durable_bodies"')
@@ -94,7 +92,7 @@ async def test_a_missing_body_raises_and_nothing_is_written(
 )
 async def test_a_damaged_event_raises_on_replay(admin: Connection, table: str, change: str) -> None:
     event = {"type": "step", "run_id": "run-a", "n": 1}
-    async with PostgresRunEventStore(DSN, table=table) as events:
+    async with PostgresCheckpointer(DSN, table=table) as events:
         await events.append_once("evt-1", event_payload_digest(event), event)
         await admin.execute(f'UPDATE "{table}_durable_events" SET {change}')
         with pytest.raises(DurableCorrupted):

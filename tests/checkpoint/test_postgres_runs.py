@@ -1,5 +1,6 @@
-"""What is specific to the PostgreSQL durable store: one statement per write, rows a
-write leaves alone, the server's clock, tenancy, and the index ranges pages read."""
+"""What is specific to the PostgreSQL store's records and events: one statement per
+write, rows a write leaves alone, the server's clock, tenancy, and the index ranges
+pages read."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from agentflow.checkpoint.postgres import PostgresCheckpointer
+from agentflow.checkpoint.postgres.runs_sql import Statements
 from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -21,9 +24,6 @@ from agentflow.durable.errors import (
 )
 from agentflow.durable.parts import RunParts
 from agentflow.durable.rows import encode_entry
-from agentflow.durable.stores.postgres import PostgresDurableStore
-from agentflow.durable.stores.postgres_events import PostgresRunEventStore
-from agentflow.durable.stores.postgres_sql import DurableSql
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
 from agentflow.durable.validators import CapabilityRef
@@ -34,9 +34,9 @@ from tests.backends.postgres import (
     admin_session,
     blocked_backend,
     logging_pool,
+    scratch_table,
     settle_logs,
 )
-from tests.durable.backends.postgres import scratch_durable_table
 
 T = TypeVar("T")
 Log = list[tuple[str, tuple[object, ...]]]
@@ -45,7 +45,7 @@ admin = pytest.fixture(admin_session)
 _SERVER_MS = "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
-table = pytest.fixture(scratch_durable_table)
+table = pytest.fixture(scratch_table)
 
 
 async def _rows(admin: Connection, table: str, part: str, columns: str) -> list[Any]:
@@ -60,10 +60,10 @@ async def test_each_operation_is_one_statement(table: str) -> None:
     pool = await logging_pool(log)
     ran: dict[str, int] = {}
     try:
-        store = PostgresDurableStore(pool=pool, table=table)
-        events = PostgresRunEventStore(pool=pool, table=table)
-        await store.load("warm-up")  # the first use of each store sets the tables up
-        await events.replay("warm-up")
+        store = events = PostgresCheckpointer(pool=pool, table=table)
+        await store.load("warm-up")  # the first use sets the tables up
+        warm = {"type": "warm-up"}  # the first append reads the cursor secret
+        await events.append_once("warm", event_payload_digest(warm), warm)
 
         async def op(name: str, call: Awaitable[T]) -> T:
             await settle_logs()
@@ -140,17 +140,19 @@ async def test_each_operation_is_one_statement(table: str) -> None:
         )
         await op("load", store.load("run-1"))
         await op("list_runs", store.list_runs(status=CheckpointStatus.COMPLETED))
-        await op("delete", store.delete("run-1"))
         event = {"type": "step", "run_id": "run-1", "parent_run_id": "root"}
         digest = event_payload_digest(event)
         await op("append_once", events.append_once("e", digest, event))
         await op("append_once again", events.append_once("e", digest, event))
         await op("replay", events.replay("run-1", include_children=True))
+        await op("delete", store.delete("run-1"))
         await store.close()
-        await events.close()
     finally:
         await pool.close()
     refusals = {"refused claim", "refused renewal", "refused write"}
+    # A delete is a transaction: BEGIN, the record, its events and steps in one
+    # statement, the summary locked and rebuilt, COMMIT.
+    assert ran.pop("delete") == 5
     assert {name: count for name, count in ran.items() if name not in refusals} == {
         name: 1 for name in ran if name not in refusals
     }
@@ -160,7 +162,7 @@ async def test_each_operation_is_one_statement(table: str) -> None:
 async def test_claims_renewals_and_journal_writes_leave_the_body_and_other_entries(
     admin: Connection, table: str
 ) -> None:
-    async with PostgresDurableStore(DSN, table=table) as store:
+    async with PostgresCheckpointer(DSN, table=table) as store:
         await store.create(make_record(shared_state={"notes": "x" * 300_000}))
         body = await _rows(admin, table, "bodies", "key, xmin::text")
         record = await take(store, "owner-a")
@@ -186,7 +188,7 @@ async def test_claims_renewals_and_journal_writes_leave_the_body_and_other_entri
 async def test_a_claim_that_waited_for_a_writer_returns_what_the_writer_wrote(
     admin: Connection, table: str
 ) -> None:
-    async with PostgresDurableStore(DSN, table=table) as store:
+    async with PostgresCheckpointer(DSN, table=table) as store:
         await store.create(make_record())
         await take(store, "slow-holder", lease_ms=LAPSED_MS)
         await lapse()
@@ -236,7 +238,7 @@ async def test_leases_are_judged_on_the_servers_clock(
 ) -> None:
     skew = _Skewed(monkeypatch)
     day = 86_400.0
-    async with PostgresDurableStore(DSN, table=table) as store:
+    async with PostgresCheckpointer(DSN, table=table) as store:
         await store.create(make_record())
         skew.by(-day)
         before = await admin.fetchval(_SERVER_MS)
@@ -262,8 +264,8 @@ async def test_leases_are_judged_on_the_servers_clock(
 
 async def test_tenants_on_one_table_claim_and_fence_apart(table: str) -> None:
     async with (
-        PostgresDurableStore(DSN, table=table, namespace="a") as a,
-        PostgresDurableStore(DSN, table=table, namespace="b") as b,
+        PostgresCheckpointer(DSN, table=table, namespace="a") as a,
+        PostgresCheckpointer(DSN, table=table, namespace="b") as b,
     ):
         for store in (a, b):
             await store.create(make_record("shared"))
@@ -275,11 +277,15 @@ async def test_tenants_on_one_table_claim_and_fence_apart(table: str) -> None:
             await b.progress(mine, claim_token="owner-a")
         await a.progress(mine, claim_token="owner-a")
         assert [r.revision for r in (await b.list_runs()).runs] == [theirs.revision]
-        assert (await a.delete("shared"), await b.load("shared") is not None) == (True, True)
+        await a.renew_claim("shared", claim_token="owner-a", lease_ms=LIVE_MS)
+        assert (await a.delete("shared", force=True), await b.load("shared") is not None) == (
+            True,
+            True,
+        )
 
 
-async def _plan(admin: Connection, sql: DurableSql, name: str, **params: Any) -> str:
-    statement = sql.fixed[name]
+async def _plan(admin: Connection, sql: Statements, name: str, **params: Any) -> str:
+    statement = sql.runs[name]
     rows = await admin.fetch(f"EXPLAIN {statement.text}", *statement.args(params))
     return "\n".join(row[0] for row in rows)
 
@@ -287,7 +293,7 @@ async def _plan(admin: Connection, sql: DurableSql, name: str, **params: Any) ->
 async def test_pages_and_replays_read_only_their_index_ranges(
     admin: Connection, table: str
 ) -> None:
-    async with PostgresDurableStore(DSN, table=table) as store:
+    async with PostgresCheckpointer(DSN, table=table) as store:
         await store.load("create-the-tables")
     runs, events = f'"{table}_durable_runs"', f'"{table}_durable_events"'
     await admin.execute(
@@ -299,7 +305,7 @@ async def test_pages_and_replays_read_only_their_index_ranges(
             '\\x7b7d' FROM generate_series(1, 20000) AS n;
         ANALYZE {runs}; ANALYZE {events}"""
     )
-    sql = DurableSql(table, None)
+    sql = Statements(table, None)
     page = {"namespace": "ns1", "after": "run-5", "limit": 11}
     replay = {"namespace": "ns1", "run_id": "run-7", "after": 100, "limit": 11}
     plans = {
@@ -319,14 +325,14 @@ async def test_pages_and_replays_read_only_their_index_ranges(
 
 
 async def test_a_delete_takes_the_body_and_every_entry(admin: Connection, table: str) -> None:
-    async with PostgresDurableStore(DSN, table=table) as store:
+    async with PostgresCheckpointer(DSN, table=table) as store:
         await store.create(make_record())
         record = await take(store, "owner-a")
         for position in (1, 2):
             entry = make_tool_entry("run-1", 1, position)
             record = await store.record_operation(record, entry, claim_token="owner-a")
         assert len(await _rows(admin, table, "journal", "idx")) == 2
-        assert await store.delete("run-1")
+        assert await store.delete("run-1", force=True)
         left = [await _rows(admin, table, part, "key") for part in ("bodies", "journal")]
         await store.create(make_record())
         fresh = await store.load("run-1")
