@@ -9,18 +9,31 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from collections.abc import Callable
 from typing import TypeVar, get_args
 
+from agentflow import __version__
 from agentflow.checkpoint.base import ThreadStatus
 from agentflow.checkpoint.stores import DEFAULT_STORE
 from agentflow.checkpoint.validation import MAX_PAGE
 
-__all__ = ["STATUSES", "build_parser"]
+__all__ = ["DECISIONS", "DECISION_HELP", "STATUSES", "build_parser"]
 
 STATUSES = list(get_args(ThreadStatus))
-#: What an operator may decide about an ambiguous call (``agentflow reconcile``).
-DECISIONS = ["defer", "retry", "replay_success", "record_failure", "abort"]
+#: What an operator may decide about an ambiguous call (``agentflow reconcile``), and
+#: what each one does.
+DECISION_HELP = {
+    "defer": "decide later: the run keeps waiting as reconciliation_required",
+    "retry": "make the call again (attempt + 1): only when a second call is harmless, or "
+    "you know the first one did not act",
+    "replay_success": "the call did act: record what it returned (--receipt JSON) and go on "
+    "as if its reply had arrived",
+    "record_failure": "the call did not act: record a failure (--error-code, --message); the "
+    "node gets CallFailed",
+    "abort": "end the run as failed, the outcome of the call left unknown and kept on record",
+}
+DECISIONS = list(DECISION_HELP)
 #: The most runs one worker or copy drives at once.
 MAX_CONCURRENCY = 256
 N = TypeVar("N", int, float)
@@ -49,6 +62,18 @@ def _number(
     return parse
 
 
+def _non_empty(what: str) -> Callable[[str], str]:
+    """An argparse type: a string that is not empty (an empty id is a mistake, not a default)."""
+
+    def parse(text: str) -> str:
+        if not text:
+            raise argparse.ArgumentTypeError(f"{what} must not be empty")
+        return text
+
+    return parse
+
+
+THREAD = _non_empty("a thread id")
 PAGE_SIZE = _number(int, "the page size", 1, MAX_PAGE)
 STEP = _number(int, "a step", 0, 2**63 - 1)
 CONCURRENCY = _number(int, "the concurrency", 1, MAX_CONCURRENCY)
@@ -100,14 +125,25 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Start with: agentflow demo",
     )
+    parser.add_argument("--version", action="version", version=f"agentflow {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], help=text, description=text)
+    def add(name: str, text: str, epilog: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            parents=[common],
+            help=text,
+            description=text,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    def thread_argument(p: argparse.ArgumentParser, what: str = "the thread") -> None:
+        p.add_argument("thread", type=THREAD, help=f"{what} (its id; see: agentflow threads)")
 
     p = add("demo", "run the refund-approval agent (no LLM, no network)")
     p.add_argument("--order", default="A-1001", help="order id to refund (default A-1001)")
-    p.add_argument("--thread", help="thread id (default: refund-ORDER-RANDOM)")
+    p.add_argument("--thread", type=THREAD, help="thread id (default: refund-ORDER-RANDOM)")
     p.add_argument(
         "--hold",
         type=HOLD,
@@ -124,33 +160,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cursor", help="continue after a previous page")
 
     p = add("history", "the timeline of a thread, step by step")
-    p.add_argument("thread")
+    thread_argument(p)
 
     p = add("show", "one checkpoint: status, pending question, state")
-    p.add_argument("thread")
+    thread_argument(p)
     p.add_argument("--step", type=STEP, help="step to show (default: latest)")
 
     p = add("diff", "what changed in state between two steps")
-    p.add_argument("thread")
-    p.add_argument("a", type=STEP)
-    p.add_argument("b", type=STEP)
+    thread_argument(p)
+    p.add_argument("a", type=STEP, help="the step to compare from")
+    p.add_argument("b", type=STEP, help="the step to compare to")
 
     p = add("resume", "continue a paused, waiting or crashed run")
-    p.add_argument("thread")
+    thread_argument(p, "the run to continue")
     p.add_argument("--value", help="JSON answer to a human interrupt, e.g. '\"approve\"'")
     p.add_argument("--wait", action="store_true", help="wait for a timer to come due first")
 
     p = add("fork", "start a new thread from a past step")
-    p.add_argument("thread")
-    p.add_argument("step", type=STEP)
-    p.add_argument("--to", help="new thread id (default: THREAD-fork-RANDOM)")
+    thread_argument(p, "the thread to fork from")
+    p.add_argument("step", type=STEP, help="the step the new thread starts from")
+    p.add_argument("--to", type=THREAD, help="new thread id (default: THREAD-fork-RANDOM)")
     p.add_argument("--update", help="JSON object folded into the forked state; re-routes")
     p.add_argument(
         "--keep-route", action="store_true", help="with --update, keep the stored next nodes"
     )
 
     p = add("prune", "delete old checkpoints of a thread (the latest is kept)")
-    p.add_argument("thread")
+    thread_argument(p)
     p.add_argument("--before-step", type=STEP, help="delete steps below N")
     p.add_argument(
         "--older-than", help="delete checkpoints written before this ISO time (no offset: UTC)"
@@ -163,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("delete", "delete a thread whole: its checkpoints, its durable record, its events")
-    p.add_argument("thread")
+    thread_argument(p, "the thread to delete")
     p.add_argument(
         "--force",
         action="store_true",
@@ -172,12 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("journal", "a thread's journaled external calls, their states, and what waits")
-    p.add_argument("thread")
+    thread_argument(p)
 
-    p = add("reconcile", "record a decision on a call that may have acted (ambiguous)")
-    p.add_argument("thread")
+    decisions = "\n".join(
+        textwrap.fill(text, 78, initial_indent=f"  {name:<15} ", subsequent_indent=" " * 18)
+        for name, text in DECISION_HELP.items()
+    )
+    p = add(
+        "reconcile",
+        "record a decision on a call that may have acted (ambiguous)",
+        epilog=f"decisions:\n{decisions}\n\nthen continue the run with: agentflow resume THREAD",
+    )
+    thread_argument(p, "the thread whose call is ambiguous")
     p.add_argument("operation", help="the ambiguous operation id (see: agentflow journal THREAD)")
-    p.add_argument("--decision", required=True, choices=DECISIONS, help="what to do with it")
+    p.add_argument(
+        "--decision", required=True, choices=DECISIONS, help="what to do with it (see below)"
+    )
     p.add_argument(
         "--receipt", help="with replay_success: JSON the call returned (a result or response)"
     )
@@ -225,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("copy", "copy threads from one store to another (resumable, verified)")
     p.add_argument("source", metavar="SRC_URL", help="store to read (never created)")
     p.add_argument("destination", metavar="DST_URL", help="store to write (created if needed)")
-    p.add_argument("--thread", action="append", help="copy only this thread (repeatable)")
+    p.add_argument(
+        "--thread", action="append", type=THREAD, help="copy only this thread (repeatable)"
+    )
     p.add_argument(
         "--to-namespace",
         metavar="NS",
