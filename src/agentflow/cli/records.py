@@ -84,7 +84,10 @@ def _operations(steps: list[Any], record: DurableCheckpoint | None) -> list[dict
     rows: list[dict[str, Any]] = []
     for cp in steps:
         for op in runtime_of(cp).get("operations", []):
-            rows.append({"step": cp.step, **op, "in_flight": False})
+            rows.append(
+                {"step": cp.step, **op, "in_flight": False}
+                | {"idempotency_key": op.get("idempotency_key")}
+            )
     if record is not None:
         stored = {(row["id"], row["state"], row["attempt"]) for row in rows}
         for entry in (*record.model_call_journal, *record.tool_journal):

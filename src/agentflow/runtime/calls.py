@@ -181,16 +181,17 @@ class CallJournal:
             self.lease.note(entry)
 
     def note(self, step: int, entry: OperationJournalEntry, name: str, *, replayed: bool) -> None:
-        self.by_step.setdefault(step, []).append(
-            {
-                "id": entry.operation_id,
-                "kind": entry.kind.value,
-                "name": name,
-                "state": entry.state.value,
-                "attempt": entry.attempt,
-                "replayed": replayed,
-            }
-        )
+        call = {
+            "id": entry.operation_id,
+            "kind": entry.kind.value,
+            "name": name,
+            "state": entry.state.value,
+            "attempt": entry.attempt,
+            "replayed": replayed,
+        }
+        if entry.idempotency_key is not None:  # what the provider saw, for an audit later
+            call["idempotency_key"] = entry.idempotency_key
+        self.by_step.setdefault(step, []).append(call)
 
     def carry(self, step: int) -> dict[str, OperationJournalEntry]:
         """The settled calls to carry past a suspend at ``step``."""
