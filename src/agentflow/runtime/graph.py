@@ -150,13 +150,15 @@ class Graph:
         claim_ttl: timedelta = timedelta(seconds=30),
         clock: Callable[[], datetime] | None = None,
     ) -> CompiledGraph:
-        """Check the graph and bind it to ``checkpointer`` and the durable store ``durable``.
+        """Check the graph and bind it to ``checkpointer``, an agentflow store.
 
-        ``durable`` keeps each thread's lease, call journal and outbox, on the
-        checkpointer's database (``open_durable_store(url)`` of
-        :mod:`agentflow.durable.stores` opens it from the same URL). It may be
-        left out only for a ``MemoryCheckpointer``, which then gets an
-        in-process one of its own lifetime. ``step_limit`` bounds the steps of
+        The store (``agentflow.open_store(url)``, or any backend's class)
+        keeps each thread's checkpoints, lease, call journal and events
+        together, so ``compile(store)`` is all a durable graph needs.
+        ``durable`` is only for a third-party checkpointer that keeps no
+        records: a durable store of the checkpointer's own namespace and
+        database (another is refused with ``InvalidArgument``, before any
+        I/O). ``step_limit`` bounds the steps of
         one ``run``/``resume`` call (a runaway loop stops at a stored step).
         ``claim_ttl`` is the lease a running call holds on its thread,
         renewed every third of it while steps run; a crashed holder's run is
