@@ -8,8 +8,15 @@ saver into it. See docs/langgraph.md.
 
 from __future__ import annotations
 
+from agentflow.integrations.langgraph.known_types import DEFAULT_ALLOWED, KnownTypes
 from agentflow.integrations.langgraph.migrate import copy_checkpoints
 from agentflow.integrations.langgraph.saver import AgentflowSaver
-from agentflow.integrations.langgraph.serde import DEFAULT_ALLOWED, StrictSerializer
+from agentflow.integrations.langgraph.serde import StrictSerializer
 
-__all__ = ["DEFAULT_ALLOWED", "AgentflowSaver", "StrictSerializer", "copy_checkpoints"]
+__all__ = [
+    "DEFAULT_ALLOWED",
+    "AgentflowSaver",
+    "KnownTypes",
+    "StrictSerializer",
+    "copy_checkpoints",
+]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from agentflow.integrations.langgraph.records import (
     checkpoint_step,
     namespace_thread,
 )
+from agentflow.integrations.langgraph.schema_types import calling_graphs
 from agentflow.integrations.langgraph.serde import StrictSerializer
 from agentflow.integrations.langgraph.store import Pair, RecordStore
 from agentflow.integrations.langgraph.tuples import TupleCodec
@@ -53,10 +53,18 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
 
     Tenancy is the checkpointer's ``namespace``: bind one per tenant. Values
     that are exact JSON are stored as JSON; others with LangGraph's msgpack
-    encoding, decoded only for the types on :class:`StrictSerializer`'s
-    allowlist (extend it with ``allowed=``). The saver does not own
-    ``checkpointer``: close it yourself. See docs/langgraph.md for the layout
-    and the cost of each method.
+    encoding. Reading rebuilds only the types the application vouches for
+    (:class:`~agentflow.integrations.langgraph.KnownTypes`: the defaults,
+    ``allowed=``, the schemas of every graph that runs with this saver, the
+    types this saver wrote); a value of any other type is never imported or
+    called and reads back as its stored data, as the stock savers give it.
+
+    ``verify_writes`` applies to a custom ``serde``: each packed value is
+    decoded once as it is written, so bytes that would not read back fail the
+    write. The default serializer always reads its own output back, building
+    nothing. The saver does not own ``checkpointer``: close it yourself. See
+    docs/langgraph.md for the layout, the security model and the cost of each
+    method.
     """
 
     def __init__(
@@ -69,26 +77,25 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde or StrictSerializer(allowed=allowed))
         self.checkpointer = with_defaults(checkpointer)
-        self._verify = verify_writes
-        self._store = RecordStore(self.checkpointer, self._codec())
+        self._strict = self.serde if isinstance(self.serde, StrictSerializer) else None
+        verify = verify_writes and self._strict is None
+        values = ValueCodec(self.serde, verify=verify)
+        self._store = RecordStore(self.checkpointer, TupleCodec(values))
         self._bridge = LoopBridge()
 
-    def _codec(self) -> TupleCodec:
-        return TupleCodec(ValueCodec(self.serde, verify=self._verify))
-
     def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> AgentflowSaver:
-        """A saver on the same store that also decodes ``extra_allowlist``
-        (LangGraph passes the types of a compiled graph's state schema)."""
-        if not isinstance(self.serde, StrictSerializer):
-            return self
-        serde = self.serde.with_allowlist(extra_allowlist)
-        if serde is self.serde:
-            return self
-        clone = copy.copy(self)
-        clone.serde = serde
-        clone._store = copy.copy(self._store)
-        clone._store.codec = clone._codec()
-        return clone
+        """This saver, now also rebuilding ``extra_allowlist`` (LangGraph passes
+        a compiled graph's schema types in strict mode)."""
+        if self._strict is not None:
+            self._strict.with_allowlist(extra_allowlist)
+        return self
+
+    def _learn_caller(self) -> None:
+        """Learn the schema types of the graphs whose methods called the saver
+        (LangGraph hands them over only in strict mode)."""
+        if self._strict is not None:
+            for graph in calling_graphs(skip=2):
+                self._strict.learn_graph(graph)
 
     def get_next_version(self, current: str | int | float | None, channel: None) -> str:
         """LangGraph's string versions (as its SQL savers write), so copied
@@ -146,6 +153,7 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
         await self._store.put_writes(thread, thread_id, ns, checkpoint_id, entries)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self._learn_caller()
         thread_id, ns, checkpoint_id = _keys(config)
         thread = namespace_thread(thread_id, ns or "")
         if checkpoint_id is None:
@@ -164,6 +172,7 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
     ) -> AsyncIterator[CheckpointTuple]:
         """Newest first within each (thread, namespace); with no thread in
         ``config``, every LangGraph thread of the namespace, thread by thread."""
+        self._learn_caller()
         bound = None
         if before is not None and (
             before_id := (before.get("configurable") or {}).get("checkpoint_id")
@@ -247,6 +256,7 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
         self._bridge.run(self.aput_writes(config, writes, task_id, task_path))
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self._learn_caller()
         return self._bridge.run(self.aget_tuple(config))
 
     def list(
@@ -257,6 +267,8 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        self._learn_caller()
+
         async def collect() -> list[CheckpointTuple]:
             listed = self.alist(config, filter=filter, before=before, limit=limit)
             return [tup async for tup in listed]
