@@ -13,9 +13,9 @@ import redis.asyncio as aioredis
 
 from agentflow.checkpoint import open_store
 from agentflow.checkpoint.base import Checkpoint
-from agentflow.checkpoint.redis import RedisCheckpointer, namespace_keys, thread_keys
-from agentflow.checkpoint.redis import checkpointer as redis_module
-from agentflow.checkpoint.redis.scripts import instant_bound, secret_key, sortable_instant
+from agentflow.checkpoint.redis import Keys, RedisCheckpointer
+from agentflow.checkpoint.redis import store as redis_module
+from agentflow.checkpoint.redis.keys import instant_bound, sortable_instant
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
     CheckpointConflict,
@@ -116,17 +116,18 @@ async def test_hostile_ids_never_shape_or_share_keys(admin: aioredis.Redis, pref
             await cp.put(make_checkpoint(thread, 0, state={"ns": ns, "t": thread}))
     owner: dict[bytes, tuple[str | None, str]] = {}
     for ns, thread in pairs:
-        keys = thread_keys(prefix, ns or "", thread)
+        keys = Keys(prefix, ns or "").thread(thread)
         tags = {key[key.index(b"{") + 1 : key.index(b"}")] for key in keys}
         assert len(tags) == 1 and next(iter(tags)).startswith(b"t.")
         for key in keys:
             assert key.count(b"{") == key.count(b"}") == 1
             assert not set(key[len(prefix) :]) & set(b"*?[]\\")
             assert owner.setdefault(key, (ns, thread)) == (ns, thread)
-    expected = {k for ns, t in pairs for k in thread_keys(prefix, ns or "", t)}
+    expected = {k for ns, t in pairs for k in Keys(prefix, ns or "").thread(t)}
     for ns in namespaces:
-        idx, _, sums, st, _, version = namespace_keys(prefix, ns or "")
-        expected |= {idx, sums, st, version}
+        layout = Keys(prefix, ns or "")
+        idx, _, sums, st, _, _ = layout.threads
+        expected |= {idx, sums, st, layout.version, layout.runs[2]}
     assert await stored_keys(admin, f"{prefix}:") == expected
     for ns, thread in pairs:
         async with RedisCheckpointer(REDIS_URL, prefix=prefix, namespace=ns) as cp:
@@ -155,7 +156,8 @@ async def test_prefixes_that_extend_each_other_stay_apart(
             assert [info.thread for info in rest.threads] == ["u"]
             await cp.delete_thread("t")
             await cp.delete_thread("u")
-            await admin.unlink(*namespace_keys(p, ""), secret_key(p))
+            keys = Keys(p, "")
+            await admin.unlink(*keys.threads, keys.version, keys.runs[2], keys.secret)
     assert await stored_keys(admin, prefix) == set()
 
 
@@ -186,7 +188,7 @@ async def test_instants_before_1970_never_reach_a_key(admin: aioredis.Redis, pre
         far_east = timezone(timedelta(hours=14))
         assert (await cp.list_due(datetime(1, 1, 1, tzinfo=far_east))).threads == []
         assert [i.thread for i in (await cp.list_due(NOW)).threads] == ["t"]
-        meta = await admin.hget(thread_keys(prefix, "", "t")[1], b"%020dm" % 0)
+        meta = await admin.hget(Keys(prefix, "").thread("t")[1], b"%020dm" % 0)
         assert isinstance(meta, bytes) and meta.split(b":")[2].isdigit()
     with pytest.raises(InvalidArgument):
         sortable_instant(-1)
@@ -220,7 +222,7 @@ async def test_a_resent_write_lands_once(prefix: str, monkeypatch: pytest.Monkey
     """A driver that re-sends a script after losing its reply must not bump twice."""
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
         await cp.put(make_checkpoint("t", 0))
-        script = cp._put
+        script = cp._lua["put"]
         replies: list[Any] = []
 
         async def sent_twice(*, keys: list[bytes], args: tuple[bytes, ...]) -> Any:
@@ -228,7 +230,7 @@ async def test_a_resent_write_lands_once(prefix: str, monkeypatch: pytest.Monkey
             replies.append(await script(keys=keys, args=args))
             return replies[-1]
 
-        monkeypatch.setattr(cp, "_put", sent_twice)
+        monkeypatch.setitem(cp._lua, "put", sent_twice)
         await cp.put(make_checkpoint("t", 0, state={"again": True}))
         await cp.put(make_checkpoint("t", 1))
         assert replies == [[1, 2], [1, 2], [1, 1], [1, 1]]
@@ -311,7 +313,7 @@ async def test_prune_of_the_latest_step_rewrites_the_summary(
         await assert_consistent(admin, prefix, "", ["t"])
         assert await cp.prune("t", before_step=5) == 2
         await assert_consistent(admin, prefix, "", ["t"])
-        assert await admin.zcard(namespace_keys(prefix, "")[0]) == 0
+        assert await admin.zcard(Keys(prefix, "").threads[0]) == 0
         assert (await cp.list_due(NOW)).threads == []
 
 
@@ -377,21 +379,21 @@ async def test_due_and_status_pages_read_what_they_return(
         info = b'{"latest_step":0,"interrupted":true,"done":false,"ts":"%s","wake_at":"%s"}'
         wake = sortable_instant(int(datetime.fromisoformat(later).timestamp()) * 10**6)
         summary = b"w" + wake + info % (later.encode(), later.encode())
-        idx, _, sums, st, due = namespace_keys(prefix, "")[:5]
+        idx, _, sums, st, due = Keys(prefix, "").threads[:5]
         for first in range(0, 9_800, 4_900):  # as put writes them, in bulk
             names = [b"future-%06d" % i for i in range(first, first + 4_900)]
             await admin.hset(sums, mapping=dict.fromkeys(names, summary))
             await admin.zadd(idx, dict.fromkeys(names, 0))
             await admin.zadd(st, {b"w" + name: 0 for name in names})
             await admin.zadd(due, {wake + name: 0 for name in names})
-        script, read = cp._page, []
+        script, read = cp._lua["page"], []
 
         async def counted(*, keys: list[bytes], args: tuple[Any, ...]) -> Any:
             reply = await script(keys=keys, args=args)
-            read.append(len(reply) // 2)
+            read.append(len(reply) // 3)  # thread, summary, imposed status
             return reply
 
-        monkeypatch.setattr(cp, "_page", counted)
+        monkeypatch.setitem(cp._lua, "page", counted)
         seen: list[str] = []
         cursor: str | None = None
         while True:
@@ -415,7 +417,7 @@ async def test_one_cursor_secret_per_prefix_even_when_created_at_once(
     try:
         secrets = await asyncio.gather(*(cp._cursor_secret() for cp in opened))
         assert len(set(secrets)) == 1 and len(secrets[0]) == 32
-        assert await admin.get(secret_key(prefix)) == secrets[0]
+        assert await admin.get(Keys(prefix, "").secret) == secrets[0]
         for name in "abc":
             await opened[0].put(make_checkpoint(name, 0))
         cursor = (await opened[1].list_threads_page(limit=1)).next_cursor
@@ -444,8 +446,8 @@ async def _pttls(admin: aioredis.Redis, keys: list[bytes]) -> list[int]:
 
 
 async def test_ttl_covers_every_key_and_is_refreshed(admin: aioredis.Redis, prefix: str) -> None:
-    keys = thread_keys(prefix, "", "t")
-    exp = namespace_keys(prefix, "")[1]
+    keys = Keys(prefix, "").thread("t")
+    exp = Keys(prefix, "").threads[1]
     async with RedisCheckpointer(REDIS_URL, prefix=prefix, ttl=60) as cp:
         await cp.put(make_checkpoint("t", 0))
         await cp.put(make_checkpoint("t", 1))
@@ -468,7 +470,7 @@ async def test_ttl_covers_every_key_and_is_refreshed(admin: aioredis.Redis, pref
 
 
 async def test_expired_threads_leave_every_listing(admin: aioredis.Redis, prefix: str) -> None:
-    idx, exp = namespace_keys(prefix, "")[:2]
+    idx, exp = Keys(prefix, "").threads[:2]
     async with (
         RedisCheckpointer(REDIS_URL, prefix=prefix, ttl=0.2) as short,
         RedisCheckpointer(REDIS_URL, prefix=prefix) as forever,

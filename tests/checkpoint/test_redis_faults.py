@@ -13,8 +13,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agentflow.checkpoint.base import Checkpoint
-from agentflow.checkpoint.redis import RedisCheckpointer, namespace_keys, thread_keys
-from agentflow.checkpoint.redis.scripts import secret_key
+from agentflow.checkpoint.redis import Keys, RedisCheckpointer
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import (
     CheckpointCorrupted,
@@ -42,7 +41,7 @@ async def _all(items: AsyncIterator[Checkpoint]) -> list[Checkpoint]:
 
 
 async def test_a_failing_prune_deletes_nothing(admin: aioredis.Redis, prefix: str) -> None:
-    s, d = thread_keys(prefix, "", "t")
+    s, d = Keys(prefix, "").thread("t")
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
         for step in range(4):
             await cp.put(make_checkpoint("t", step, ts=f"2026-01-01T00:00:0{step}Z"))
@@ -55,7 +54,7 @@ async def test_a_failing_prune_deletes_nothing(admin: aioredis.Redis, prefix: st
         assert await admin.zcard(s) == 4 and await admin.hgetall(d) == damaged
         await admin.hset(d, mapping=cast(dict[Any, Any], before))
         # a namespace index of the wrong type, written only after the deletes
-        summaries = namespace_keys(prefix, "")[2]
+        summaries = Keys(prefix, "").threads[2]
         kept = await admin.hgetall(summaries)
         await admin.unlink(summaries)
         await admin.set(summaries, b"not a hash")
@@ -74,8 +73,8 @@ async def test_a_failing_prune_deletes_nothing(admin: aioredis.Redis, prefix: st
 
 
 async def test_a_failing_put_writes_nothing(admin: aioredis.Redis, prefix: str) -> None:
-    s, d = thread_keys(prefix, "", "t")
-    statuses = namespace_keys(prefix, "")[3]
+    s, d = Keys(prefix, "").thread("t")
+    statuses = Keys(prefix, "").threads[3]
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
         await cp.put(make_checkpoint("t", 0, next=("n",)))
         await admin.unlink(statuses)
@@ -85,7 +84,7 @@ async def test_a_failing_put_writes_nothing(admin: aioredis.Redis, prefix: str) 
         with pytest.raises(CheckpointCorrupted):
             await cp.put(make_checkpoint("new", 0))
         assert await admin.zrange(s, 0, -1) == [b"%020d" % 0]
-        assert await admin.exists(*thread_keys(prefix, "", "new")) == 0
+        assert await admin.exists(*Keys(prefix, "").thread("new")) == 0
         await cp.put(make_checkpoint("t", 1, next=("n",)))  # status unchanged: no index write
         assert await admin.zcard(s) == 2 and await admin.hlen(d) == 4
 
@@ -190,8 +189,8 @@ async def test_a_server_without_config_keeps_working(tmp_path: Path) -> None:
 async def test_damaged_metadata_summary_and_types_raise_corrupted(
     admin: aioredis.Redis, prefix: str
 ) -> None:
-    s, d = thread_keys(prefix, "", "t")
-    idx, _, summaries = namespace_keys(prefix, "")[:3]
+    s, d = Keys(prefix, "").thread("t")
+    idx, _, summaries = Keys(prefix, "").threads[:3]
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
         for thread in ("t", "u"):
             await cp.put(make_checkpoint(thread, 0))
@@ -209,7 +208,7 @@ async def test_damaged_metadata_summary_and_types_raise_corrupted(
             with pytest.raises(CheckpointCorrupted):
                 await read
         assert await cp.get("t", 1) is None
-        other = await admin.hget(thread_keys(prefix, "", "u")[1], b"%020d" % 0)
+        other = await admin.hget(Keys(prefix, "").thread("u")[1], b"%020d" % 0)
         assert isinstance(other, bytes)
         await admin.hset(d, b"%020d" % 0, other)
         with pytest.raises(CheckpointCorrupted):
@@ -229,6 +228,6 @@ async def test_damaged_metadata_summary_and_types_raise_corrupted(
         with pytest.raises(CheckpointCorrupted):
             await cp.get("t")
         assert (await cp.get("u")) is not None
-        await admin.set(secret_key(prefix), b"short")
+        await admin.set(Keys(prefix, "").secret, b"short")
         with pytest.raises(CheckpointCorrupted):
             await cp.list_due(NOW, cursor="x")

@@ -15,8 +15,8 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
-from agentflow.checkpoint.redis import RedisCheckpointer, migration, namespace_keys, thread_keys
-from agentflow.checkpoint.redis.scripts import sortable_instant, thread_base
+from agentflow.checkpoint.redis import Keys, RedisCheckpointer, migration
+from agentflow.checkpoint.redis.keys import sortable_instant
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import IncompatibleSchema
@@ -27,6 +27,11 @@ NOW = "2026-06-01T12:00:00Z"
 
 admin = pytest.fixture(admin_session)
 prefix = pytest.fixture(scratch_prefix)
+
+
+def _legacy_summary(prefix: str, namespace: str, thread: str) -> bytes:
+    """The key layout 1 kept a thread's summary in."""
+    return Keys(prefix, namespace).thread(thread)[0][:-1] + b"h"
 
 
 def _info_json(step: int, fields: dict[str, Any]) -> bytes:
@@ -51,7 +56,7 @@ async def _write_layout1(
     revision: int = 1,
 ) -> None:
     """``thread`` with one step per entry of ``steps`` (checkpoint fields)."""
-    s, d = thread_keys(prefix, namespace, thread)
+    s, d = Keys(prefix, namespace).thread(thread)
     for step, fields in enumerate(steps):
         payload = {"v": 1, "thread": thread, "step": step, "state": {"step": step}}
         payload |= {"parent": None, "interrupt_node": None, "interrupt_payload": None}
@@ -63,8 +68,8 @@ async def _write_layout1(
         await admin.zadd(s, {member: 0})
         await admin.hset(d, mapping={member: orjson.dumps(payload), member + b"m": meta})
     summary = _info_json(len(steps) - 1, steps[-1])
-    await admin.set(thread_base(prefix, namespace, thread.encode()) + b"h", summary)
-    await admin.zadd(namespace_keys(prefix, namespace)[0], {thread.encode(): 0})
+    await admin.set(_legacy_summary(prefix, namespace, thread), summary)
+    await admin.zadd(Keys(prefix, namespace).threads[0], {thread.encode(): 0})
 
 
 def _fields(ts: str, next: tuple[str, ...] = ("n",), **more: Any) -> dict[str, Any]:
@@ -89,7 +94,7 @@ async def test_a_layout1_store_is_migrated_on_first_use(admin: aioredis.Redis, p
     ]
     await _write_layout1(admin, prefix, "", "pr", older)
     await _write_layout1(admin, prefix, "acme", "other", [_fields(day)])
-    legacy = thread_base(prefix, "", b"run") + b"h"
+    legacy = _legacy_summary(prefix, "", "run")
 
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
         infos = await cp.list_threads()
@@ -102,7 +107,7 @@ async def test_a_layout1_store_is_migrated_on_first_use(admin: aioredis.Redis, p
         ]
         assert infos[-1].wake_at == wake and infos[0].ts == day
         assert await admin.exists(legacy) == 0
-        assert await admin.get(namespace_keys(prefix, "")[5]) == b"2"
+        assert await admin.get(Keys(prefix, "").version) == b"3"
         assert await _threads_of(cp, status="running") == ["pr", "run"]
         assert await _threads_of(cp, status="waiting") == ["wait"]
         assert [i.thread for i in (await cp.list_due(NOW)).threads] == ["wait"]
@@ -121,7 +126,7 @@ async def test_a_layout1_store_is_migrated_on_first_use(admin: aioredis.Redis, p
         assert await _threads_of(cp, status="done") == []
         await assert_consistent(admin, prefix, "", ["fin", "human", "pr", "run", "wait"])
 
-    other_summary = thread_base(prefix, "acme", b"other") + b"h"
+    other_summary = _legacy_summary(prefix, "acme", "other")
     assert await admin.exists(other_summary) == 1  # a namespace migrates when it is opened
     async with RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="acme") as acme:
         assert await _threads_of(acme, status="running") == ["other"]
@@ -132,15 +137,15 @@ async def test_migration_pages_the_index_and_keeps_newer_summaries(
     admin: aioredis.Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(migration, "_PAGE", 2)
-    version = namespace_keys(prefix, "")[5]
+    version = Keys(prefix, "").version
     day = "2026-01-01T00:00:00Z"
     for i in range(5):
         await _write_layout1(admin, prefix, "", f"t{i}", [_fields(day)])
     # a thread whose summary expired with its keys: nothing left to migrate
-    await admin.zadd(namespace_keys(prefix, "")[0], {b"gone": 0})
-    await admin.zadd(namespace_keys(prefix, "")[1], {b"gone": 1})
+    await admin.zadd(Keys(prefix, "").threads[0], {b"gone": 0})
+    await admin.zadd(Keys(prefix, "").threads[1], {b"gone": 1})
     # a layout-2 write that lands before the migration reaches its thread
-    await admin.set(version, b"2")
+    await admin.set(version, b"3")
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as early:
         await early.put(make_checkpoint("t3", 1))
     await admin.delete(version)
@@ -154,12 +159,12 @@ async def test_migration_pages_the_index_and_keeps_newer_summaries(
         ("t4", 0, "running"),
     ]
     assert {cast(bytes, k) async for k in admin.scan_iter(match=f"{prefix}:*:h")} == set()
-    assert await admin.get(version) == b"2"
+    assert await admin.get(version) == b"3"
 
 
 async def test_a_newer_layout_is_refused_and_left_alone(admin: aioredis.Redis, prefix: str) -> None:
-    version = namespace_keys(prefix, "")[5]
-    await admin.set(version, b"3")
+    version = Keys(prefix, "").version
+    await admin.set(version, b"4")
     async with RedisCheckpointer(REDIS_URL, prefix=prefix) as cp:
         for call in (cp.get("t"), cp.list_threads()):
             with pytest.raises(IncompatibleSchema):

@@ -273,9 +273,10 @@ return {1, lease}
 # index of the thread's run); ARGV thread, write id, the parts to delete ('r'
 # record, 'e' events, 'c' checkpoints: any of them), force ('1' or '0').
 # Unless forced, a live lease on the record (server clock) refuses the
-# delete: {-2}; a damaged lease {2}. Returns {record existed (or this
-# delete, re-sent, removed it), events deleted, steps deleted}. A delete of
-# the record leaves its write id in `gone` for a minute, for a re-send.
+# delete: {-2}; a damaged lease {2}. Returns {record existed, events deleted,
+# steps deleted}; a delete that removed a record leaves its write id and that
+# answer in `gone` for a minute, so a re-send answers the same (a re-sent
+# delete of checkpoints alone finds nothing more to delete).
 LUA_DELETE: Final = (
     bind("S D IDX EXP SUM ST DUE RS RUN GONE ALL DST ID EV ER")
     + LUA_COMMON
@@ -285,7 +286,8 @@ LUA_DELETE: Final = (
 local thread, wid, parts = ARGV[1], ARGV[2], ARGV[3]
 local runs, events = string.find(parts, 'r', 1, true), string.find(parts, 'e', 1, true)
 local steps = string.find(parts, 'c', 1, true)
-if runs and redis.call('GET', GONE) == wid then return {1, 0, 0} end
+local sent = {string.match(redis.call('GET', GONE) or '', '^(%x+):(%d):(%d+):(%d+)$')}
+if sent[1] == wid then return {tonumber(sent[2]), tonumber(sent[3]), tonumber(sent[4])} end
 local existed, imposed, doomed, seqs, stepped, before = false, false, {}, {}, 0, false
 if runs then
   existed = redis.call('EXISTS', RUN) == 1
@@ -323,7 +325,6 @@ if runs then
   local members = {}
   for _, letter in pairs(LETTER) do members[#members + 1] = letter .. thread end
   redis.call('ZREM', DST, unpack(members))
-  if existed then redis.call('SET', GONE, wid, 'PX', 60000) end
   apply_impose(thread, imposed)
 end
 for _, event in ipairs(doomed) do
@@ -337,7 +338,11 @@ if steps then
   redis.call('UNLINK', S, D)
   resummarize(thread, before, false)
 end
-return {existed and 1 or 0, #seqs, stepped}
+local answer = {existed and 1 or 0, #seqs, stepped}
+if existed then
+  redis.call('SET', GONE, wid .. ':' .. table.concat(answer, ':'), 'PX', 60000)
+end
+return answer
 """
 )
 

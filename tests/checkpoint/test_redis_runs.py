@@ -1,6 +1,7 @@
-"""What is specific to the Redis durable store: one script per write (seen with
-MONITOR on a private server), what each script writes, re-sent scripts, the
-server's clock, the key layout and tenancy, the layout version, the URL."""
+"""What is specific to the Redis store's records and events: one script per write
+(seen with MONITOR on a private server), what each script writes, re-sent
+scripts, the server's clock, the key layout and tenancy, the layout version,
+the URL."""
 
 from __future__ import annotations
 
@@ -16,14 +17,12 @@ from typing import Any, TypeVar, cast
 import pytest
 import redis.asyncio as aioredis
 
-from agentflow.checkpoint.redis import RedisCheckpointer
+from agentflow.checkpoint.redis import Keys, RedisCheckpointer, from_url, run_scripts
+from agentflow.checkpoint.redis.keys import LAYOUT
+from agentflow.checkpoint.redis.store import _SCRIPTS
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.durable.enums import ClaimMode
 from agentflow.durable.errors import ClaimActive, RecoveryRequired
-from agentflow.durable.stores import redis_scripts
-from agentflow.durable.stores.redis import RedisDurableStore, from_url
-from agentflow.durable.stores.redis_events import RedisRunEventStore
-from agentflow.durable.stores.redis_scripts import namespace_keys, run_key
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
 from agentflow.errors import (
@@ -46,9 +45,6 @@ T = TypeVar("T")
 admin = pytest.fixture(admin_session)
 prefix = pytest.fixture(scratch_prefix)
 _ARGUMENT = re.compile(rb'"((?:[^"\\]|\\.)*)"')
-_SCRIPTS = [
-    getattr(redis_scripts, name) for name in redis_scripts.__all__ if name.startswith("LUA_")
-]
 
 
 @dataclass(frozen=True)
@@ -102,7 +98,7 @@ async def monitored(directory: Path) -> AsyncIterator[tuple[str, Feed]]:
     async with private_redis(directory) as url:
         admin = aioredis.Redis.from_url(url)
         try:
-            for source in _SCRIPTS:  # so no call below needs a SCRIPT LOAD
+            for source in _SCRIPTS.values():  # so no call below needs a SCRIPT LOAD
                 await admin.script_load(source)
             async with admin.monitor() as monitor:
                 yield url, Feed(admin, monitor)
@@ -120,13 +116,9 @@ def _by_script(sent: list[Sent]) -> list[str]:
 
 async def test_each_operation_is_one_command(tmp_path: Path) -> None:
     seen: dict[str, list[Sent]] = {}
-    async with (
-        monitored(tmp_path) as (url, feed),
-        RedisDurableStore(url) as store,
-        RedisRunEventStore(url) as events,
-    ):
+    async with monitored(tmp_path) as (url, feed), RedisCheckpointer(url) as store:
         await store.load("warm-up")  # the first call checks the layout version
-        await events.replay("warm-up")
+        await store.replay("warm-up")
 
         async def op(name: str, call: Awaitable[T]) -> T:
             result, seen[name] = await feed.during(call)
@@ -134,7 +126,7 @@ async def test_each_operation_is_one_command(tmp_path: Path) -> None:
                 raise result
             return result
 
-        await every_operation(store, events, op, "events.redis")
+        await every_operation(store, store, op, "events.redis")
     assert {name: _by_client(sent) for name, sent in seen.items()} == {
         **{
             name: ["EVALSHA"]
@@ -155,15 +147,18 @@ async def test_each_operation_is_one_command(tmp_path: Path) -> None:
             )
         },
         "load": ["HGETALL"],
-        "list_runs": ["ZRANGE", "EVALSHA"],  # a page of keys, then their heads
+        # a page of keys, then their heads; then the cursor secret, which a store
+        # reads once, for its first cursor (SET NX GET)
+        "list_runs": ["ZRANGE", "EVALSHA", "SET"],
     }
-    # The run's hash is read and written by name; a refused write writes nothing.
-    assert _by_script(seen["claim"]) == ["HMGET", "HLEN", "TIME", "HSET", "HGETALL"]
+    # The run's hash is read and written by name (and the status its record
+    # imposes on the thread read: HGET of rs); a refused write writes nothing.
+    assert _by_script(seen["claim"]) == ["HMGET", "HLEN", "TIME", "HGET", "HSET", "HGETALL"]
     assert _by_script(seen["renew"]) == ["HMGET", "TIME", "HSET"]
     assert _by_script(seen["refused"]) == ["HMGET"]
-    assert _by_script(seen["record_operation"]) == ["HMGET", "HLEN", "HSET", "HGET"]
+    assert _by_script(seen["record_operation"]) == ["HMGET", "HLEN", "HGET", "HSET", "HGET"]
     assert _by_script(seen["finalize_claimed"]) == [
-        *("HMGET", "HLEN", "TYPE", "HSET", "HDEL", "ZREM", "ZADD", "HGET")
+        *("HMGET", "HLEN", "TYPE", "HGET", "HSET", "HDEL", "ZREM", "ZADD", "HGET")
     ]
     # A page of two reads the two runs' heads, nothing of the others.
     assert _by_script(seen["list_runs"]) == ["ZSCORE", "HMGET"] * 2
@@ -172,7 +167,7 @@ async def test_each_operation_is_one_command(tmp_path: Path) -> None:
 
 async def test_small_writes_leave_the_body_alone(tmp_path: Path) -> None:
     written: dict[str, set[bytes]] = {}
-    async with monitored(tmp_path) as (url, feed), RedisDurableStore(url) as store:
+    async with monitored(tmp_path) as (url, feed), RedisCheckpointer(url) as store:
         await store.create(make_record(shared_state={"notes": "x" * 100_000}))
 
         async def op(name: str, call: Awaitable[T]) -> T:
@@ -190,7 +185,7 @@ async def test_small_writes_leave_the_body_alone(tmp_path: Path) -> None:
         )
         record.shared_state = {"notes": "y"}
         await op("progress", store.progress(record, claim_token="owner-a"))
-    head = {name.encode() for name in redis_scripts.HEAD_FIELDS} | {b"write_id"}
+    head = {name.encode() for name in run_scripts.HEAD_FIELDS} | {b"write_id"}
     assert written["renew"] == {b"lease_expires_at_ms"}
     claim = {b"revision", b"status", b"resume_attempt", b"claim_token", b"claimed_cycle"}
     assert written["claim"] == claim | {b"lease_expires_at_ms", b"write_id"}
@@ -201,17 +196,17 @@ async def test_small_writes_leave_the_body_alone(tmp_path: Path) -> None:
 
 
 async def test_a_commit_removes_the_journal_entries(admin: aioredis.Redis, prefix: str) -> None:
-    async with RedisDurableStore(REDIS_URL, prefix=prefix) as store:
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as store:
         record = await claimed(store)
         for position in (1, 2, 3):
             entry = make_tool_entry("run-1", 1, position)
             record = await store.record_operation(record, entry, claim_token="owner-a")
-        run = run_key(prefix, "", "run-1")
+        run = Keys(prefix, "").run("run-1")
         assert {b"jt.0", b"jt.1", b"jt.2"} <= set(await admin.hkeys(run))
         committed = replace(record, cycle_index=1)
         await store.commit(committed, claim_token="owner-a")
         fields = set(await admin.hkeys(run))
-    assert fields == {name.encode() for name in (*redis_scripts.FIELDS, "body")}
+    assert fields == {name.encode() for name in (*run_scripts.FIELDS, "body")}
 
 
 async def test_leases_run_on_the_server_clock(
@@ -219,7 +214,7 @@ async def test_leases_run_on_the_server_clock(
 ) -> None:
     day_ms = 86_400_000
     real_ns = time.time_ns
-    async with RedisDurableStore(REDIS_URL, prefix=prefix) as store:
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as store:
         for skew in (day_ms, -day_ms):  # this machine's clock a day ahead, then behind
             monkeypatch.setattr(time, "time_ns", lambda skew=skew: real_ns() + skew * 1_000_000)
             monkeypatch.setattr(time, "time", lambda skew=skew: real_ns() / 1e9 + skew / 1e3)
@@ -234,7 +229,8 @@ async def test_leases_run_on_the_server_clock(
             with pytest.raises(ClaimActive):
                 await take(store, "owner-b", key=key, mode=ClaimMode.RECOVERY)
             # Lapsed on the server's clock: only a recovery claim takes it.
-            await admin.hset(run_key(prefix, "", key), "lease_expires_at_ms", str(server_ms - 1))
+            run = Keys(prefix, "").run(key)
+            await admin.hset(run, "lease_expires_at_ms", str(server_ms - 1))
             with pytest.raises(RecoveryRequired):
                 await take(store, "owner-b", key=key)
             taken = await take(store, "owner-b", key=key, mode=ClaimMode.RECOVERY)
@@ -246,10 +242,9 @@ async def test_leases_run_on_the_server_clock(
 
 async def test_keys_of_hostile_names_stay_in_their_tags(admin: aioredis.Redis, prefix: str) -> None:
     names = ["a.b", "a", "*", "{x}", "}{", "a:b", "研究", "\U0001f600"]
-    checkpointer = RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="a")
-    stores = {ns: RedisDurableStore(REDIS_URL, prefix=prefix, namespace=ns) for ns in names}
+    stores = {ns: RedisCheckpointer(REDIS_URL, prefix=prefix, namespace=ns) for ns in names}
     try:
-        await checkpointer.put(make_checkpoint("b.c", 0))
+        await stores["a"].put(make_checkpoint("b.c", 0))
         for ns, store in stores.items():
             for key in names:
                 await store.create(make_record(key, shared_state={"ns": ns, "key": key}))
@@ -259,13 +254,12 @@ async def test_keys_of_hostile_names_stay_in_their_tags(admin: aioredis.Redis, p
             for key in names:
                 loaded = await store.load(key)
                 assert loaded is not None and loaded.shared_state == {"ns": ns, "key": key}
-        assert await checkpointer.get("b.c") is not None
-        expected = {run_key(prefix, ns, key) for ns in names for key in names}
-        expected |= {k for ns in names for k in namespace_keys(prefix, ns)}
-        durable = {k for k in await stored_keys(admin, prefix) if b":{n." not in k}
-        assert {k for k in durable if b":{t." not in k} == expected
+        assert await stores["a"].get("b.c") is not None
+        expected = {Keys(prefix, ns).run(key) for ns in names for key in names}
+        expected |= {k for ns in names for k in (*Keys(prefix, ns).runs, Keys(prefix, ns).version)}
+        records = {k for k in await stored_keys(admin, prefix) if b":{t." not in k}
+        assert {k for k in records if b":{n." not in k or k.endswith(b"}:v")} == expected
     finally:
-        await checkpointer.close()
         for store in stores.values():
             await store.close()
 
@@ -273,9 +267,9 @@ async def test_keys_of_hostile_names_stay_in_their_tags(admin: aioredis.Redis, p
 async def test_prefixes_and_namespaces_never_meet(prefix: str) -> None:
     other = f"{prefix}-other"
     async with (
-        RedisDurableStore(REDIS_URL, prefix=prefix, namespace="t") as mine,
-        RedisDurableStore(REDIS_URL, prefix=other, namespace="t") as theirs,
-        RedisDurableStore(REDIS_URL, prefix=prefix, namespace="u") as neighbour,
+        RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="t") as mine,
+        RedisCheckpointer(REDIS_URL, prefix=other, namespace="t") as theirs,
+        RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="u") as neighbour,
     ):
         try:
             held = await claimed(mine)
@@ -287,23 +281,31 @@ async def test_prefixes_and_namespaces_never_meet(prefix: str) -> None:
             loaded = await theirs.load("run-1")
             assert loaded is not None and (loaded.revision, loaded.claim_token) == (1, "owner-b")
         finally:
-            await theirs.delete("run-1")
+            await theirs.delete("run-1", force=True)
 
 
 async def test_the_layout_version_is_set_once_and_a_newer_one_refused(
     admin: aioredis.Redis, prefix: str
 ) -> None:
-    version = namespace_keys(prefix, "t")[2]
-    async with RedisDurableStore(REDIS_URL, prefix=prefix, namespace="t") as store:
+    keys = Keys(prefix, "t")
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="t") as store:
         assert await store.load("run-1") is None
-    assert await admin.get(version) == redis_scripts.LAYOUT_VERSION
-    for stored, error in ((b"2", IncompatibleSchema), (b"x", CheckpointCorrupted)):
-        await admin.set(version, stored)
-        async with RedisDurableStore(REDIS_URL, prefix=prefix, namespace="t") as store:
+    # one version for the namespace's threads, records and events; the old
+    # durable version key holds it too, so that older releases refuse it
+    assert await admin.mget(keys.version, keys.runs[2]) == [LAYOUT, LAYOUT]
+    for stored, error in ((b"4", IncompatibleSchema), (b"x", CheckpointCorrupted)):
+        await admin.set(keys.version, stored)
+        async with RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="t") as store:
             with pytest.raises(error) as caught:
                 await store.create(make_record())
+            with pytest.raises(error):
+                await store.append_once("e", "0" * 64, {})
         assert isinstance(caught.value, IncompatibleSchema) == (error is IncompatibleSchema)
-        assert await admin.exists(run_key(prefix, "t", "run-1")) == 0
+        assert await admin.exists(keys.run("run-1")) == 0
+    await admin.set(keys.version, LAYOUT)
+    await admin.set(keys.runs[2], b"4")  # a newer release's durable part
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix, namespace="t") as store:
+        assert await store.load("run-1") is None  # version 3 decides
 
 
 async def test_construction_urls_and_closing(prefix: str) -> None:
@@ -316,15 +318,15 @@ async def test_construction_urls_and_closing(prefix: str) -> None:
     with pytest.raises(InvalidStoreUrl):
         from_url("redis://host:notaport")
     with pytest.raises(InvalidArgument):
-        RedisDurableStore(REDIS_URL, prefix="a{b}")
+        RedisCheckpointer(REDIS_URL, prefix="a{b}")
     decoding = aioredis.Redis.from_url(REDIS_URL, decode_responses=True)
     with pytest.raises(InvalidArgument):
-        RedisDurableStore(client=decoding)
+        RedisCheckpointer(client=decoding)
     await decoding.aclose()
     client = aioredis.Redis.from_url(REDIS_URL)
-    async with RedisDurableStore(client=client, prefix=prefix) as injected:
+    async with RedisCheckpointer(client=client, prefix=prefix) as injected:
         await injected.create(make_record())
     assert await client.ping() is True  # an injected client stays open
-    async with RedisDurableStore(client=client, prefix=prefix) as again:
+    async with RedisCheckpointer(client=client, prefix=prefix) as again:
         assert await again.load("run-1") is not None
     await client.aclose()

@@ -1,4 +1,4 @@
-"""Damaged Redis durable data raises DurableCorrupted and is never written over."""
+"""Damaged Redis records and events raise DurableCorrupted and are never written over."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from typing import Any, cast
 import pytest
 import redis.asyncio as aioredis
 
+from agentflow.checkpoint.redis import Keys, RedisCheckpointer
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.stores.redis import RedisDurableStore
-from agentflow.durable.stores.redis_events import RedisRunEventStore
-from agentflow.durable.stores.redis_scripts import event_keys, namespace_keys, run_key
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import claimed, take
 from tests.backends.redis import REDIS_URL, admin_session, scratch_prefix
@@ -24,13 +22,13 @@ prefix = pytest.fixture(scratch_prefix)
 
 
 @pytest.fixture
-async def store(prefix: str) -> AsyncIterator[RedisDurableStore]:
-    async with RedisDurableStore(REDIS_URL, prefix=prefix) as opened:
+async def store(prefix: str) -> AsyncIterator[RedisCheckpointer]:
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as opened:
         yield opened
 
 
 async def _stored(admin: aioredis.Redis, prefix: str) -> dict[bytes, bytes]:
-    return cast(dict[bytes, bytes], await admin.hgetall(run_key(prefix, "", "run-1")))
+    return cast(dict[bytes, bytes], await admin.hgetall(Keys(prefix, "").run("run-1")))
 
 
 @pytest.mark.parametrize(
@@ -54,14 +52,14 @@ async def _stored(admin: aioredis.Redis, prefix: str) -> dict[bytes, bytes]:
 async def test_a_damaged_run_raises_on_every_read(
     admin: aioredis.Redis,
     prefix: str,
-    store: RedisDurableStore,
+    store: RedisCheckpointer,
     damage: tuple[str, bytes | None],
     malformed: bool,
 ) -> None:
     field, value = damage
     record = await claimed(store)
     await store.record_operation(record, make_tool_entry("run-1", 1), claim_token="owner-a")
-    run = run_key(prefix, "", "run-1")
+    run = Keys(prefix, "").run("run-1")
     if value is None:
         await admin.hdel(run, field)
     else:
@@ -75,11 +73,11 @@ async def test_a_damaged_run_raises_on_every_read(
 
 @pytest.mark.parametrize(("field", "value"), [("jt", b"x"), ("body", None), ("extra", b"1")])
 async def test_writes_over_a_damaged_run_raise_and_write_nothing(
-    admin: aioredis.Redis, prefix: str, store: RedisDurableStore, field: str, value: bytes | None
+    admin: aioredis.Redis, prefix: str, store: RedisCheckpointer, field: str, value: bytes | None
 ) -> None:
     await store.create(make_record())
     record = await take(store, "owner-a")
-    run = run_key(prefix, "", "run-1")
+    run = Keys(prefix, "").run("run-1")
     if value is None:
         await admin.hdel(run, field)
     else:
@@ -103,10 +101,10 @@ async def test_writes_over_a_damaged_run_raise_and_write_nothing(
 
 
 async def test_keys_of_the_wrong_type_raise_and_write_nothing(
-    admin: aioredis.Redis, prefix: str, store: RedisDurableStore
+    admin: aioredis.Redis, prefix: str, store: RedisCheckpointer
 ) -> None:
     record = await claimed(store)
-    everything, statuses, _ = namespace_keys(prefix, "")
+    everything, statuses, _ = Keys(prefix, "").runs
     kept = cast("list[bytes]", await admin.zrange(statuses, 0, -1))
     await admin.unlink(statuses)
     await admin.set(statuses, b"not a sorted set")
@@ -123,9 +121,9 @@ async def test_keys_of_the_wrong_type_raise_and_write_nothing(
     await admin.set(everything, b"not a sorted set")
     with pytest.raises(DurableCorrupted):
         await store.create(make_record("run-2"))
-    assert await admin.exists(run_key(prefix, "", "run-2")) == 0
-    await admin.unlink(run_key(prefix, "", "run-1"))
-    await admin.set(run_key(prefix, "", "run-1"), b"not a hash")
+    assert await admin.exists(Keys(prefix, "").run("run-2")) == 0
+    await admin.unlink(Keys(prefix, "").run("run-1"))
+    await admin.set(Keys(prefix, "").run("run-1"), b"not a hash")
     with pytest.raises(DurableCorrupted):
         await store.load("run-1")
     with pytest.raises(DurableCorrupted):
@@ -133,10 +131,10 @@ async def test_keys_of_the_wrong_type_raise_and_write_nothing(
 
 
 async def test_an_index_entry_without_its_run_raises(
-    admin: aioredis.Redis, prefix: str, store: RedisDurableStore
+    admin: aioredis.Redis, prefix: str, store: RedisCheckpointer
 ) -> None:
     await store.create(make_record())
-    await admin.unlink(run_key(prefix, "", "run-1"))
+    await admin.unlink(Keys(prefix, "").run("run-1"))
     with pytest.raises(DurableCorrupted):
         await store.list_runs()
     assert await store.delete("run-1") is False  # a delete clears the index all the same
@@ -147,8 +145,8 @@ async def test_an_index_entry_without_its_run_raises(
 async def test_damaged_events_raise(admin: aioredis.Redis, prefix: str, damage: str) -> None:
     event = {"type": "step", "run_id": "run-a", "n": 1}
     digest = event_payload_digest(event)
-    _, ids, data = event_keys(prefix, "")
-    async with RedisRunEventStore(REDIS_URL, prefix=prefix) as events:
+    _, ids, data = Keys(prefix, "").events
+    async with RedisCheckpointer(REDIS_URL, prefix=prefix) as events:
         await events.append_once("evt-1", digest, event)
         changes: dict[str, tuple[bytes, bytes, Any]] = {
             "event": (data, b"1", b'{"n":2}'),

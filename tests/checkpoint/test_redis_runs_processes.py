@@ -1,7 +1,7 @@
 """Separate processes recovering the same dead runs on one Redis: for each run
 exactly one claims it and makes its effect, and an event id is accepted once.
 
-Each spawned worker opens its own stores (its own connections) and resumes
+Each spawned worker opens its own store (its own connections) and resumes
 every run as a worker would (tests/durable/racing.py); its effect is a push
 onto a ledger list.
 """
@@ -14,8 +14,7 @@ from typing import cast
 
 import redis.asyncio as aioredis
 
-from agentflow.durable.stores.redis import RedisDurableStore
-from agentflow.durable.stores.redis_events import RedisRunEventStore
+from agentflow.checkpoint.redis import RedisCheckpointer
 from tests.backends.redis import REDIS_URL, drop_prefix
 from tests.durable.racing import resume_each, resume_processes
 
@@ -27,11 +26,8 @@ async def _resume(prefix: str, worker: int) -> list[str]:
         await client.rpush(f"{prefix}:ledger", f"{key} by {token}")
 
     try:
-        async with (
-            RedisDurableStore(REDIS_URL, prefix=prefix) as store,
-            RedisRunEventStore(REDIS_URL, prefix=prefix) as events,
-        ):
-            return await resume_each(store, events, worker, effect)
+        async with RedisCheckpointer(REDIS_URL, prefix=prefix) as store:
+            return await resume_each(store, store, worker, effect)
     finally:
         await client.aclose()
 
@@ -50,7 +46,7 @@ async def test_racing_processes_resume_each_run_exactly_once() -> None:
         return [(key, token) for key, _, token in (e.decode().partition(" by ") for e in made)]
 
     try:
-        async with RedisDurableStore(REDIS_URL, prefix=prefix) as store:
+        async with RedisCheckpointer(REDIS_URL, prefix=prefix) as store:
             await resume_processes(store, resume, prefix, effects=effects)
     finally:
         await drop_prefix(admin, prefix)

@@ -1,5 +1,5 @@
-"""Redis durable store faults: scripts re-sent after a lost reply, connections
-killed mid-write, an unreachable server."""
+"""Redis store faults on records and events: scripts re-sent after a lost reply,
+connections killed mid-write, an unreachable server."""
 
 from __future__ import annotations
 
@@ -18,19 +18,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agentflow.durable import (
-    DurableMemory,
-    EventCursor,
-    EventOutboxEntry,
-    InMemoryRunEventStore,
-    MemoryDurableStore,
-    event_payload_digest,
-)
+from agentflow.checkpoint.memory import MemoryCheckpointer
+from agentflow.checkpoint.redis import RedisCheckpointer
+from agentflow.checkpoint.redis.store import _SCRIPTS
+from agentflow.checkpoint.store import Store
+from agentflow.checkpoint.testing import make_checkpoint
+from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.store import DurableEventStore, DurableStore
-from agentflow.durable.stores import redis_scripts
-from agentflow.durable.stores.redis import RedisDurableStore
-from agentflow.durable.stores.redis_events import RedisRunEventStore
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, take
 from agentflow.durable.validators import CapabilityRef
@@ -46,15 +40,14 @@ from tests.backends.redis import (
 admin = pytest.fixture(admin_session)
 prefix = pytest.fixture(scratch_prefix)
 _SCRIPT_NAMES = {
-    hashlib.sha1(getattr(redis_scripts, name).encode()).hexdigest(): name
-    for name in redis_scripts.__all__
-    if name.startswith("LUA_")
+    hashlib.sha1(source.encode()).hexdigest(): name for name, source in _SCRIPTS.items()
 }
 
 
-async def lifecycle(store: DurableStore, events: DurableEventStore) -> list[Any]:
-    """Every write of a run's life, each outcome as plain data (leases left out:
-    they are clock readings)."""
+async def lifecycle(store: Store) -> list[Any]:
+    """Every write of a run's life (its steps committed with the record's
+    progress among them), each outcome as plain data (leases left out: they are
+    clock readings)."""
     pending = EventOutboxEntry.pending("evt-end", {"type": "run_completed"})
     seen: list[Any] = []
 
@@ -76,6 +69,9 @@ async def lifecycle(store: DurableStore, events: DurableEventStore) -> list[Any]
     record = keep(await store.record_operation(record, settled, claim_token="owner-b"))
     record.shared_state = {"charged": True}
     record = keep(await store.progress(record, claim_token="owner-b"))
+    step = make_checkpoint("run-1", 1, state={"charged": True})
+    record = keep(await store.commit_step(step, record, [], claim_token="owner-b"))
+    seen.append((await store.get("run-1")) == await store.get("run-1", 1))
     record = keep(await store.commit(replace(record, cycle_index=1), claim_token="owner-b"))
     record = keep(await take(store, "owner-b", cycle=2))
     final = replace(
@@ -86,9 +82,10 @@ async def lifecycle(store: DurableStore, events: DurableEventStore) -> list[Any]
     )
     record = keep(await store.finalize_claimed(final, claim_token="owner-b"))
     event = {"type": "run_completed", "run_id": "run-1"}
-    appended = await events.append_once("evt-end", event_payload_digest(event), event)
+    appended = await store.append_once("evt-end", event_payload_digest(event), event)
     seen.append(appended.inserted)
-    cursor = EventCursor(CapabilityRef("events.test", "1"), appended.cursor, "evt-end")
+    # the record keeps a cursor as data; the store's own are signed with its secret
+    cursor = EventCursor(CapabilityRef("events.test", "1"), {"n": 1}, "evt-end")
     record = keep(
         await store.record_event_delivery(
             record,
@@ -99,7 +96,7 @@ async def lifecycle(store: DurableStore, events: DurableEventStore) -> list[Any]
         )
     )
     keep(await store.acknowledge_terminal(record))
-    seen.append([e.event_id for e in (await events.replay("run-1")).events])
+    seen.append([e.event_id for e in (await store.replay("run-1")).events])
     return seen
 
 
@@ -119,29 +116,28 @@ async def test_every_script_sent_twice_lands_once(
         return second
 
     monkeypatch.setattr(client, "evalsha", twice)
-    memory = DurableMemory()
     try:
-        async with (
-            RedisDurableStore(client=client, prefix=prefix) as store,
-            RedisRunEventStore(client=client, prefix=prefix) as events,
-        ):
-            resent = await lifecycle(store, events)
+        async with RedisCheckpointer(client=client, prefix=prefix) as store:
+            resent = await lifecycle(store)
+            await store.put(make_checkpoint("run-1", 2))
             removed = await store.delete("run-1")
-            assert await store.load("run-1") is None
+            assert await store.load("run-1") is None and await store.get("run-1") is None
+            assert (await store.replay("run-1")).events == []
     finally:
         await client.aclose()
-    once = await lifecycle(MemoryDurableStore(memory=memory), InMemoryRunEventStore(memory=memory))
+    async with MemoryCheckpointer() as memory:
+        once = await lifecycle(memory)
     assert resent == once
     assert removed
     by_name: dict[str, list[tuple[Any, Any]]] = {}
     for name, first, second in replies:
         by_name.setdefault(name, []).append((first, second))
-    assert by_name.pop("LUA_DELETE") == [(1, 1)]
-    for first, second in by_name.pop("LUA_RENEW"):
+    assert by_name.pop("delete") == [([1, 1, 2], [1, 1, 2])]  # record, event, steps
+    for first, second in by_name.pop("renew"):
         assert first[0] == second[0] == 1 and second[1] >= first[1]
     for name, pairs in by_name.items():
         assert all(first == second for first, second in pairs), name
-    assert {"LUA_CREATE", "LUA_CLAIM", "LUA_WRITE", "LUA_APPEND"} <= set(by_name)
+    assert {"create", "claim", "write", "commit", "append", "put"} <= set(by_name)
 
 
 class ReplyDropper:
@@ -195,10 +191,8 @@ async def test_a_lost_reply_is_re_sent_by_the_driver_and_lands_once(prefix: str)
             url, retry=Retry(NoBackoff(), 3), retry_on_error=[RedisConnectionError]
         )
         try:
-            async with (
-                RedisDurableStore(client=client, prefix=prefix) as store,
-                RedisRunEventStore(client=client, prefix=prefix) as events,
-            ):
+            async with RedisCheckpointer(client=client, prefix=prefix) as store:
+                events = store
                 await store.load("warm-up")
                 await events.replay("warm-up")
 
@@ -215,18 +209,23 @@ async def test_a_lost_reply_is_re_sent_by_the_driver_and_lands_once(prefix: str)
                 before = proxy.dropped
                 entry = make_tool_entry("run-1", 1).start()
                 record = await lost(store.record_operation(record, entry, claim_token="owner-a"))
+                before = proxy.dropped
+                step = make_checkpoint("run-1", 0)
+                record = await lost(store.commit_step(step, record, [], claim_token="owner-a"))
                 event = {"type": "step", "run_id": "run-1"}
                 before = proxy.dropped
                 appended = await lost(
                     events.append_once("evt-1", event_payload_digest(event), event)
                 )
                 loaded = await store.load("run-1")
+                committed = await store.get("run-1", 0)
                 page = await events.replay("run-1")
         finally:
             await client.aclose()
-    assert proxy.dropped == 4
-    assert record.revision == 2 and appended.inserted and appended.cursor == {"sequence": 1}
+    assert proxy.dropped == 5
+    assert record.revision == 3 and appended.inserted and set(appended.cursor) == {"cursor"}
     assert loaded is not None and loaded.to_dict() == record.to_dict()
+    assert committed is not None and committed.revision == 1
     assert [e.event_id for e in page.events] == ["evt-1"]
 
 
@@ -245,13 +244,15 @@ async def _kill_once_paused(admin: aioredis.Redis, name: str) -> None:
     raise AssertionError("the script never reached the server")
 
 
-@pytest.mark.parametrize("operation", ["claim", "record_operation", "append_once"])
+@pytest.mark.parametrize(
+    "operation", ["claim", "record_operation", "append_once", "commit_step", "delete"]
+)
 async def test_a_connection_killed_mid_write_lands_nothing(tmp_path: Path, operation: str) -> None:
     name = f"aftest-durable-{uuid.uuid4().hex}"
     async with private_redis(tmp_path) as url:
         admin = aioredis.Redis.from_url(url)
-        store = RedisDurableStore(f"{url}?client_name={name}")
-        events = RedisRunEventStore(f"{url}?client_name={name}")
+        store = RedisCheckpointer(f"{url}?client_name={name}")
+        events = store
         try:
             # The store's own client never re-sends a command by itself.
             assert store._client.connection_pool.connection_kwargs["retry"].get_retries() == 0
@@ -267,7 +268,12 @@ async def test_a_connection_killed_mid_write_lands_nothing(tmp_path: Path, opera
                 "append_once": lambda: events.append_once(
                     "evt-1", event_payload_digest(event), event
                 ),
+                "commit_step": lambda: store.commit_step(
+                    make_checkpoint("run-1", 1), record, [], claim_token="owner-a"
+                ),
+                "delete": lambda: store.delete("run-2"),
             }
+            await store.put(make_checkpoint("run-1", 0))
             await events.replay("run-1")
             await admin.client_pause(5_000, all=False)
             try:
@@ -287,17 +293,17 @@ async def test_a_connection_killed_mid_write_lands_nothing(tmp_path: Path, opera
                 make_record("run-2").to_dict(),
             ]
             assert (await events.replay("run-1")).events == []
+            assert [c.step async for c in store.history("run-1")] == [0]
             # The next call opens a new connection and goes through.
             await store.record_operation(record, make_tool_entry("run-1", 1), claim_token="owner-a")
         finally:
             await store.close()
-            await events.close()
             await admin.aclose()
 
 
 async def test_an_unreachable_server_is_store_unavailable_without_the_password() -> None:
     url = "redis://agent:hunter2-secret@127.0.0.1:1/0"
-    async with RedisDurableStore(url) as store:
+    async with RedisCheckpointer(url) as store:
         with pytest.raises(StoreUnavailable) as caught:
             await store.load("run-1")
     assert "hunter2" not in str(caught.value) and "127.0.0.1:1" in str(caught.value)
