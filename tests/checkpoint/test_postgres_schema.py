@@ -1,4 +1,6 @@
-"""PostgreSQL setup: table names, the schema version, migrations, the cursor secret."""
+"""PostgreSQL setup: table names, the one schema version of every table, the migration
+from version 1, the cursor secret, URLs, pools, input PostgreSQL cannot hold (the
+migration from today's layout: test_postgres_migration.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointError, IncompatibleSchema, InvalidArgument
 from tests.backends.postgres import (
     DSN,
+    TABLE_SUFFIXES,
     Connection,
     admin_session,
     drop_tables,
@@ -31,7 +34,7 @@ table = pytest.fixture(scratch_table)
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "1abc", "a-b", 'x"; DROP TABLE t; --', "Upper", "a" * 56, "ü", "a b", None, 7],
+    ["", "1abc", "a-b", 'x"; DROP TABLE t; --', "Upper", "a" * 64, "ü", "a b", None, 7],
 )
 def test_bad_identifiers_are_refused(bad: Any) -> None:
     with pytest.raises(InvalidArgument):
@@ -39,6 +42,12 @@ def test_bad_identifiers_are_refused(bad: Any) -> None:
     if bad is not None:
         with pytest.raises(InvalidArgument):
             PostgresCheckpointer(table="ok", schema=bad)
+
+
+def test_a_table_name_leaves_room_for_every_tables_suffix() -> None:
+    PostgresCheckpointer(table="a" * 47, schema="s" * 63)  # "<table>_durable_journal" fits
+    with pytest.raises(InvalidArgument):
+        PostgresCheckpointer(table="a" * 48)
 
 
 async def test_reserved_word_table_in_own_schema(admin: Connection) -> None:
@@ -50,7 +59,7 @@ async def test_reserved_word_table_in_own_schema(admin: Connection) -> None:
         names = await admin.fetch(
             "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY 1", schema
         )
-        assert [r[0] for r in names] == ["select", "select_meta", "select_threads"]
+        assert [r[0] for r in names] == [f"select{suffix}" for suffix in sorted(TABLE_SUFFIXES)]
     finally:
         await admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
@@ -66,12 +75,18 @@ async def test_setup_is_idempotent_and_concurrent(admin: Connection, table: str)
         await asyncio.gather(*(cp.close() for cp in checkpointers))
     rows = await admin.fetch(f'SELECT component, version FROM "{table}_meta"')
     assert [tuple(r) for r in rows] == [("checkpoints", SCHEMA_VERSION)]
-    compression = await admin.fetchval(
-        "SELECT attcompression FROM pg_attribute WHERE attrelid = $1::regclass"
-        " AND attname = 'payload'",
-        table,
-    )
-    assert compression == b"l"  # lz4
+    for suffix, column in (
+        ("", "payload"),
+        ("_durable_bodies", "body"),
+        ("_durable_events", "event"),
+    ):
+        compression = await admin.fetchval(
+            "SELECT attcompression FROM pg_attribute WHERE attrelid = $1::regclass"
+            " AND attname = $2",
+            f"{table}{suffix}",
+            column,
+        )
+        assert compression == b"l"  # lz4
 
 
 async def test_newer_schema_version_is_refused(admin: Connection, table: str) -> None:
@@ -159,24 +174,24 @@ async def _write_v1_store(admin: Connection, table: str, namespace: str) -> None
 
 
 async def _shape(admin: Connection, table: str) -> list[tuple[Any, ...]]:
-    """Columns and indexes of ``table``'s three tables, with the table name taken out."""
+    """Columns and indexes of ``table``'s tables, with the table name taken out."""
     columns = await admin.fetch(
         """SELECT replace(table_name, $1, '<t>'), ordinal_position, column_name, data_type,
-            is_nullable, column_default, collation_name
-        FROM information_schema.columns WHERE table_name IN ($1, $1 || '_threads', $1 || '_meta')
-        ORDER BY 1, 2""",
+            is_nullable, column_default, collation_name, is_identity
+        FROM information_schema.columns WHERE starts_with(table_name, $1) ORDER BY 1, 2""",
         table,
     )
     indexes = await admin.fetch(
         """SELECT replace(indexdef, $1, '<t>') FROM pg_indexes
-        WHERE tablename IN ($1, $1 || '_threads', $1 || '_meta') ORDER BY 1""",
+        WHERE starts_with(tablename, $1) ORDER BY 1""",
         table,
     )
     options = await admin.fetch(
-        "SELECT relname = $1, reloptions FROM pg_class WHERE relname IN ($1 || '_threads', $1)",
+        """SELECT replace(relname, $1, '<t>'), reloptions FROM pg_class
+        WHERE starts_with(relname, $1) AND relkind = 'r' ORDER BY 1""",
         table,
     )
-    return [tuple(r) for r in (*columns, *indexes, *sorted(options))]
+    return [tuple(r) for r in (*columns, *indexes, *options)]
 
 
 async def test_a_version_1_store_is_migrated(admin: Connection, table: str) -> None:
