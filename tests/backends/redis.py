@@ -6,22 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agentflow.checkpoint.redis import Keys, RedisCheckpointer
 from agentflow.checkpoint.redis.migration import upgrade_summary
+from agentflow.checkpoint.redis.store import SCRIPTS
 from agentflow.checkpoint.testing import BackendHarness
 from tests.backends import server_missing
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+T = TypeVar("T")
 
 
 async def admin_client() -> aioredis.Redis:
@@ -142,6 +146,80 @@ async def private_redis(directory: Path, *flags: str) -> AsyncIterator[str]:
     finally:
         process.terminate()
         await process.wait()
+
+
+# -- watching a private server ----------------------------------------------------
+
+_ARGUMENT = re.compile(rb'"((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One command the server ran: by a client, or by a script (``lua``)."""
+
+    lua: bool
+    args: list[bytes]
+
+    @property
+    def name(self) -> str:
+        return self.args[0].decode().upper()
+
+    def fields(self) -> list[bytes]:
+        """The fields an ``HSET`` writes."""
+        assert self.name == "HSET"
+        return self.args[2::2]
+
+
+class Feed:
+    """The server's MONITOR stream, cut into the commands of one call at a time."""
+
+    def __init__(self, admin: aioredis.Redis, monitor: Any) -> None:
+        self._admin, self._monitor = admin, monitor
+
+    async def during(self, call: Awaitable[T]) -> tuple[T | BaseException, list[Sent]]:
+        """What ``call`` returned (or raised) and the commands the server ran meanwhile."""
+        await self._until_marker()  # what ran before is someone else's
+        try:
+            result: T | BaseException = await call
+        except Exception as exc:
+            result = exc
+        return result, await self._until_marker()
+
+    async def _until_marker(self) -> list[Sent]:
+        marker = uuid.uuid4().hex.encode()
+        await self._admin.echo(marker)
+        sent: list[Sent] = []
+        while True:
+            line = cast(bytes, await self._monitor.connection.read_response())
+            source, _, command = line.partition(b"] ")
+            args = _ARGUMENT.findall(command)
+            if args == [b"ECHO", marker]:
+                return sent
+            sent.append(Sent(source.endswith(b" lua"), args))
+
+
+@asynccontextmanager
+async def monitored(directory: Path) -> AsyncIterator[tuple[str, Feed]]:
+    """A private server (nobody else's commands) and its MONITOR feed."""
+    async with private_redis(directory) as url:
+        admin = aioredis.Redis.from_url(url)
+        try:
+            for source in SCRIPTS.values():  # so no call below needs a SCRIPT LOAD
+                await admin.script_load(source)
+            async with admin.monitor() as monitor:
+                yield url, Feed(admin, monitor)
+        finally:
+            await admin.aclose()
+
+
+def by_client(sent: list[Sent]) -> list[str]:
+    """The commands a client sent."""
+    return [s.name for s in sent if not s.lua]
+
+
+def by_script(sent: list[Sent]) -> list[str]:
+    """The commands scripts ran."""
+    return [s.name for s in sent if s.lua]
 
 
 async def _part_field(

@@ -5,21 +5,17 @@ the URL."""
 
 from __future__ import annotations
 
-import re
 import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar
 
 import pytest
 import redis.asyncio as aioredis
 
 from agentflow.checkpoint.redis import Keys, RedisCheckpointer, from_url, run_scripts
 from agentflow.checkpoint.redis.keys import LAYOUT
-from agentflow.checkpoint.redis.store import _SCRIPTS
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.durable.enums import ClaimMode
 from agentflow.durable.errors import ClaimActive, RecoveryRequired
@@ -34,8 +30,11 @@ from agentflow.errors import (
 )
 from tests.backends.redis import (
     REDIS_URL,
+    Sent,
     admin_session,
-    private_redis,
+    by_client,
+    by_script,
+    monitored,
     scratch_prefix,
     stored_keys,
 )
@@ -44,74 +43,6 @@ from tests.durable.operations import every_operation
 T = TypeVar("T")
 admin = pytest.fixture(admin_session)
 prefix = pytest.fixture(scratch_prefix)
-_ARGUMENT = re.compile(rb'"((?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True)
-class Sent:
-    """One command the server ran: by a client, or by a script (``lua``)."""
-
-    lua: bool
-    args: list[bytes]
-
-    @property
-    def name(self) -> str:
-        return self.args[0].decode().upper()
-
-    def fields(self) -> list[bytes]:
-        """The fields an ``HSET`` writes."""
-        assert self.name == "HSET"
-        return self.args[2::2]
-
-
-class Feed:
-    """The server's MONITOR stream, cut into the commands of one call at a time."""
-
-    def __init__(self, admin: aioredis.Redis, monitor: Any) -> None:
-        self._admin, self._monitor = admin, monitor
-
-    async def during(self, call: Awaitable[T]) -> tuple[T | BaseException, list[Sent]]:
-        """What ``call`` returned (or raised) and the commands the server ran meanwhile."""
-        await self._until_marker()  # what ran before is someone else's
-        try:
-            result: T | BaseException = await call
-        except Exception as exc:
-            result = exc
-        return result, await self._until_marker()
-
-    async def _until_marker(self) -> list[Sent]:
-        marker = uuid.uuid4().hex.encode()
-        await self._admin.echo(marker)
-        sent: list[Sent] = []
-        while True:
-            line = cast(bytes, await self._monitor.connection.read_response())
-            source, _, command = line.partition(b"] ")
-            args = _ARGUMENT.findall(command)
-            if args == [b"ECHO", marker]:
-                return sent
-            sent.append(Sent(source.endswith(b" lua"), args))
-
-
-@asynccontextmanager
-async def monitored(directory: Path) -> AsyncIterator[tuple[str, Feed]]:
-    """A private server (nobody else's commands) and its MONITOR feed."""
-    async with private_redis(directory) as url:
-        admin = aioredis.Redis.from_url(url)
-        try:
-            for source in _SCRIPTS.values():  # so no call below needs a SCRIPT LOAD
-                await admin.script_load(source)
-            async with admin.monitor() as monitor:
-                yield url, Feed(admin, monitor)
-        finally:
-            await admin.aclose()
-
-
-def _by_client(sent: list[Sent]) -> list[str]:
-    return [s.name for s in sent if not s.lua]
-
-
-def _by_script(sent: list[Sent]) -> list[str]:
-    return [s.name for s in sent if s.lua]
 
 
 async def test_each_operation_is_one_command(tmp_path: Path) -> None:
@@ -127,7 +58,7 @@ async def test_each_operation_is_one_command(tmp_path: Path) -> None:
             return result
 
         await every_operation(store, store, op, "events.redis")
-    assert {name: _by_client(sent) for name, sent in seen.items()} == {
+    assert {name: by_client(sent) for name, sent in seen.items()} == {
         **{
             name: ["EVALSHA"]
             for name in (
@@ -153,16 +84,16 @@ async def test_each_operation_is_one_command(tmp_path: Path) -> None:
     }
     # The run's hash is read and written by name (and the status its record
     # imposes on the thread read: HGET of rs); a refused write writes nothing.
-    assert _by_script(seen["claim"]) == ["HMGET", "HLEN", "TIME", "HGET", "HSET", "HGETALL"]
-    assert _by_script(seen["renew"]) == ["HMGET", "TIME", "HSET"]
-    assert _by_script(seen["refused"]) == ["HMGET"]
-    assert _by_script(seen["record_operation"]) == ["HMGET", "HLEN", "HGET", "HSET", "HGET"]
-    assert _by_script(seen["finalize_claimed"]) == [
+    assert by_script(seen["claim"]) == ["HMGET", "HLEN", "TIME", "HGET", "HSET", "HGETALL"]
+    assert by_script(seen["renew"]) == ["HMGET", "TIME", "HSET"]
+    assert by_script(seen["refused"]) == ["HMGET"]
+    assert by_script(seen["record_operation"]) == ["HMGET", "HLEN", "HGET", "HSET", "HGET"]
+    assert by_script(seen["finalize_claimed"]) == [
         *("HMGET", "HLEN", "TYPE", "HGET", "HSET", "HDEL", "ZREM", "ZADD", "HGET")
     ]
     # A page of two reads the two runs' heads, nothing of the others.
-    assert _by_script(seen["list_runs"]) == ["ZSCORE", "HMGET"] * 2
-    assert _by_script(seen["append_once again"]) == ["HGET"]
+    assert by_script(seen["list_runs"]) == ["ZSCORE", "HMGET"] * 2
+    assert by_script(seen["append_once again"]) == ["HGET"]
 
 
 async def test_small_writes_leave_the_body_alone(tmp_path: Path) -> None:

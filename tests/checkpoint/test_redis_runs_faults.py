@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.redis import RedisCheckpointer
-from agentflow.checkpoint.redis.store import _SCRIPTS
+from agentflow.checkpoint.redis.store import SCRIPTS
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
@@ -40,7 +40,7 @@ from tests.backends.redis import (
 admin = pytest.fixture(admin_session)
 prefix = pytest.fixture(scratch_prefix)
 _SCRIPT_NAMES = {
-    hashlib.sha1(source.encode()).hexdigest(): name for name, source in _SCRIPTS.items()
+    hashlib.sha1(source.encode()).hexdigest(): name for name, source in SCRIPTS.items()
 }
 
 

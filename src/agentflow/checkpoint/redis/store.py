@@ -54,7 +54,7 @@ from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgumen
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing
 
-__all__ = ["RedisCheckpointer", "from_url"]
+__all__ = ["SCRIPTS", "RedisCheckpointer", "from_url"]
 
 T = TypeVar("T")
 #: Step ids per history index read, and the most payloads per data read.
@@ -72,7 +72,8 @@ _PAGE_READ = 1_000
 _DEFAULT_MAX_BULK = 512 * 1024 * 1024
 #: What HMGET gives a client without decode_responses.
 _Values = list[bytes | None]
-_SCRIPTS = {
+#: Every script of the store, by name ("put", "commit", "delete", ...).
+SCRIPTS = {
     name.removeprefix("LUA_").lower(): getattr(module, name)
     for module in (scripts, run_scripts)
     for name in module.__all__
@@ -150,7 +151,7 @@ class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
         self._where = _address(self._client)
         self._keys = Keys(self._prefix, self._namespace)
         self._lua: dict[str, AsyncScript] = {
-            name: self._client.register_script(source) for name, source in _SCRIPTS.items()
+            name: self._client.register_script(source) for name, source in SCRIPTS.items()
         }
         #: The largest payload the server takes; 0 until :meth:`_setup` ran.
         self._max_payload = 0
