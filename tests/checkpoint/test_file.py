@@ -41,7 +41,7 @@ UNSAFE_IDS = [
 ]
 WAKE = "2030-01-01T00:00:00+00:00"
 #: What the store keeps beside thread directories in a namespace.
-STORE_NAMES = {".layout", ".locks", ".status"}
+STORE_NAMES = {".layout", ".locks", ".status", ".durable", ".trash"}
 
 
 @pytest.fixture
@@ -207,6 +207,7 @@ async def test_delete_is_one_rename_and_leaves_no_trash(root: Path) -> None:
         await cp.delete_thread("t")
         assert await cp.get("t") is None
         assert set(_names(root)) == STORE_NAMES | {".due"}
+        assert _names(root / ".trash") == []
         assert not [p for p in (root / ".status").rglob("*") if p.is_file()]
         assert not list((root / ".due").iterdir())
         assert await cp.prune("t", before_step=9) == 0
@@ -224,7 +225,7 @@ async def test_deletes_and_prunes_racing_puts_never_fail_or_tear(root: Path) -> 
         survivors = [c async for c in cp.history("t")]
         assert len({c.step for c in survivors}) == len(survivors) <= 5
         assert all(c.revision >= 1 and set(c.state) == {"i"} for c in survivors)
-        assert not [n for n in _names(root) if n.startswith(".trash")]
+        assert _names(root / ".trash") == []
         leftovers = _names(root / "t") if survivors else []
         assert not [n for n in leftovers if n.startswith(".") and n != ".head"]
         done = [i.thread for i in (await cp.list_threads_page(status="done")).threads]

@@ -248,7 +248,7 @@ async def test_a_store_of_the_previous_layout_is_indexed_on_first_use(
     _old_store(base, namespace or "")
     async with FileCheckpointer(root, namespace=namespace) as cp:
         assert await _pages(cp, "running") == ["r"]
-        assert (base / ".layout").read_bytes() == b"2\n"
+        assert (base / ".layout").read_bytes() == b"3\n"
         assert await _pages(cp, "interrupted") == ["h"]
         assert await _pages(cp, "waiting") == ["w-late", "w-soon"]
         assert await _pages(cp, "done") == ["d"]
@@ -290,7 +290,7 @@ async def test_a_newer_or_damaged_layout_is_refused(tmp_path: Path) -> None:
     root = tmp_path / "store"
     async with FileCheckpointer(root) as cp:
         await cp.put(make_checkpoint("t", 0))
-    (root / ".layout").write_bytes(b"3\n")
+    (root / ".layout").write_bytes(b"4\n")
     async with FileCheckpointer(root) as newer:
         with pytest.raises(IncompatibleSchema):
             await newer.get("t")

@@ -63,13 +63,13 @@ PLANTS: dict[str, Plant] = {
     "due index": lambda root, base, outside: _link(base / ".due", outside / "index"),
     "layout file": lambda root, base, outside: _link(base / ".layout", outside / "layout"),
     "cursor secret": lambda root, base, outside: _link(root / ".cursor-secret", outside / "secret"),
-    "trash": lambda root, base, outside: _link(base / ".trash-0123456789abcdef", outside / "copy"),
+    "trash": lambda root, base, outside: _link(base / ".trash", outside / "copy"),
     "temp file": lambda root, base, outside: _link(
         base / "t" / ".1.0123456789ab.tmp", outside / "copy" / "t" / "000001.json"
     ),
 }
 #: Plants every method may ignore: names that no call ever opens.
-IGNORED = {"trash", "temp file"}
+IGNORED = {"temp file"}
 #: Plants at or below a thread: the error names the thread.
 THREAD_LEVEL = {"thread directory", "step file", "head", "lock stripes"}
 

@@ -1,11 +1,13 @@
-"""What a file checkpointer holds for its store: the root, the namespace, the locks.
+"""What a file store holds for its directory: the root, the namespace, the locks.
 
-Opening the directories once saves three ``open`` calls per operation.
-Holding them is safe only while no call uses them after they are closed,
-since a closed descriptor number is soon reused by some other ``open``: so
-every call runs through :meth:`StoreDirectories.run`, and :meth:`release`
-waits for the calls in flight before it closes anything. The root also keeps
-the store's cursor secret; the namespace, one lock file per stripe of threads.
+One :class:`StoreDirectories` serves every part of a store (checkpoints,
+records, events). Opening the directories once saves three ``open`` calls
+per operation. Holding them is safe only while no call uses them after they
+are closed, since a closed descriptor number is soon reused by some other
+``open``: so every call runs through :meth:`StoreDirectories.run`, and
+:meth:`release` waits for the calls in flight before it closes anything. The
+root also keeps the store's cursor secret; the namespace, one lock file per
+stripe of names (a thread and its record share one name, so one lock).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class StoreDirectories:
         self._root: int | None = None
         self._base: int | None = None
         self._locks: int | None = None
+        self._held: dict[str, int] = {}
 
     def run(self, fn: Callable[[], _T]) -> _T:
         """``fn()``, counted as in flight so that :meth:`release` waits for it."""
@@ -78,7 +81,8 @@ class StoreDirectories:
         with self._idle:
             self._released = True
             self._idle.wait_for(lambda: self._busy == 0)
-        for fd in {fd for fd in (self._root, self._base, self._locks) if fd is not None}:
+        held = (self._root, self._base, self._locks, *self._held.values())
+        for fd in {fd for fd in held if fd is not None}:
             os.close(fd)
 
     @overload
@@ -154,13 +158,35 @@ class StoreDirectories:
             fd = inner
         return fd
 
+    def inner(self, name: str, create: bool) -> int | None:
+        """The namespace's directory ``name`` (made when missing and ``create``), held
+        until :meth:`release`; None when it (or the namespace) does not exist."""
+        fd = self._held.get(name)
+        if fd is None:
+            base = self.base(create)
+            if base is None:
+                return None
+            with self._opening:
+                fd = self._held.get(name)
+                if fd is None:
+                    what = f"the store's {name} directory"
+                    mode = self._modes.directory
+                    fd = make_dir(base, name, what, mode) if create else open_dir(base, name, what)
+                    if fd is not None:
+                        self._held[name] = fd
+        return fd
+
     @contextlib.contextmanager
-    def locked(self, thread: str) -> Iterator[None]:
-        """Hold the thread's exclusive lock; the kernel drops it if the process dies.
+    def locked(self, *names: str) -> Iterator[None]:
+        """Hold the exclusive locks of ``names``; the kernel drops them if the process dies.
 
         Lock files live apart from thread directories and are never deleted, so
         no writer can hold a lock on an unlinked file while another locks its
-        replacement; 1,024 stripes bound their number.
+        replacement; 1,024 stripes bound their number. The stripes of all
+        ``names`` are taken at once, in stripe order, and each only once: two
+        descriptors of one stripe in one process would wait for each other,
+        and one order everywhere keeps processes from waiting in a circle.
+        Callers never nest these blocks.
         """
         if self._locks is None:
             base = self.base(create=True)
@@ -168,15 +194,17 @@ class StoreDirectories:
                 if self._locks is None:
                     what = "the lock directory"
                     self._locks = make_dir(base, _LOCKS, what, self._modes.directory)
-        digest = hashlib.blake2b(thread.encode(), digest_size=8).digest()
-        stripe = f"{int.from_bytes(digest, 'big') % _LOCK_STRIPES:03x}"
-        what = f"the lock of thread {thread!r}"
-        fd = create_file(self._locks, stripe, os.O_RDWR, what, self._modes.file)
+        subject = names[0]  # what the call is about: a thread, or the event log
+        what = f"the lock of {'' if subject.startswith('.') else 'thread '}{subject!r}"
+        fds: list[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            for stripe in sorted({_stripe(name) for name in names}):
+                fds.append(create_file(self._locks, stripe, os.O_RDWR, what, self._modes.file))
+                fcntl.flock(fds[-1], fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
 
     def secret(self) -> bytes:
         """32 random bytes in a ``0o600`` file at the root, the same for every
@@ -191,3 +219,8 @@ class StoreDirectories:
         if found is None or len(found[0]) != SECRET_BYTES:
             raise CheckpointCorrupted(f"{what} is damaged")
         return found[0]
+
+
+def _stripe(name: str) -> str:
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return f"{int.from_bytes(digest, 'big') % _LOCK_STRIPES:03x}"

@@ -17,7 +17,7 @@ import orjson
 from xxhash import xxh3_64_hexdigest
 
 from agentflow.checkpoint.backend import EncodedCheckpoint
-from agentflow.checkpoint.base import ThreadInfo
+from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
 from agentflow.errors import CheckpointCorrupted
 
 __all__ = ["HEADER_MAX", "Header", "header_bytes", "parse", "payload_of", "step_name", "step_of"]
@@ -44,9 +44,12 @@ class Header(NamedTuple):
     done: bool
     wake_at: str | None
 
-    def info(self, thread: str, step: int) -> ThreadInfo:
-        """The summary of ``thread`` when this is its latest step."""
-        return ThreadInfo(thread, step, self.interrupted, self.done, self.ts, self.wake_at)
+    def info(self, thread: str, step: int, run_status: ThreadStatus | None) -> ThreadInfo:
+        """The summary of ``thread`` when this is its latest step (and its record
+        imposes ``run_status``)."""
+        return ThreadInfo(
+            thread, step, self.interrupted, self.done, self.ts, self.wake_at, run_status
+        )
 
 
 def step_name(step: int) -> str:

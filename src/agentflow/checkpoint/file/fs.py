@@ -191,15 +191,17 @@ def unlink(directory: int, name: str) -> bool:
     return True
 
 
-def link_replace(directory: int, source: str, target: str) -> None:
-    """Atomically make ``target`` another name of the file ``source``."""
+def link_replace(directory: int, source: str, target: str, into: int | None = None) -> None:
+    """Atomically make ``target`` (in ``into``, else in ``directory``) another name
+    of the file ``source`` of ``directory``."""
+    into = directory if into is None else into
     temp = f".{target.lstrip('.')}.{secrets.token_hex(6)}.tmp"
-    os.link(source, temp, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False)
+    os.link(source, temp, src_dir_fd=directory, dst_dir_fd=into, follow_symlinks=False)
     try:
-        os.replace(temp, target, src_dir_fd=directory, dst_dir_fd=directory)
+        os.replace(temp, target, src_dir_fd=into, dst_dir_fd=into)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=directory)
+            os.unlink(temp, dir_fd=into)
         raise
 
 

@@ -3,14 +3,17 @@
 ```
 <base>/.status/<status>/<thread>                        one empty file per thread
 <base>/.due/<wake_us >> 32 :08x>/<wake_us:016x>/<thread>  one per thread waiting on a timer
-<base>/.layout                                          "2": these indexes are complete
 ```
+
+A thread's status is its record's where the record imposes one
+(``reconciliation_required``, ``failed``), else its latest step's; its wake
+instant is always its latest step's, so ``list_due`` sees it either way.
 
 Fixed-width hex sorts as the number does, so listing the directories in name
 order walks the waiting threads in (wake instant, thread) order; a due bucket
 spans about 72 minutes, so a pass lists the buckets that are due and not the
 far future. An entry is a hint that readers check against the thread's
-latest step: a writer adds the entry of the state a step brings before that
+latest step and record: a writer adds the entry of the state a step brings before that
 step becomes the latest and removes the old entry after, so a kill at any
 instant leaves at most an extra entry, never a missing one, and a reader
 that meets an extra one has it removed under the thread's lock.
@@ -23,36 +26,23 @@ from collections.abc import Iterator
 from typing import Final, NamedTuple
 
 from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
-from agentflow.checkpoint.file.fs import (
-    create_file,
-    listdir,
-    opened,
-    publish,
-    read_file,
-    rmdir,
-    unlink,
-)
+from agentflow.checkpoint.file.fs import create_file, listdir, opened, rmdir, unlink
 from agentflow.checkpoint.timestamps import parse_instant
-from agentflow.errors import CheckpointCorrupted, CheckpointError
+from agentflow.errors import CheckpointError
 
 __all__ = [
-    "LAYOUT_VERSION",
     "Modes",
     "ThreadState",
     "add",
     "drop_due",
     "drop_status",
     "due",
-    "layout_version",
-    "mark_complete",
     "retire",
     "with_status",
 ]
 
-LAYOUT_VERSION: Final = 2
 _STATUS: Final = ".status"
 _DUE: Final = ".due"
-_LAYOUT: Final = ".layout"
 _WHAT: Final = "a directory of the store's index"
 _BUCKET_BITS: Final = 32
 #: A writer retries when a due directory on its way was removed (emptied) meanwhile.
@@ -67,23 +57,31 @@ class Modes(NamedTuple):
 
 
 class ThreadState(NamedTuple):
-    """What the indexes record of a thread: its status, and its wake instant if waiting."""
+    """What the indexes record of a thread: its status, and its wake instant if its
+    latest step waits on a timer."""
 
     status: ThreadStatus
     wake_us: int | None
 
     @classmethod
-    def of(cls, interrupted: bool, done: bool, wake_at: str | None) -> ThreadState:
-        """The state of a latest step with these flags (as :attr:`ThreadInfo.status`)."""
+    def of(
+        cls,
+        interrupted: bool,
+        done: bool,
+        wake_at: str | None,
+        run_status: ThreadStatus | None = None,
+    ) -> ThreadState:
+        """The state of a thread whose latest step has these flags and whose record
+        imposes ``run_status`` (as :attr:`ThreadInfo.status`)."""
         if done or not interrupted:
-            return cls("done" if done else "running", None)
+            return cls(run_status or ("done" if done else "running"), None)
         if wake_at is None:
-            return cls("interrupted", None)
-        return cls("waiting", parse_instant(wake_at))
+            return cls(run_status or "interrupted", None)
+        return cls(run_status or "waiting", parse_instant(wake_at))
 
     @classmethod
     def of_info(cls, info: ThreadInfo) -> ThreadState:
-        return cls.of(info.interrupted, info.done, info.wake_at)
+        return cls.of(info.interrupted, info.done, info.wake_at, info.run_status)
 
 
 def _due_dirs(wake_us: int) -> tuple[str, str, str]:
@@ -166,19 +164,3 @@ def due(base: int, now_us: int, after: tuple[int, str] | None) -> Iterator[tuple
             for thread in listdir(base, (_DUE, bucket, instant), _WHAT):
                 if after is None or (wake_us, thread) > after:
                     yield wake_us, thread
-
-
-def layout_version(base: int) -> int | None:
-    """The layout version recorded in ``base``, None when none is (a store to migrate)."""
-    found = read_file(base, _LAYOUT, "the store's layout file", 64)
-    if found is None:
-        return None
-    text = found[0].strip()
-    if not text.isdigit() or not text.isascii():
-        raise CheckpointCorrupted("the store's layout file is damaged")
-    return int(text)
-
-
-def mark_complete(base: int, modes: Modes) -> None:
-    """Record that every thread of ``base`` is indexed."""
-    publish(base, _LAYOUT, f"{LAYOUT_VERSION}\n".encode(), modes.file)

@@ -16,6 +16,7 @@ import secrets
 from typing import Final, NamedTuple
 
 from agentflow.checkpoint.backend import EncodedCheckpoint
+from agentflow.checkpoint.base import ThreadStatus
 from agentflow.checkpoint.file import index
 from agentflow.checkpoint.file.format import (
     HEADER_MAX,
@@ -105,9 +106,10 @@ class StepFile(NamedTuple):
     data: bytes
     start: int
 
-    def state(self) -> ThreadState:
+    def state(self, run_status: ThreadStatus | None = None) -> ThreadState:
+        """The thread's state when this is its latest step (``run_status``: its record's)."""
         header = self.header
-        return ThreadState.of(header.interrupted, header.done, header.wake_at)
+        return ThreadState.of(header.interrupted, header.done, header.wake_at, run_status)
 
 
 def steps(tfd: int) -> set[int]:
@@ -209,9 +211,11 @@ def prune(
     before_step: int | None,
     cutoff_us: int | None,
     modes: Modes,
+    run_status: ThreadStatus | None,
 ) -> tuple[int, int]:
     """Remove the steps below ``before_step`` and older than ``cutoff_us``, under the
-    thread's lock; return how many went and how many are left."""
+    thread's lock (its record imposes ``run_status``); return how many went and how
+    many are left."""
     listed = _listing(tfd, thread)
     doomed = set()
     for step in listed:
@@ -225,8 +229,8 @@ def prune(
         return 0, len(kept)
     old = new = None
     if listed[-1] in doomed:  # the head moves to the highest kept step before the latest goes
-        old = _state(tfd, thread, listed[-1])
-        new = _state(tfd, thread, kept[-1]) if kept else None
+        old = _state(tfd, thread, listed[-1], run_status)
+        new = _state(tfd, thread, kept[-1], run_status) if kept else None
         if new is not None and new != old:
             index.add(base, new, thread, modes)
         if kept:
@@ -240,6 +244,6 @@ def prune(
     return removed, len(kept)
 
 
-def _state(tfd: int, thread: str, step: int) -> ThreadState | None:
+def _state(tfd: int, thread: str, step: int, run_status: ThreadStatus | None) -> ThreadState | None:
     found = read(tfd, thread, step, whole=False)
-    return None if found is None else found.state()
+    return None if found is None else found.state(run_status)

@@ -1,4 +1,4 @@
-"""A run's head file in the file durable store, and the files it names.
+"""A run's head file in the file store, and the files it names.
 
 A run directory holds ``head`` and immutable part files: ``body.<g>`` and
 one ``m.<i>.<g>`` / ``t.<i>.<g>`` per model / tool journal entry, where
@@ -25,7 +25,7 @@ from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.rows import RunHead, RunRow
-from agentflow.durable.transitions import JournalPut, JournalReplace, Write
+from agentflow.durable.transitions import JournalReplace, Write
 
 __all__ = [
     "FORMAT",
@@ -144,14 +144,14 @@ def planned(old: StoredHead, write: Write) -> tuple[StoredHead, dict[str, bytes]
         ):
             journals[kind], made = _replaced(kind, old.journal(kind), entries, generation)
             files.update(made)
-    elif isinstance(write.journal, JournalPut):
-        put = write.journal
-        parts = list(old.journal(put.kind))
-        if put.index > len(parts):
-            raise _damaged(old.key, "its journal is shorter than the caller's snapshot")
-        parts[put.index : put.index + 1] = [Part(generation, digest(put.entry))]
-        journals[put.kind] = tuple(parts)
-        files[entry_name(put.kind, put.index, generation)] = put.entry
+    else:
+        for put in write.journal or ():  # in order: a receipt, then the next start
+            parts = list(journals[put.kind])
+            if put.index > len(parts):
+                raise _damaged(old.key, "its journal is shorter than the caller's snapshot")
+            parts[put.index : put.index + 1] = [Part(generation, digest(put.entry))]
+            journals[put.kind] = tuple(parts)
+            files[entry_name(put.kind, put.index, generation)] = put.entry
     stored = StoredHead(
         old.key, head, body, journals[OperationKind.MODEL], journals[OperationKind.TOOL]
     )

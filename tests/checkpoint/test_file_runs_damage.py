@@ -1,4 +1,4 @@
-"""Damaged files of the file durable store raise DurableCorrupted and are never written
+"""Damaged record and event files of the file store raise DurableCorrupted and are never written
 over; what a killed writer leaves (extra index entries, orphan parts, drawn but
 unaccepted events) is skipped and cleaned."""
 
@@ -14,19 +14,17 @@ from typing import Any
 
 import pytest
 
+from agentflow.checkpoint.file import FileCheckpointer, rundir
+from agentflow.checkpoint.file import runs as file_module
+from agentflow.checkpoint.file.heads import digest
+from agentflow.checkpoint.file.names import key_path
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.stores import file as file_module
-from agentflow.durable.stores import file_run
-from agentflow.durable.stores.file import FileDurableStore
-from agentflow.durable.stores.file_events import FileRunEventStore
-from agentflow.durable.stores.file_names import key_path
-from agentflow.durable.stores.file_rows import digest
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, claimed, lapse, take
 from agentflow.durable.transitions import plan_progress
-from tests.durable.backends.file import run_dir
+from tests.backends.file import run_dir
 
 
 @pytest.fixture
@@ -35,8 +33,8 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(root: Path) -> AsyncIterator[FileDurableStore]:
-    async with FileDurableStore(root) as opened:
+async def store(root: Path) -> AsyncIterator[FileCheckpointer]:
+    async with FileCheckpointer(root) as opened:
         yield opened
 
 
@@ -57,7 +55,7 @@ def _set(name: str, value: object) -> Callable[[dict[str, Any]], None]:
     return lambda fields: fields.__setitem__(name, value)
 
 
-async def _every_call_refuses(store: FileDurableStore, root: Path) -> None:
+async def _every_call_refuses(store: FileCheckpointer, root: Path) -> None:
     """Reads and writes of run-1 raise DurableCorrupted, and its files stay as they are."""
     before = {path.name: path.read_bytes() for path in run_dir(root, None, "run-1").iterdir()}
     snapshot = make_record()
@@ -82,7 +80,7 @@ async def _every_call_refuses(store: FileDurableStore, root: Path) -> None:
     ["flipped byte", "truncated", "empty", "status", "revision", "claim_token", "body part"],
 )
 async def test_a_damaged_head_raises_on_every_call(
-    root: Path, store: FileDurableStore, damage: str
+    root: Path, store: FileCheckpointer, damage: str
 ) -> None:
     await store.create(make_record())
     head = _head(root)
@@ -111,7 +109,7 @@ async def test_a_damaged_head_raises_on_every_call(
     ],
 )
 async def test_a_head_that_disagrees_with_its_run_raises(
-    root: Path, store: FileDurableStore, change: Callable[[dict[str, Any]], None]
+    root: Path, store: FileCheckpointer, change: Callable[[dict[str, Any]], None]
 ) -> None:
     await store.create(make_record())
     resign(root, change)
@@ -120,7 +118,7 @@ async def test_a_head_that_disagrees_with_its_run_raises(
 
 
 async def test_damaged_or_lost_parts_raise_and_are_not_written_over(
-    root: Path, store: FileDurableStore
+    root: Path, store: FileCheckpointer
 ) -> None:
     record = await claimed(store)
     record = await store.record_operation(
@@ -145,12 +143,12 @@ async def test_damaged_or_lost_parts_raise_and_are_not_written_over(
 
 
 async def test_a_load_that_meets_a_replaced_part_reads_again(
-    root: Path, store: FileDurableStore, monkeypatch: pytest.MonkeyPatch
+    root: Path, store: FileCheckpointer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A writer in between a reader's head and its parts: the reader reads again
     (at last under the run's lock) and gets the new record, whole."""
     record = await claimed(store)
-    real = file_run.read_head
+    real = rundir.read_head
     meddle = [2]  # writes slipped in after the first two lock-free head reads
 
     def read_head_then_write(run: int, key: str) -> Any:
@@ -162,9 +160,8 @@ async def test_a_load_that_meets_a_replaced_part_reads_again(
                 replace(record, shared_state={"n": meddle[0]}), claim_token="owner-a"
             )
             monkeypatch.setattr(file_module, "read_head", real)  # the writer reads as usual
-            lease = store._write(write)
+            record = store._write(write)  # the lock is the reader's to wait for: not taken
             monkeypatch.setattr(file_module, "read_head", read_head_then_write)
-            record = replace(write.record, lease_expires_at_ms=lease)
         return head
 
     monkeypatch.setattr(file_module, "read_head", read_head_then_write)
@@ -175,7 +172,7 @@ async def test_a_load_that_meets_a_replaced_part_reads_again(
 
 
 async def test_an_extra_index_entry_is_skipped_and_removed(
-    root: Path, store: FileDurableStore
+    root: Path, store: FileCheckpointer
 ) -> None:
     """What a writer killed between adding its new status entry and its head leaves."""
     for key in ("a", "b", "c"):
@@ -192,7 +189,7 @@ async def test_an_extra_index_entry_is_skipped_and_removed(
 
 
 async def test_a_recovery_claim_sweeps_what_a_killed_writer_left(
-    root: Path, store: FileDurableStore
+    root: Path, store: FileCheckpointer
 ) -> None:
     await store.create(make_record())
     await take(store, "dead", lease_ms=LAPSED_MS)
@@ -217,7 +214,7 @@ def _name(text: str) -> str:
 
 async def test_damaged_events_raise_on_replay_and_append(root: Path) -> None:
     event = {"type": "step", "run_id": "run-a"}
-    async with FileRunEventStore(root) as events:
+    async with FileCheckpointer(root) as events:
         await events.append_once("e1", event_payload_digest(event), event)
         stored = _event_file(root, "seq", f"{1:016x}")  # one file under every name
         data = stored.read_bytes()
@@ -235,33 +232,35 @@ async def test_damaged_events_raise_on_replay_and_append(root: Path) -> None:
 async def test_a_drawn_but_unaccepted_event_is_skipped(root: Path) -> None:
     """What an append killed before its commit leaves: a sequence, an index entry."""
     payloads = [{"type": "step", "run_id": "run-a", "n": n} for n in range(3)]
-    async with FileRunEventStore(root) as events:
+    async with FileCheckpointer(root) as events:
         first = await events.append_once("e0", event_payload_digest(payloads[0]), payloads[0])
         ids = _event_file(root, "ids")
         accepted = ids / _name("e1")
         second = await events.append_once("e1", event_payload_digest(payloads[1]), payloads[1])
         accepted.unlink()  # as if the append died before linking its id
-    async with FileRunEventStore(root) as events:
+    async with FileCheckpointer(root) as events:
         page = await events.replay("run-a")
         again = await events.append_once("e1", event_payload_digest(payloads[1]), payloads[1])
         after = await events.replay("run-a", after=first.cursor)
+        resumed = await events.replay("run-a", after=second.cursor)
     assert [e.event_id for e in page.events] == ["e0"]
-    assert (first.cursor, second.cursor, again.cursor) == (
-        {"sequence": 1},
-        {"sequence": 2},
-        {"sequence": 3},
-    )
-    assert again.inserted and [e.cursor for e in after.events] == [{"sequence": 3}]
+    assert len({str(c) for c in (first.cursor, second.cursor, again.cursor)}) == 3
+    # e1 again under sequence 3: after either earlier cursor, the replay finds it.
+    assert sorted(p.name for p in _event_file(root, "seq").iterdir()) == [
+        f"{n:016x}" for n in (1, 2, 3)
+    ]
+    assert again.inserted and [e.cursor for e in after.events] == [again.cursor]
+    assert [e.event_id for e in resumed.events] == ["e1"]
 
 
 async def test_deletes_racing_finish_what_a_killed_delete_left(root: Path) -> None:
-    opened = [FileDurableStore(root) for _ in range(8)]
+    opened = [FileCheckpointer(root) for _ in range(8)]
     try:
         for n, store in enumerate(opened):
             await store.create(make_record(f"run-{n}"))
         await opened[0].delete("run-0")
         for n in range(20):  # as if deletes were killed between their rename and removal
-            left = root / ".durable" / "trash" / f"left-{n}" / "deep"
+            left = root / ".trash" / f"left-{n}" / "deep"
             left.mkdir(parents=True)
             (left / "body.0").write_bytes(b"x" * 100)
         deleted = await asyncio.gather(
@@ -272,4 +271,4 @@ async def test_deletes_racing_finish_what_a_killed_delete_left(root: Path) -> No
         for store in opened:
             await store.close()
     assert deleted == [True] * 7 and listed.runs == []
-    assert list((root / ".durable" / "trash").iterdir()) == []
+    assert list((root / ".trash").iterdir()) == []

@@ -1,4 +1,4 @@
-"""Where the file durable store puts a run key: names that sort as the keys do.
+"""Where the file store puts a run key: names that sort as the keys do.
 
 A run key is any string of up to 512 UTF-8 bytes, so it cannot be a file name
 (255 bytes, no ``/``). Its name is the lowercase hex of its UTF-8 bytes, which
@@ -33,7 +33,7 @@ CHUNK: Final = 254
 _LEAF: Final = "-"
 _BRANCH: Final = "~"
 _HEX: Final = frozenset("0123456789abcdef")
-_WHAT: Final = "a directory of the durable store's index"
+_WHAT: Final = "a directory of the run index"
 
 
 def key_path(key: str) -> tuple[str, ...]:

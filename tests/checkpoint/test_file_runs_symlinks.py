@@ -1,4 +1,4 @@
-"""The file durable store never follows a symbolic link planted under its root.
+"""The file store's records and events never follow a symbolic link planted under its root.
 
 As for the file checkpointer (tests/checkpoint/test_file_symlinks.py): each
 case plants links, at one level of the durable layout, to a directory
@@ -19,12 +19,11 @@ from typing import Any
 
 import pytest
 
+from agentflow.checkpoint.file import FileCheckpointer
+from agentflow.checkpoint.file.names import key_path
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import DurableConflict
-from agentflow.durable.stores.file import FileDurableStore
-from agentflow.durable.stores.file_events import FileRunEventStore
-from agentflow.durable.stores.file_names import key_path
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, take
 from agentflow.errors import CheckpointCorrupted
@@ -58,7 +57,7 @@ PLANTS: dict[str, Callable[[Path, Path, Path], None]] = {
     "status directory": _at("status"),
     "status index": _at("status", "running"),
     "index entry": _at("status", "running", RUN),
-    "trash": _at("trash"),
+    "trash": lambda root, base, outside: _link(base / ".trash", outside / "copy" / ".trash"),
     "event directory": _at("events"),
     "event ids": _at("events", "ids"),
     "accepted event": _at("events", "ids", _h("e1")),
@@ -72,7 +71,7 @@ PLANTS: dict[str, Callable[[Path, Path, Path], None]] = {
 IGNORED = {"head in the making", "append in the making", "index entry"}
 
 
-async def _life(store: FileDurableStore) -> None:
+async def _life(store: FileCheckpointer) -> None:
     record = await store.load("run-1")
     assert record is not None
     await store.renew_claim("run-1", claim_token="owner", lease_ms=LIVE_MS)
@@ -83,7 +82,7 @@ async def _life(store: FileDurableStore) -> None:
 
 
 #: Every call, on a store where run-1 is claimed by "owner" with one journal entry.
-CALLS: list[Callable[[FileDurableStore, FileRunEventStore], Awaitable[Any]]] = [
+CALLS: list[Callable[[FileCheckpointer, FileCheckpointer], Awaitable[Any]]] = [
     lambda store, events: store.load("run-1"),
     lambda store, events: store.list_runs(),
     lambda store, events: store.list_runs(status=CheckpointStatus.RUNNING, limit=1),
@@ -99,10 +98,8 @@ CALLS: list[Callable[[FileDurableStore, FileRunEventStore], Awaitable[Any]]] = [
 
 
 async def _store(root: Path) -> None:
-    async with (
-        FileDurableStore(root, namespace=NAMESPACE) as store,
-        FileRunEventStore(root, namespace=NAMESPACE) as events,
-    ):
+    async with FileCheckpointer(root, namespace=NAMESPACE) as store:
+        events = store
         for key in ("run-1", "run-2", "run-3"):
             await store.create(make_record(key))
         record = await take(store, "owner")
@@ -127,10 +124,8 @@ async def test_a_planted_link_is_refused_and_nothing_outside_changes(
     before = _snapshot(outside)
 
     refused: list[int] = []
-    async with (
-        FileDurableStore(root, namespace=NAMESPACE) as store,
-        FileRunEventStore(root, namespace=NAMESPACE) as events,
-    ):
+    async with FileCheckpointer(root, namespace=NAMESPACE) as store:
+        events = store
         for number, call in enumerate(CALLS):
             try:
                 await call(store, events)

@@ -1,4 +1,4 @@
-"""One run's directory in the file durable store, given its descriptor.
+"""One run's directory in the file store, given its descriptor.
 
 Writers hold the run's lock. A write creates its new part files (names no
 head has named yet, so no reader can be reading them), fsyncs them, writes
@@ -21,11 +21,11 @@ import re
 from typing import Final
 
 from agentflow.checkpoint.file.fs import create_file, read_file, unlink, write_all
+from agentflow.checkpoint.file.heads import StoredHead, decode_head, digest, encode_head
 from agentflow.checkpoint.file.index import Modes
 from agentflow.durable.enums import OperationKind
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.rows import RunRow
-from agentflow.durable.stores.file_rows import StoredHead, decode_head, digest, encode_head
 
 __all__ = ["HEAD", "PartMissing", "check_body", "commit", "read_head", "read_row", "sweep"]
 

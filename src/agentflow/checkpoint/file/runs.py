@@ -1,50 +1,45 @@
-"""A :class:`~agentflow.durable.DurableStore` in the file checkpointer's store directory.
+"""The file store's records: one directory per run beside the thread's step files.
 
 A run is a directory ``.durable/runs/<name>/`` (see
-:mod:`~agentflow.durable.stores.file_names`) holding a small head file and
-immutable part files (:mod:`~agentflow.durable.stores.file_rows`). Every
-write holds the run's ``flock`` (the checkpointer's lock stripes), checks
-its guard against the head it reads under the lock, and commits by one
-atomic rename of a new head (:mod:`~agentflow.durable.stores.file_run`):
-so compare-and-set holds across the processes of one host. A claim, a
-renewal and an acknowledgement rewrite only the head; a journal transition
-writes one entry file and the head; a body is written only when it changed.
-Each status has an index (``.durable/status/<status>/<name>``, empty files):
-a writer adds the new entry before its head commits and removes the old one
-after, so a kill leaves at most an extra entry, which listings check
-against the head and remove under the run's lock.
+:mod:`~agentflow.checkpoint.file.names`) holding a small head file and
+immutable part files (:mod:`~agentflow.checkpoint.file.heads`). Every write
+holds the lock of the run's key, which is its thread's lock, so a record
+write and a step write of one thread never interleave; it checks its guard
+against the head it reads under the lock and commits by one atomic rename
+of a new head (:mod:`~agentflow.checkpoint.file.rundir`): compare-and-set
+holds across the processes of one host. A claim, a renewal and an
+acknowledgement rewrite only the head; a journal transition writes one entry
+file and the head; a body is written only when it changed.
+
+Two indexes follow each write, both as empty files that a writer adds
+before its head commits and removes after (a kill leaves at most an extra
+entry, which listings check and remove under the lock): the run's status
+(``.durable/status/<status>/<name>``, for ``list_runs(status=)``), and,
+when the record starts or stops imposing a thread status
+(``reconciliation_required``, ``failed``), the thread's status marker
+(:meth:`FileRuns._marking`).
 
 Leases run on this machine's wall clock, read under the run's lock: every
 process on one host agrees on who holds a run. ``flock`` is local to one
-kernel, so the store is for one host (not NFS); use a server store for
-workers on several machines.
+kernel, so the store is for one host (not NFS).
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
-import os
-import secrets
-import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final, ParamSpec, TypeVar
 
-from agentflow.checkpoint.file import from_url as checkpointer_from_url
-from agentflow.checkpoint.file.fs import listdir, opened
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
-from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
-from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
-from agentflow.checkpoint.timestamps import wall_clock_ms
-from agentflow.durable.paged import ListedRuns
-from agentflow.durable.planned import PlannedWrites
-from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunSummary
-from agentflow.durable.stores.file_base import FileStoreBase
-from agentflow.durable.stores.file_names import add_entry, drop_entry, key_of, key_path, walk
-from agentflow.durable.stores.file_rows import StoredHead, planned, stored_of
-from agentflow.durable.stores.file_run import (
+from agentflow.checkpoint.base import ThreadStatus
+from agentflow.checkpoint.file.directories import StoreDirectories
+from agentflow.checkpoint.file.fs import opened
+from agentflow.checkpoint.file.heads import StoredHead, planned, stored_of
+from agentflow.checkpoint.file.index import Modes
+from agentflow.checkpoint.file.layout import DURABLE
+from agentflow.checkpoint.file.names import add_entry, drop_entry, key_of, key_path, walk
+from agentflow.checkpoint.file.rundir import (
     PartMissing,
     check_body,
     commit,
@@ -52,38 +47,68 @@ from agentflow.durable.stores.file_run import (
     read_row,
     sweep,
 )
+from agentflow.checkpoint.runs import RunsBase
+from agentflow.checkpoint.store_base import run_thread_status
+from agentflow.checkpoint.timestamps import wall_clock_ms
+from agentflow.durable.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError
+from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.rows import RunSummary
 from agentflow.durable.transitions import Write, refusal
 from agentflow.durable.validators import validate_checkpoint_key
 
-if TYPE_CHECKING:
-    from agentflow.checkpoint.sealing import KeyRing
+__all__ = ["RUNS", "FileRuns"]
 
-__all__ = ["FileDurableStore", "from_url"]
-
-_RUNS: Final = "runs"
+RUNS: Final = "runs"
 _STATUS: Final = "status"
-_TRASH: Final = "trash"
 #: Reads without the lock before one under it, when writers keep replacing parts.
 _UNLOCKED_READS: Final = 2
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
-class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
-    """Durable records of runs as files under ``root``, beside its checkpoints.
+class FileRuns(RunsBase, abc.ABC):
+    """The record part of :class:`~agentflow.checkpoint.file.FileCheckpointer`."""
 
-    Takes the arguments of :class:`~agentflow.checkpoint.file.FileCheckpointer`
-    (``root``, ``secure_permissions``, ``namespace``); the durable directory
-    is created by the first write. Safe for many processes on one host.
-    """
+    _dirs: StoreDirectories
+    _modes: Modes
+
+    @abc.abstractmethod
+    async def _io(
+        self, operation: str, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """``fn`` on a worker thread; failures become agentflow's errors for ``operation``."""
+
+    @abc.abstractmethod
+    def _lock(self, *names: str) -> contextlib.AbstractContextManager[None]:
+        """The locks of ``names`` (a key is its thread's name), once the layout is ready."""
+
+    @abc.abstractmethod
+    def _within(
+        self, parts: tuple[str, ...], create: bool
+    ) -> contextlib.AbstractContextManager[int | None]:
+        """The directory ``.durable/parts...`` (made when ``create``), None when missing."""
+
+    @abc.abstractmethod
+    def _marking(
+        self, key: str, before: ThreadStatus | None, after: ThreadStatus | None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Around a record write under ``key``'s lock that changes the thread status
+        the record imposes from ``before`` to ``after``: the thread's new status
+        marker before the write, the old one's removal after."""
+
+    @abc.abstractmethod
+    def _discard(self, parent: int, name: str) -> None:
+        """Remove the directory ``name`` of ``parent`` whole, by one rename first."""
 
     # -- directories ----------------------------------------------------------
-
-    def _run_lock(self, key: str) -> contextlib.AbstractContextManager[None]:
-        return self._locked(f"{_RUNS}/{key}")
 
     @contextlib.contextmanager
     def _run_dir(self, key: str, create: bool) -> Iterator[int | None]:
         """The run's directory (made when ``create``), None when missing."""
-        with self._within((_RUNS,), create) as runs:
+        with self._within((RUNS,), create) as runs:
             if runs is None:
                 yield None
                 return
@@ -97,6 +122,10 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
         with opened(runs, key_path(key), what, mode) as fds:
             yield None if fds is None else fds[-1]
 
+    def _head_of(self, key: str) -> StoredHead | None:
+        with self._run_dir(key, create=False) as run:
+            return None if run is None else read_head(run, key)
+
     def _index(self, status: CheckpointStatus, key: str, *, add: bool) -> None:
         with self._within((_STATUS, status.value), add) as index:
             if index is not None:
@@ -108,35 +137,39 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
     def _commit(
         self, run: int, old: StoredHead | None, new: StoredHead, files: dict[str, bytes]
     ) -> None:
-        """Commit ``new`` (under the run's lock), keeping the status index a superset."""
-        moved = old is None or old.head.status is not new.head.status
-        if moved:
-            self._index(new.head.status, new.key, add=True)
-        commit(run, old, new, files, self._modes)
-        if moved and old is not None:
-            self._index(old.head.status, new.key, add=False)
+        """Commit ``new`` (under the run's lock), keeping both indexes supersets."""
+        before = None if old is None else old.head.status
+        moved = before is not new.head.status
+        with self._marking(new.key, _imposed(before), _imposed(new.head.status)):
+            if moved:
+                self._index(new.head.status, new.key, add=True)
+            commit(run, old, new, files, self._modes)
+            if moved and before is not None:
+                self._index(before, new.key, add=False)
 
-    # -- create, load, delete ---------------------------------------------------
+    # -- create, load, delete -------------------------------------------------
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
+        self._check_open()
         row = self._parts.encode_row(checkpoint)
         await self._io("create", self._create, *stored_of(row))
 
     def _create(self, stored: StoredHead, files: dict[str, bytes]) -> None:
-        with self._run_lock(stored.key), self._run_dir(stored.key, create=True) as run:
+        with self._lock(stored.key), self._run_dir(stored.key, create=True) as run:
             assert run is not None
             if read_head(run, stored.key) is not None:
                 raise CheckpointAlreadyExists(f"a record exists under {stored.key!r}")
             self._commit(run, None, stored, files)
 
     async def load(self, key: str) -> DurableCheckpoint | None:
+        self._check_open()
         return await self._io("load", self._load, validate_checkpoint_key(key))
 
     def _load(self, key: str) -> DurableCheckpoint | None:
         for _ in range(_UNLOCKED_READS):
             with contextlib.suppress(PartMissing):  # a writer committed meanwhile
                 return self._read(key, locked=False)
-        with self._run_lock(key):
+        with self._lock(key):
             return self._read(key, locked=True)
 
     def _read(self, key: str, *, locked: bool) -> DurableCheckpoint | None:
@@ -146,41 +179,51 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
                 return None
             return self._parts.decode_row(read_row(run, stored, locked=locked))
 
-    async def delete(self, key: str) -> bool:
-        return await self._io("delete", self._delete, validate_checkpoint_key(key))
+    async def _delete_run(self, key: str, *, force: bool) -> bool:
+        return await self._io("delete", self._locked_call, (key,), self._drop_run, key, force)
 
-    def _delete(self, key: str) -> bool:
-        """Renaming the run's directory away first makes the deletion atomic."""
+    def _locked_call(
+        self, names: tuple[str, ...], fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """``fn`` under the locks of ``names``, for :meth:`_io`."""
+        with self._lock(*names):
+            return fn(*args, **kwargs)
+
+    def _drop_run(self, key: str, force: bool) -> bool:
+        """Delete the record (under its lock), unless a live lease holds it and not
+        ``force``. A damaged head is no lease: its run is deleted, every index
+        entry it may have with it."""
         *branches, leaf = key_path(key)
-        with self._run_lock(key), self._within((_RUNS, *branches), create=False) as parent:
+        with self._within((RUNS, *branches), create=False) as parent:
             if parent is None:
                 return False
             with self._run_dir(key, create=False) as run:
+                if run is None:
+                    return False
                 try:
-                    stored = None if run is None else read_head(run, key)
+                    stored = read_head(run, key)
+                except DurableError:
+                    stored, statuses = None, list(CheckpointStatus)
+                else:
                     statuses = [] if stored is None else [stored.head.status]
-                except DurableError:  # its index entry is unknown: drop every status's
-                    statuses = list(CheckpointStatus)
-            if run is None or not statuses:
+            if not statuses:
                 return False
-            with self._within((_TRASH,), create=True) as trash:
-                assert trash is not None
-                doomed = secrets.token_hex(8)
-                os.rename(leaf, doomed, src_dir_fd=parent, dst_dir_fd=trash)
-                os.fsync(parent)
+            lease = None if stored is None else stored.head.lease_expires_at_ms
+            if not force and lease is not None and lease > wall_clock_ms():
+                raise ClaimActive(f"run {key!r} is held by a live lease; delete it with force")
+            before = None if stored is None else _imposed(stored.head.status)
+            with self._marking(key, before, None):
+                self._discard(parent, leaf)
                 for status in statuses:
                     self._index(status, key, add=False)
-                _remove_tree(trash, doomed)
-                for left in listdir(trash, (), "the durable store's trash"):
-                    # what a delete killed before its removal left: anyone's to finish
-                    _remove_tree(trash, left)
         return True
 
-    # -- claims -----------------------------------------------------------------
+    # -- claims ---------------------------------------------------------------
 
     async def claim(
         self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
     ) -> DurableCheckpoint:
+        self._check_open()
         check_claim_request(cycle_index, claim_token, lease_ms)
         if not claim_token.isascii():
             try:
@@ -195,7 +238,7 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
     def _claim(
         self, key: str, cycle: int, token: str, lease_ms: int, mode: ClaimMode
     ) -> DurableCheckpoint:
-        with self._run_lock(key), self._run_dir(key, create=False) as run:
+        with self._lock(key), self._run_dir(key, create=False) as run:
             stored = None if run is None else read_head(run, key)
             now = wall_clock_ms()
             error = claim_refusal(None if stored is None else stored.head, cycle, now, mode)
@@ -212,12 +255,13 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
             return record
 
     async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
+        self._check_open()
         check_claim_request(1, claim_token, lease_ms)
         key = validate_checkpoint_key(key)
         return await self._io("renew_claim", self._renew, key, claim_token, lease_ms)
 
     def _renew(self, key: str, token: str, lease_ms: int) -> int:
-        with self._run_lock(key), self._run_dir(key, create=False) as run:
+        with self._lock(key), self._run_dir(key, create=False) as run:
             stored = None if run is None else read_head(run, key)
             now = wall_clock_ms()
             error = renew_refusal(None if stored is None else stored.head, token, now)
@@ -233,15 +277,15 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
             commit(run, stored, replace(stored, head=head), {}, self._modes)
             return expiry
 
-    # -- planned writes -----------------------------------------------------------
+    # -- planned writes -------------------------------------------------------
 
     async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:
         """Apply a planned write as one head rename under the run's lock."""
-        lease = await self._io(operation, self._write, write)
-        return replace(write.record, lease_expires_at_ms=lease)
+        return await self._io(operation, self._locked_call, (write.key,), self._write, write)
 
-    def _write(self, write: Write) -> int | None:
-        with self._run_lock(write.key), self._run_dir(write.key, create=False) as run:
+    def _write(self, write: Write) -> DurableCheckpoint:
+        """``write`` applied (the caller holds the run's lock), or its refusal raised."""
+        with self._run_dir(write.key, create=False) as run:
             stored = None if run is None else read_head(run, write.key)
             if stored is None or not write.guard.holds(stored.head):
                 raise refusal(None if stored is None else stored.head, write.guard)
@@ -250,9 +294,9 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
                 check_body(run, stored)
             new, files = planned(stored, write)
             self._commit(run, stored, new, files)
-            return new.head.lease_expires_at_ms
+        return replace(write.record, lease_expires_at_ms=new.head.lease_expires_at_ms)
 
-    # -- listing ------------------------------------------------------------------
+    # -- listing --------------------------------------------------------------
 
     async def _list(
         self, status: CheckpointStatus | None, after: str | None, limit: int
@@ -264,10 +308,10 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
         self, status: CheckpointStatus | None, after: str | None, limit: int
     ) -> list[RunSummary]:
         """Names from one index walk, then one head per run returned (and one peek)."""
-        parts = (_RUNS,) if status is None else (_STATUS, status.value)
+        parts = (RUNS,) if status is None else (_STATUS, status.value)
         found: list[RunSummary] = []
         with (
-            self._within((_RUNS,), create=False) as runs,
+            self._within((RUNS,), create=False) as runs,
             self._within(parts, create=False) as index,
         ):
             if runs is None or index is None:
@@ -285,40 +329,28 @@ class FileDurableStore(PlannedWrites, ListedRuns, FileStoreBase):
                     if len(found) > limit:
                         break
                 elif status is not None:
-                    self._repair(key, status)
+                    self._repair_run(key, status)
         return found
 
-    def _head(self, key: str) -> RunHead | None:
-        with self._run_dir(key, create=False) as run:
-            stored = None if run is None else read_head(run, key)
-            return None if stored is None else stored.head
-
-    def _repair(self, key: str, status: CheckpointStatus) -> None:
+    def _repair_run(self, key: str, status: CheckpointStatus) -> None:
         """Drop an index entry a killed writer left, if under the run's lock it is still stale."""
-        with self._run_lock(key):
-            head = self._head(key)
-            if head is None or head.status is not status:
+        with self._lock(key):
+            stored = self._head_of(key)
+            if stored is None or stored.head.status is not status:
                 self._index(status, key, add=False)
 
+    def _run_status(self, key: str) -> ThreadStatus | None:
+        """The thread status ``key``'s record imposes (None: none, or no record).
 
-def _remove_tree(trash: int, name: str) -> None:
-    """Remove a run renamed into the trash; another delete may be removing it too."""
+        Read past the layout check (a migration asks it), from the held ``.durable``.
+        """
+        durable = self._dirs.inner(DURABLE, create=False)
+        if durable is None:
+            return None
+        with opened(durable, (RUNS, *key_path(key)), f"the directory of run {key!r}") as fds:
+            stored = None if fds is None else read_head(fds[-1], key)
+        return None if stored is None else _imposed(stored.head.status)
 
-    def gone(function: object, path: str, info: tuple[Any, BaseException, Any]) -> None:
-        if not isinstance(info[1], FileNotFoundError):
-            raise info[1]
 
-    shutil.rmtree(name, dir_fd=trash, onerror=gone)
-
-
-def from_url(
-    url: str,
-    *,
-    namespace: str | None = None,
-    create: bool = True,
-    sealing: KeyRing | None = None,
-) -> FileDurableStore:
-    """``file://DIR``, as the checkpointer's (``file:///abs/dir`` for an absolute directory)."""
-    return FileDurableStore(
-        checkpointer_from_url(url).root, namespace=namespace, create=create, sealing=sealing
-    )
+def _imposed(status: CheckpointStatus | None) -> ThreadStatus | None:
+    return None if status is None else run_thread_status(status)

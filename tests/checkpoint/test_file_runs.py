@@ -1,6 +1,6 @@
-"""What is specific to the file durable store: the files each operation writes, the
-head file a renewal rewrites, the local clock, the layout beside the checkpointer,
-long keys, readers racing writers, its URL."""
+"""What is specific to the file store's records and events: the files each operation
+writes, the head file a renewal rewrites, the local clock, the layout beside the
+steps, long keys, readers racing writers, its URL."""
 
 from __future__ import annotations
 
@@ -17,15 +17,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from agentflow.checkpoint.file import FileCheckpointer
+from agentflow.checkpoint import open_store
+from agentflow.checkpoint.file import FileCheckpointer, from_url
+from agentflow.checkpoint.file.layout import LAYOUT_VERSION
 from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import ClaimActive, LeaseLost, RecoveryRequired, RevisionConflict
-from agentflow.durable.stores import open_durable_store
-from agentflow.durable.stores.file import FileDurableStore, from_url
-from agentflow.durable.stores.file_base import LAYOUT_VERSION
-from agentflow.durable.stores.file_events import FileRunEventStore
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
 from agentflow.durable.validators import CapabilityRef
@@ -36,7 +34,7 @@ from agentflow.errors import (
     InvalidStoreUrl,
     StoreClosed,
 )
-from tests.durable.backends.file import run_dir
+from tests.backends.file import run_dir
 
 T = TypeVar("T")
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT
@@ -73,11 +71,9 @@ def recording() -> Iterator[list[str]]:
 
 @asynccontextmanager
 async def stores(root: Path, namespace: str | None = None) -> AsyncIterator[Any]:
-    async with (
-        FileDurableStore(root, namespace=namespace) as store,
-        FileRunEventStore(root, namespace=namespace) as events,
-    ):
-        yield store, events
+    """One store, as its record part and its event part."""
+    async with FileCheckpointer(root, namespace=namespace) as store:
+        yield store, store
 
 
 async def test_each_write_is_its_new_files_and_one_head_rename(tmp_path: Path) -> None:
@@ -177,23 +173,25 @@ async def test_each_write_is_its_new_files_and_one_head_rename(tmp_path: Path) -
 
 async def test_a_renewal_rewrites_the_head_and_leaves_the_body_file_alone(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    async with FileDurableStore(root) as store:
+    async with FileCheckpointer(root) as store:
         record = await claimed(store, shared_state={"notes": "x" * 300_000})
         record = await store.record_operation(
             record, make_tool_entry("run-1", 1), claim_token="owner-a"
         )
         run = run_dir(root, None, "run-1")
         before = {path.name: path.stat() for path in run.iterdir()}
-        for _ in range(3):
-            await store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS)
+        with recording() as seen:
+            for _ in range(3):
+                await store.renew_claim("run-1", claim_token="owner-a", lease_ms=LIVE_MS)
         after = {path.name: path.stat() for path in run.iterdir()}
     assert sorted(before) == sorted(after) == ["body.0", "head", "t.0.2"]
-    for name in ("body.0", "t.0.2"):  # the very same files, untouched
+    for name in ("body.0", "t.0.2"):  # never unlinked, so their inodes cannot be reused
         assert (after[name].st_ino, after[name].st_mtime_ns) == (
             before[name].st_ino,
             before[name].st_mtime_ns,
         )
-    assert after["head"].st_ino != before["head"].st_ino
+    # Each renewal is a new head renamed in (an inode number may come back: not compared).
+    assert seen == ["write .head.tmp", "rename .head.tmp head"] * 3
     assert after["head"].st_size < 2_000 < before["body.0"].st_size
 
 
@@ -201,8 +199,8 @@ async def test_leases_are_judged_on_the_clock_read_under_the_lock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [1_700_000_000_000]
-    monkeypatch.setattr("agentflow.durable.stores.file.wall_clock_ms", lambda: now[0])
-    async with FileDurableStore(tmp_path / "store") as store:
+    monkeypatch.setattr("agentflow.checkpoint.file.runs.wall_clock_ms", lambda: now[0])
+    async with FileCheckpointer(tmp_path / "store") as store:
         await store.create(make_record())
         held = await take(store, "owner-a", lease_ms=1_000)
         assert held.lease_expires_at_ms == now[0] + 1_000
@@ -241,7 +239,7 @@ async def test_long_keys_list_in_byte_order_across_their_directories(
     tmp_path: Path, limit: int
 ) -> None:
     expected = sorted(LONG_KEYS, key=lambda key: key.encode())
-    async with FileDurableStore(tmp_path / "store") as store:
+    async with FileCheckpointer(tmp_path / "store") as store:
         for key in LONG_KEYS:
             await store.create(make_record(key))
         await take(store, "t", key="a" * 512, mode=ClaimMode.RECOVERY)
@@ -264,7 +262,7 @@ async def test_long_keys_list_in_byte_order_across_their_directories(
 
 async def test_readers_racing_writers_read_whole_records(tmp_path: Path) -> None:
     """Lock-free loads meet parts being replaced; they read again, never fail."""
-    async with FileDurableStore(tmp_path / "store") as store:
+    async with FileCheckpointer(tmp_path / "store") as store:
         record = await claimed(store)
         stop = asyncio.Event()
 
@@ -295,21 +293,21 @@ async def test_readers_racing_writers_read_whole_records(tmp_path: Path) -> None
     assert sum(map(len, seen)) > 10
 
 
-async def test_beside_the_checkpointer_and_apart_per_namespace(tmp_path: Path) -> None:
+async def test_beside_the_steps_and_apart_per_namespace(tmp_path: Path) -> None:
     root = tmp_path / "store"
     async with (
-        FileCheckpointer(root, namespace="acme") as checkpointer,
         stores(root, namespace="acme") as (store, events),
-        FileDurableStore(root) as default,
+        FileCheckpointer(root) as default,
     ):
-        await checkpointer.put(make_checkpoint("run-1", 0))
+        await store.put(make_checkpoint("run-1", 0))
         await store.create(make_record())
         await default.create(make_record("other"))
         event = {"type": "step", "run_id": "run-1"}
         await events.append_once("e", event_payload_digest(event), event)
-        threads = [t.thread for t in await checkpointer.list_threads()]
-        got = await checkpointer.get("run-1")
+        threads = [t.thread for t in await store.list_threads()]
+        got = await store.get("run-1")
         listed = [run.key for run in (await store.list_runs()).runs]
+        assert await default.load("run-1") is None and await default.get("run-1") is None
     base = root / ".ns" / b"acme".hex()
     assert threads == ["run-1"] and got is not None and listed == ["run-1"]
     assert sorted(p.name for p in (base / ".durable").iterdir()) == [
@@ -318,9 +316,10 @@ async def test_beside_the_checkpointer_and_apart_per_namespace(tmp_path: Path) -
         "runs",
         "status",
     ]
-    assert (base / ".durable" / "layout").read_text() == f"{LAYOUT_VERSION}\n"
+    assert (base / ".layout").read_text() == f"{LAYOUT_VERSION}\n"
+    assert (base / ".durable" / "layout").samefile(base / ".layout")  # one file, two names
     assert run_dir(root, None, "other").is_dir()
-    for path in [base / ".durable", *(base / ".durable").rglob("*")]:
+    for path in [base, *base.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), path
 
@@ -334,10 +333,10 @@ async def test_reads_create_nothing_and_a_writable_root_is_refused(tmp_path: Pat
     assert not root.exists()
     root.mkdir(mode=0o777)
     root.chmod(0o777)
-    async with FileDurableStore(root) as store:
+    async with FileCheckpointer(root) as store:
         with pytest.raises(InvalidArgument):
             await store.create(make_record())
-    async with FileDurableStore(root, secure_permissions=False) as store:
+    async with FileCheckpointer(root, secure_permissions=False) as store:
         await store.create(make_record())
         assert await store.load("run-1") is not None
 
@@ -349,7 +348,7 @@ async def test_a_newer_or_damaged_layout_is_refused(
     tmp_path: Path, text: str, error: type[Exception] | None
 ) -> None:
     root = tmp_path / "store"
-    async with FileDurableStore(root) as store:
+    async with FileCheckpointer(root) as store:
         await store.create(make_record())
     (root / ".durable" / "layout").write_text(text)
     async with stores(root) as (store, events):
@@ -367,7 +366,7 @@ async def test_a_newer_or_damaged_layout_is_refused(
 
 async def test_first_uses_racing_write_one_layout(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    opened = [FileDurableStore(root, namespace="n" if i % 2 else None) for i in range(6)]
+    opened = [FileCheckpointer(root, namespace="n" if i % 2 else None) for i in range(6)]
     try:
         await asyncio.gather(*(s.create(make_record(f"run-{i}")) for i, s in enumerate(opened)))
         assert all([await s.load(f"run-{i}") is not None for i, s in enumerate(opened)])
@@ -375,20 +374,23 @@ async def test_first_uses_racing_write_one_layout(tmp_path: Path) -> None:
         for store in opened:
             await store.close()
     assert sorted(p.name for p in (root / ".durable").iterdir()) == ["layout", "runs", "status"]
+    assert (root / ".layout").read_text() == f"{LAYOUT_VERSION}\n"
 
 
 async def test_from_url_and_closing(tmp_path: Path) -> None:
     url = f"file://{tmp_path}/u"
     store = from_url(url, namespace="t")
     assert store.root == f"{tmp_path}/u" and store.namespace == "t"
+    assert store.database == f"file://{tmp_path}/u"
     await store.create(make_record())
     await store.close()
     await store.close()
     with pytest.raises(StoreClosed):
         await store.load("run-1")
-    again = open_durable_store(url, namespace="t")
+    again = open_store(url, namespace="t")
     try:
-        assert isinstance(again, FileDurableStore) and await again.load("run-1") is not None
+        assert isinstance(again, FileCheckpointer) and await again.load("run-1") is not None
+        assert again.database == store.database
     finally:
         await again.close()
     with pytest.raises(InvalidStoreUrl):

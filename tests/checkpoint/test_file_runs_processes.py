@@ -1,4 +1,4 @@
-"""Processes on one file durable store: racing claims and appends have one winner each,
+"""Processes on one file store's records and events: racing claims and appends have one winner each,
 and a writer killed at any instant leaves every run readable and every index whole.
 
 Racing workers share only the directory and its flocks (tests/durable/racing.py).
@@ -10,6 +10,8 @@ commits, finalizes, deletes, appends) and SIGKILLs it at random moments:
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import multiprocessing
 import os
 import random
@@ -19,12 +21,11 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+from agentflow.checkpoint.file import FileCheckpointer
+from agentflow.checkpoint.file.names import key_of
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import DurableConflict
-from agentflow.durable.stores.file import FileDurableStore
-from agentflow.durable.stores.file_events import FileRunEventStore
-from agentflow.durable.stores.file_names import key_of
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import take
 from tests.durable.racing import race_processes
@@ -35,13 +36,11 @@ RUNS = [f"run-{n}" for n in range(4)]
 
 async def test_racing_processes_claim_and_append_exactly_once(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
-    async with FileDurableStore(root) as store:
-        await race_processes(
-            store, (partial(FileDurableStore, root), partial(FileRunEventStore, root))
-        )
+    async with FileCheckpointer(root) as store:
+        await race_processes(store, (partial(FileCheckpointer, root),) * 2)
 
 
-async def _cycle(store: FileDurableStore, events: FileRunEventStore, rng: random.Random) -> None:
+async def _cycle(store: FileCheckpointer, events: FileCheckpointer, rng: random.Random) -> None:
     """One step of a run's life, whatever state a killed predecessor left it in."""
     key = rng.choice(RUNS)
     record = await store.load(key)
@@ -79,7 +78,8 @@ async def _cycle(store: FileDurableStore, events: FileRunEventStore, rng: random
 
 async def _churn(root: str, seed: int) -> None:
     rng = random.Random(seed)
-    async with FileDurableStore(root) as store, FileRunEventStore(root) as events:
+    async with FileCheckpointer(root) as store:
+        events = store
         while True:
             try:
                 await _cycle(store, events, rng)
@@ -106,7 +106,8 @@ def _index_keys(root: Path, status: CheckpointStatus) -> set[str]:
 
 async def _check(root: Path) -> int:
     """Every run reads whole and sits in its status's index; extra entries get removed."""
-    async with FileDurableStore(root) as store, FileRunEventStore(root) as events:
+    async with FileCheckpointer(root) as store:
+        events = store
         listed = [run.key for run in (await store.list_runs()).runs]
         records = {key: await store.load(key) for key in listed}
         by_status = {
@@ -118,17 +119,23 @@ async def _check(root: Path) -> int:
             assert key in by_status[record.status], (key, record.status)
         for status in CheckpointStatus:
             assert _index_keys(root, status) == set(by_status[status]), status
-        sequences = []
+        cursors = []
         for key in RUNS:
             page = await events.replay(key, limit=10_000)
             assert len({e.event_id for e in page.events}) == len(page.events)
-            sequences += [e.cursor["sequence"] for e in page.events]
+            cursors += [str(e.cursor) for e in page.events]
         event = {"type": "check", "run_id": "checker"}
-        appended = await events.append_once(
-            f"check-{time.time_ns()}", event_payload_digest(event), event
-        )
-    assert len(set(sequences)) == len(sequences)
-    assert appended.cursor["sequence"] > max(sequences, default=0)
+        check_id = f"check-{time.time_ns()}"
+        await events.append_once(check_id, event_payload_digest(event), event)
+    assert len(set(cursors)) == len(cursors)
+    # Every sequence ever drawn is still drawn (deleted events leave an empty file),
+    # and the new event took the next one.
+    log = root / ".durable" / "events"
+    drawn = sorted(int(path.name, 16) for path in (log / "seq").iterdir())
+    assert drawn == list(range(1, len(drawn) + 1))
+    name = hashlib.blake2b(check_id.encode(), digest_size=16).hexdigest()
+    header = json.loads((log / "ids" / name).read_bytes().partition(b"\n")[0])
+    assert header["sequence"] == drawn[-1]
     return len(listed)
 
 
