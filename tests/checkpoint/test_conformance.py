@@ -1,6 +1,10 @@
 """Every backend in tests/backends passes the shared conformance suites."""
 
-from agentflow.checkpoint.testing import CheckpointerConformance, StoreConformance
+from agentflow.checkpoint.testing import (
+    CheckpointerConformance,
+    RestoreConformance,
+    StoreConformance,
+)
 
 
 class TestConformance(CheckpointerConformance):
@@ -8,4 +12,8 @@ class TestConformance(CheckpointerConformance):
 
 
 class TestStoreConformance(StoreConformance):
+    pass
+
+
+class TestRestoreConformance(RestoreConformance):
     pass

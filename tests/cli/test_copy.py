@@ -12,15 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.checkpoint.store import Store
 from agentflow.cli.copy import StoreCopy, source_threads
 from agentflow.cli.demo import build_demo_graph, demo_input
-from agentflow.durable import DurableStore
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.backends.mongodb import scratch_database
 from tests.backends.postgres import DSN, admin_connection
 from tests.cli.support import af, af_tty, command, env
@@ -28,14 +27,14 @@ from tests.cli.support import af, af_tty, command, env
 Contents = dict[str, list[Checkpoint]]
 
 
-async def contents(store: Checkpointer) -> Contents:
+async def contents(store: Store) -> Contents:
     """Every thread's history, revisions included."""
     return {t: [cp async for cp in store.history(t)] async for t in source_threads(store)}
 
 
-async def _fill(store: Checkpointer, prefix: str = "", durable: DurableStore | None = None) -> None:
+async def _fill(store: Store, prefix: str = "") -> None:
     """Threads in every status, a rewritten suspend (revision 2) and a fork."""
-    demo = build_demo_graph().compile(store, durable=durable)
+    demo = build_demo_graph().compile(store)
     await demo.run(demo_input("A-1", 0), thread=f"{prefix}paused")
     await demo.run(demo_input("A-2", 0), thread=f"{prefix}done")
     await demo.resume(f"{prefix}done", "approve")
@@ -53,8 +52,8 @@ def source(tmp_path: Path) -> Path:
     db = tmp_path / "source.db"
 
     async def fill() -> None:
-        async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-            await _fill(store, durable=durable)
+        async with SqliteCheckpointer(db) as store:
+            await _fill(store)
 
     asyncio.run(fill())
     return db
@@ -116,11 +115,8 @@ def test_copy_selects_threads_and_namespaces(tmp_path: Path) -> None:
 
     async def fill() -> None:
         for namespace, prefix in (("acme", ""), ("other", "other-")):
-            async with (
-                SqliteCheckpointer(db, namespace=namespace) as store,
-                SqliteDurableStore(db, namespace=namespace) as durable,
-            ):
-                await _fill(store, prefix, durable)
+            async with SqliteCheckpointer(db, namespace=namespace) as store:
+                await _fill(store, prefix)
 
     asyncio.run(fill())
     dst = tmp_path / "dst.db"
@@ -215,8 +211,8 @@ def test_a_killed_copy_finishes_when_run_again(tmp_path: Path) -> None:
     src, dst = tmp_path / "big.db", tmp_path / "copy.db"
 
     async def fill() -> None:
-        async with SqliteCheckpointer(src) as store, SqliteDurableStore(src) as durable:
-            demo = build_demo_graph().compile(store, durable=durable)
+        async with SqliteCheckpointer(src) as store:
+            demo = build_demo_graph().compile(store)
             await asyncio.gather(
                 *(demo.run(demo_input(f"A-{i}", 0), thread=f"t{i:04}") for i in range(300))
             )

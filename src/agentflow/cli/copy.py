@@ -1,19 +1,27 @@
-"""Copying threads from one store to another through the public protocol.
+"""Copying threads whole from one store to another through the public protocol.
 
-Only ``history``, ``get``, ``list_threads_page``, ``delete_thread`` and
-``put(..., if_revision=)`` are used, so any two backends can be paired. Every
-checkpoint keeps its content (``ts`` included) and its revision: a step
+A thread is its checkpoints, its durable record and its events
+(:class:`~agentflow.checkpoint.store.Store`); a copy carries all three, so a
+run waiting for an operator on the source is waiting on the copy too, and a
+``resume`` there does not make its calls again. Only the protocol is used,
+so any two backends can be paired, and the destination seals or checks every
+part for its own namespace (``--to-namespace``).
+
+Checkpoints keep their content (``ts`` included) and their revision: a step
 stored at revision R is written R times, each write conditional on the one
 before (``if_revision=0, 1, ... R-1``), which is the only way the protocol
-sets a revision. Most steps have revision 1; a resumed suspend has 2.
+sets a revision. The record is carried as stored (status, claim and lease,
+journals, outbox, terminal result, revision) and before the checkpoints;
+events are appended once each (:mod:`agentflow.cli.copy_records`).
 
 A copy can be killed at any point and run again. A thread already at the
-destination is compared step by step with the source: if it is the start of
-the source thread (a copy cut short, or one made before the source went on)
-the copy continues it; if it is identical it is left alone; anything else is
-a different thread, refused unless ``overwrite`` (then it is replaced).
-Afterwards every copied thread is read back from the destination and its
-checkpoint count, latest step and revision are checked against the source's.
+destination is compared with the source: checkpoints step by step (a start
+of the source thread, its last step maybe an older revision, is continued),
+the record by content (an older revision of the same run is replaced whole);
+an identical thread is left alone; anything else is a different thread,
+refused unless ``overwrite`` (then it is replaced). Afterwards every copied
+thread is read back from the destination: its checkpoint count, latest step
+and revision, its record and its events are checked against the source's.
 """
 
 from __future__ import annotations
@@ -24,13 +32,24 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.store import Store
+from agentflow.checkpoint.walk import StoreIds
+from agentflow.cli.copy_records import (
+    EventIds,
+    RecordPlan,
+    copy_events,
+    describe_record,
+    held_events,
+    load_record,
+    plan_record,
+)
 
-__all__ = ["CopyReport", "Outcome", "StoreCopy", "count_threads", "source_threads"]
+__all__ = ["CopyReport", "Outcome", "StoreCopy", "count_threads", "has_thread", "source_threads"]
 
 T = TypeVar("T")
 
-#: Threads read per listing page.
+#: Ids read per listing page.
 _PAGE = 500
 #: What happened to one thread: ``copied`` (new, or continued), ``unchanged``
 #: (already identical), ``replaced`` (differed; overwritten), ``refused``.
@@ -38,12 +57,27 @@ Outcome = Literal["copied", "unchanged", "replaced", "refused"]
 
 
 @dataclass(frozen=True, slots=True)
+class _Steps:
+    """A thread's checkpoints as the read-back compares them."""
+
+    count: int
+    last_step: int | None = None
+    last_revision: int | None = None
+
+    def __str__(self) -> str:
+        if self.count == 0:
+            return "no checkpoints"
+        return (
+            f"{self.count} checkpoints up to step {self.last_step} (revision {self.last_revision})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class _Expected:
     """What the destination must hold for a thread once it is copied."""
 
-    count: int
-    last_step: int
-    last_revision: int
+    steps: _Steps
+    events: EventIds
 
 
 @dataclass
@@ -57,6 +91,12 @@ class CopyReport:
     #: Checkpoints read from the source, and puts sent to the destination.
     checkpoints: int = 0
     writes: int = 0
+    #: Durable records read from the source, and created or restored at the destination.
+    records: int = 0
+    records_written: int = 0
+    #: Events read from the source, and those new at the destination.
+    events: int = 0
+    events_written: int = 0
     #: Threads whose read-back did not match, with what was found.
     mismatched: list[tuple[str, str]] = field(default_factory=list)
 
@@ -64,24 +104,28 @@ class CopyReport:
         return self.outcomes.get(outcome, 0)
 
 
-async def source_threads(store: Checkpointer) -> AsyncIterator[str]:
-    """Every thread id of ``store`` (its namespace), page by page."""
-    cursor: str | None = None
-    while True:
-        page = await store.list_threads_page(limit=_PAGE, cursor=cursor)
-        for info in page.threads:
-            yield info.thread
-        cursor = page.next_cursor
-        if cursor is None:
-            return
+async def source_threads(store: Store) -> AsyncIterator[str]:
+    """Every thread id of ``store`` (its namespace): with checkpoints, a record or both."""
+    async for thread in StoreIds(store, page_size=_PAGE):
+        yield thread
 
 
-async def count_threads(store: Checkpointer) -> int:
+async def count_threads(store: Store) -> int:
     return sum([1 async for _ in source_threads(store)])
+
+
+async def has_thread(store: Store, thread: str) -> bool:
+    """Whether ``store`` holds anything of ``thread`` (a checkpoint or a record)."""
+    return await store.get(thread) is not None or await load_record(store, thread) is not None
 
 
 def _same_content(a: Checkpoint, b: Checkpoint) -> bool:
     return dataclasses.replace(a, revision=0) == dataclasses.replace(b, revision=0)
+
+
+#: A start of the source thread found at the destination: the checkpoints
+#: matched, the last of them (the source's), and the revision the destination has of it.
+_Matched = tuple[int, Checkpoint, int]
 
 
 class StoreCopy:
@@ -89,8 +133,8 @@ class StoreCopy:
 
     def __init__(
         self,
-        source: Checkpointer,
-        destination: Checkpointer,
+        source: Store,
+        destination: Store,
         *,
         overwrite: bool = False,
         concurrency: int = 8,
@@ -150,62 +194,85 @@ class StoreCopy:
             self.on_thread(thread, outcome)
 
     async def _copy_thread(self, thread: str, present: bool | None) -> Outcome:
+        outcome = await self._copy_once(thread, present)
+        if outcome is not None:
+            return outcome
+        if not self.overwrite:
+            return "refused"
+        await self.destination.delete_thread(thread)
+        await self._copy_once(thread, False)
+        return "replaced"
+
+    async def _copy_once(self, thread: str, present: bool | None) -> Outcome | None:
+        """Copy the thread unless the destination holds another one (then None)."""
         source = aiter(self.source.history(thread))
-        existing = await self.destination.get(thread) if present is not False else None
-        outcome: Outcome = "copied"
-        count, last, wrote = 0, None, 0
         try:
-            if existing is not None:
-                matched = await self._continue_from(thread, source, existing)
-                if matched is None:
-                    if not self.overwrite:
-                        return "refused"
-                    await self.destination.delete_thread(thread)
-                    source = aiter(self.source.history(thread))
-                    outcome = "replaced"
-                else:
-                    count, last, wrote = matched
-            async for cp in source:
-                wrote += await self._write(cp, have=0)
-                count, last = count + 1, cp
+            return await self._copy_parts(thread, present, source)
         finally:
             close = getattr(source, "aclose", None)
             if close is not None:
                 await close()
-        if outcome == "copied" and wrote == 0:
-            outcome = "unchanged"
-        self.report.checkpoints += count
-        self.report.writes += wrote
-        if last is not None:
-            self._expected[thread] = _Expected(count, last.step, last.revision)
-        return outcome
 
-    async def _continue_from(
+    async def _copy_parts(
+        self, thread: str, present: bool | None, source: AsyncIterator[Checkpoint]
+    ) -> Outcome | None:
+        """Compare the thread at the destination (writing nothing), then write its
+        record, the rest of its checkpoints and its events, in that order."""
+        matched: _Matched | None = None
+        if present is False:
+            record = RecordPlan.of(await load_record(self.source, thread), None)
+        else:
+            record = await plan_record(self.source, self.destination, thread)
+            existing = await self.destination.get(thread)
+            if existing is not None:
+                matched = await self._match(thread, source, existing)
+                if matched is None:
+                    return None
+            if record.action == "conflict":
+                return None
+        report = self.report
+        report.records += record.source is not None
+        wrote = await record.apply(self.destination)
+        report.records_written += wrote
+        count, last = 0, None
+        if matched is not None:
+            count, last, have = matched
+            wrote += await self._write(last, have=have)
+        async for cp in source:
+            wrote += await self._write(cp, have=0)
+            count, last = count + 1, cp
+        events, added = await copy_events(self.source, self.destination, thread)
+        report.events += len(events)
+        report.events_written += added
+        report.checkpoints += count
+        steps = _Steps(0) if last is None else _Steps(count, last.step, last.revision)
+        self._expected[thread] = _Expected(steps, events)
+        return "copied" if wrote or added else "unchanged"
+
+    async def _match(
         self, thread: str, source: AsyncIterator[Checkpoint], existing: Checkpoint
-    ) -> tuple[int, Checkpoint | None, int] | None:
-        """Match the destination's thread against the start of the source's.
+    ) -> _Matched | None:
+        """Match the destination's thread against the start of the source's, writing nothing.
 
-        Returns ``(checkpoints matched, the last one, puts made)`` when the
-        destination holds a start of the source thread (its last step may be
-        an older revision, which is brought up to date), else None.
+        Returns the checkpoints matched, the source's last matched one and the
+        revision the destination holds of it (which may be older, to be
+        brought up to date) when the destination holds a start of the source
+        thread, else None.
         """
-        count, last, wrote = 0, None, 0
+        count = 0
         held = aiter(self.destination.history(thread))
         try:
             async for theirs in held:
                 ours = await anext(source, None)
                 if ours is None or ours.step != theirs.step or theirs.revision > ours.revision:
                     return None
-                final = theirs.step == existing.step
-                same = _same_content(ours, theirs)
-                if not same and (not final or theirs.revision == ours.revision):
-                    return None  # only the last step may be an older version
-                if not final and theirs.revision != ours.revision:
+                if theirs.step == existing.step:  # only the last step may be an older version
+                    if theirs.revision == ours.revision and not _same_content(ours, theirs):
+                        return None
+                    return count + 1, ours, theirs.revision
+                if theirs.revision != ours.revision or not _same_content(ours, theirs):
                     return None
-                count, last = count + 1, ours
-                if final:
-                    wrote += await self._write(ours, have=theirs.revision)
-                    return count, last, wrote
+                count += 1
         finally:
             close = getattr(held, "aclose", None)
             if close is not None:
@@ -217,27 +284,31 @@ class StoreCopy:
         to ``cp.revision``; return the puts made."""
         for revision in range(have, cp.revision):
             await self.destination.put(cp, if_revision=revision)
-        return max(0, cp.revision - have)
+        wrote = max(0, cp.revision - have)
+        self.report.writes += wrote
+        return wrote
 
     async def _verify(self, thread: str) -> None:
+        """Read the thread back: the checkpoints and events copied must be there,
+        and the record must be the source's as it is now (a source that moved on
+        during the copy is a mismatch: run the copy again)."""
         expected = self._expected[thread]
         count, last = 0, None
         async for cp in self.destination.history(thread):
             count, last = count + 1, cp
-        found = _Expected(count, last.step, last.revision) if last is not None else None
-        if found != expected:
-            self.report.mismatched.append(
-                (thread, f"expected {_describe(expected)}, found {_describe(found)}")
-            )
-
-
-def _describe(expected: _Expected | None) -> str:
-    if expected is None:
-        return "no checkpoints"
-    return (
-        f"{expected.count} checkpoints up to step {expected.last_step} "
-        f"(revision {expected.last_revision})"
-    )
+        steps = _Steps(0) if last is None else _Steps(count, last.step, last.revision)
+        held = await load_record(self.destination, thread)
+        now = await load_record(self.source, thread)
+        missing = expected.events - await held_events(self.destination, thread)
+        why = None
+        if steps != expected.steps:
+            why = f"expected {expected.steps}, found {steps}"
+        elif (None if held is None else held.to_dict()) != (None if now is None else now.to_dict()):
+            why = f"expected the source's {describe_record(now)}, found {describe_record(held)}"
+        elif missing:
+            why = f"{len(missing)} of {len(expected.events)} event(s) missing"
+        if why is not None:
+            self.report.mismatched.append((thread, why))
 
 
 async def _listed(threads: list[str]) -> AsyncIterator[str]:
@@ -250,12 +321,10 @@ async def _unknown(threads: AsyncIterable[str]) -> AsyncIterator[tuple[str, bool
         yield thread, None
 
 
-async def _presence(
-    source: Checkpointer, destination: Checkpointer
-) -> AsyncIterator[tuple[str, bool | None]]:
-    """Every source thread, and whether the destination has it: both listings
-    are in code point order (the protocol's contract), so one walk of each
-    answers for all threads, and a fresh destination costs no read per thread."""
+async def _presence(source: Store, destination: Store) -> AsyncIterator[tuple[str, bool | None]]:
+    """Every source thread, and whether the destination has it: both walks are
+    in code point order, so one walk of each answers for all threads, and a
+    fresh destination costs no read per thread."""
     theirs = aiter(source_threads(destination))
     current = await anext(theirs, None)
     async for thread in source_threads(source):

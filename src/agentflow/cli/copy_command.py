@@ -1,8 +1,10 @@
-"""``agentflow copy SRC_URL DST_URL``: move or back up a store.
+"""``agentflow copy SRC_URL DST_URL``: move or back up a store, threads whole.
 
-The work is :class:`~agentflow.cli.copy.StoreCopy`; this module opens the two
-stores (the source is never created), shows a progress bar on a terminal and
-a summary otherwise, and exits 1 when anything was left uncopied.
+The work is :class:`~agentflow.cli.copy.StoreCopy` (checkpoints, durable
+records and events); this module opens the two stores (the source is never
+created; the destination in ``--to-namespace`` when given, so every part is
+checked or sealed for that namespace), shows a progress bar on a terminal
+and a summary otherwise, and exits 1 when anything was left uncopied.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from agentflow.checkpoint.base import Checkpointer
-from agentflow.cli.copy import CopyReport, Outcome, StoreCopy, count_threads
+from agentflow.checkpoint.store import Store
+from agentflow.cli.copy import CopyReport, Outcome, StoreCopy, count_threads, has_thread
 from agentflow.cli.errors import CopyIncomplete, UsageError
 from agentflow.cli.keys import keyring_from_args
 from agentflow.cli.render import dump_json, inert_json
@@ -28,9 +30,9 @@ __all__ = ["copy"]
 _NAMED = 5
 
 
-async def _named(store: Checkpointer, threads: Sequence[str]) -> AsyncIterator[str]:
+async def _named(store: Store, threads: Sequence[str]) -> AsyncIterator[str]:
     for thread in threads:
-        if await store.get(thread) is None:
+        if not await has_thread(store, thread):
             raise ThreadNotFound(f"thread {thread!r} not found in the source store")
         yield thread
 
@@ -53,6 +55,10 @@ def _summary(report: CopyReport, source: StoreTarget, destination: StoreTarget) 
         "refused": report.refused,
         "checkpoints": report.checkpoints,
         "writes": report.writes,
+        "records": report.records,
+        "records_written": report.records_written,
+        "events": report.events,
+        "events_written": report.events_written,
         "verified": not report.mismatched,
         "mismatched": [{"thread": t, "why": why} for t, why in report.mismatched],
     }
@@ -70,7 +76,10 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
         f"{summary['unchanged']} already there, {summary['replaced']} replaced, "
         f"{len(summary['refused'])} refused)",
         f"checkpoints: {summary['checkpoints']} read, {summary['writes']} written",
-        "verified: every copied thread has the source's checkpoint count, latest step and revision"
+        f"durable records: {summary['records']} read, {summary['records_written']} written",
+        f"events: {summary['events']} read, {summary['events_written']} written",
+        "verified: every copied thread has the source's checkpoint count, latest step and "
+        "revision, its record and its events"
         if summary["verified"]
         else f"verification FAILED for {len(summary['mismatched'])} thread(s)",
     ]
@@ -116,7 +125,7 @@ async def copy(args: Any, console: Console) -> int:
     return 0
 
 
-async def _copy(args: Any, console: Console, src: Checkpointer, dst: Checkpointer) -> CopyReport:
+async def _copy(args: Any, console: Console, src: Store, dst: Store) -> CopyReport:
     named: list[str] = args.thread or []
     threads = _named(src, named) if named else None  # None: all, paired with the destination
     if not console.is_terminal or getattr(args, "json", False):

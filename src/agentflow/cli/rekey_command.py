@@ -1,10 +1,12 @@
 """``agentflow rekey``: re-seal a store with the current sealing key, online.
 
-The work is :func:`~agentflow.checkpoint.sealing.rekey_command`; this module
-checks the flags against the keys given, opens the store (never creating it)
-with the codec rekey asks for, prints progress on stderr and the report (or
-``--json``) on stdout. The exit status is 1 while any record is left on
-another key or could not be read.
+The work is :func:`~agentflow.checkpoint.sealing.rekey_command`: every
+thread's checkpoints, durable record and events. This module checks the
+flags against the keys given, opens the store (never creating it) with the
+codec rekey asks for (which brings its keys, and its reading of plaintext,
+to records and events too), prints progress on stderr and the report (or
+``--json``) on stdout. The exit status is 1 while any part is left on
+another key, busy (a live lease holds its run) or could not be read.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from agentflow.checkpoint.base import Checkpointer
 from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.store import Store
 from agentflow.cli.errors import SealingUnavailable, UsageError
 from agentflow.cli.keys import KEYS_FROM, keyring_from_args
 from agentflow.cli.render import dump_json, inert_json
@@ -43,7 +45,7 @@ async def rekey(args: Any) -> int:
         ) from None
     target = StoreTarget.from_args(getattr(args, "store", None), getattr(args, "namespace", None))
 
-    def open_store(codec: CheckpointCodec) -> Checkpointer:
+    def open_store(codec: CheckpointCodec) -> Store:
         return open_cli_store(target, create=False, sealing=None, codec=codec)
 
     result = await rekey_command(

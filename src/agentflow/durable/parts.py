@@ -16,7 +16,12 @@ decode, as other data. A part is stored in one of two envelopes:
   the namespace, run key (or event id), part name and envelope version.
 
 Parts written before the envelopes (a bare JSON object) still read, without
-a check, unless sealing is configured: then anything not sealed is refused.
+a check, unless sealing is configured: then anything not sealed is refused,
+except while a store is being moved to sealing (``accept_plaintext``: the
+migration mode a :class:`~agentflow.checkpoint.sealing.SealedCodec` given as
+the store's codec brings, as ``rekey`` opens stores). ``on_open`` hears of
+every part opened and the key id that opened it (None: not sealed), which is
+how ``rekey`` learns what is left on an old key.
 The head (revision, status, claim, lease, flags, identity digest) is not a
 part: writes compare it, so it stays plain, and decoding checks it against
 the body.
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import binascii
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
@@ -46,6 +52,7 @@ __all__ = [
     "CHECKED_VERSION",
     "EVENT",
     "SEALED_VERSION",
+    "PartOpened",
     "RunParts",
     "StoredParts",
     "entry_part",
@@ -66,6 +73,10 @@ _SEALED_TAIL: Final = b'"]'
 _INTEGRITY: Final = "checkpoint_integrity_invalid"
 _SEALING: Final = "checkpoint_sealing_invalid"
 
+#: Told of each part opened: the run key (an event's id), the part name and
+#: the key id that opened it (None: the part was not sealed).
+PartOpened = Callable[[str, str, "str | None"], None]
+
 
 def entry_part(kind: OperationKind, index: int) -> str:
     """The part name of the journal entry at ``index`` of ``kind`` (``model.0``, ``tool.3``)."""
@@ -85,13 +96,24 @@ class RunParts:
     part with its current key and opens with any key it holds, retired ones
     included; without it parts carry the integrity checksum. A store builds
     one from its ``namespace`` and ``sealing`` arguments and passes every
-    row, planned write and event payload through it.
+    row, planned write and event payload through it. ``accept_plaintext``
+    (with ``sealing``, only while a store is moved to sealing) still opens
+    parts that are not sealed; ``on_open`` is told of every part opened.
     """
 
-    __slots__ = ("_namespace", "_sealer")
+    __slots__ = ("_accept_plaintext", "_namespace", "_on_open", "_sealer")
 
-    def __init__(self, namespace: str, sealing: KeyRing | None = None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        sealing: KeyRing | None = None,
+        *,
+        accept_plaintext: bool = False,
+        on_open: PartOpened | None = None,
+    ) -> None:
         self._namespace = namespace
+        self._accept_plaintext = bool(accept_plaintext)
+        self._on_open = on_open
         self._sealer: Sealer | None = None
         if sealing is not None:
             from agentflow.checkpoint.sealing import KeyRing, Sealer
@@ -129,21 +151,33 @@ class RunParts:
         where = f"stored {part} of {key!r}"
         if not isinstance(stored, bytes):
             raise DurableCorrupted(_INTEGRITY, f"{where} is not bytes")
-        if self._sealer is not None:
-            if not (stored.startswith(_SEALED) and stored.endswith(_SEALED_TAIL)):
-                raise DurableCorrupted(
-                    _SEALING,
-                    f"{where} is not sealed, and a store with sealing configured refuses it",
-                )
-            try:
-                sealed = binascii.a2b_base64(
-                    stored[len(_SEALED) : -len(_SEALED_TAIL)], strict_mode=True
-                )
-                return self._sealer.open(sealed, self._context(key, part), where).plaintext
-            except binascii.Error:
-                raise DurableCorrupted(_SEALING, f"{where}: the sealed record is damaged") from None
-            except CheckpointCorrupted as exc:
-                raise DurableCorrupted(_SEALING, str(exc)) from None
+        key_id: str | None = None
+        if self._sealer is not None and (stored.startswith(_SEALED) or not self._accept_plaintext):
+            data, key_id = self._unseal(key, part, stored, where)
+        else:
+            data = self._unchecked(key, part, stored, where)
+        if self._on_open is not None:
+            self._on_open(key, part, key_id)
+        return data
+
+    def _unseal(self, key: str, part: str, stored: bytes, where: str) -> tuple[bytes, str]:
+        assert self._sealer is not None
+        if not (stored.startswith(_SEALED) and stored.endswith(_SEALED_TAIL)):
+            raise DurableCorrupted(
+                _SEALING, f"{where} is not sealed, and a store with sealing configured refuses it"
+            )
+        try:
+            text = stored[len(_SEALED) : -len(_SEALED_TAIL)]
+            sealed = binascii.a2b_base64(text, strict_mode=True)
+            opened = self._sealer.open(sealed, self._context(key, part), where)
+        except binascii.Error:
+            raise DurableCorrupted(_SEALING, f"{where}: the sealed record is damaged") from None
+        except CheckpointCorrupted as exc:
+            raise DurableCorrupted(_SEALING, str(exc)) from None
+        return opened.plaintext, opened.key_id
+
+    def _unchecked(self, key: str, part: str, stored: bytes, where: str) -> bytes:
+        """A part that is not sealed: checked by its checksum, or from before the envelopes."""
         if (
             stored.startswith(_CHECKED)
             and stored.endswith(b"]")
@@ -176,12 +210,14 @@ class RunParts:
         The payload of a plain event is a JSON object, so one that starts like a
         sealed part is sealed, and refused by a store without keys.
         """
-        if self._sealer is not None:
+        if self._sealer is not None and (stored.startswith(_SEALED) or not self._accept_plaintext):
             return self.open(event_id, EVENT, stored)
-        if isinstance(stored, bytes) and stored.startswith(_SEALED):
+        if stored.startswith(_SEALED):
             raise DurableCorrupted(
                 _SEALING, f"stored event {event_id!r} is sealed, and this store has no key ring"
             )
+        if self._on_open is not None:
+            self._on_open(event_id, EVENT, None)
         return stored
 
     def _journal(
@@ -236,11 +272,24 @@ class RunParts:
 
 class StoredParts:
     """A store whose parts pass through one :class:`RunParts`, built on first use
-    from the ``_namespace`` and ``_sealing`` (a key ring or None) the store keeps."""
+    from the ``_namespace`` and ``_sealing`` (a key ring or None) the store keeps.
+
+    A store's checkpoint codec (``_codec``) in a migration mode puts records
+    and events in the same mode, so one knob moves a whole store: a
+    :class:`~agentflow.checkpoint.sealing.SealedCodec` with
+    ``accept_plaintext`` (the parts still open unsealed), and any codec with
+    an ``on_open_part`` hook (``rekey``'s, to learn the key of every part).
+    """
 
     _namespace: str
     _sealing: KeyRing | None = None
 
     @functools.cached_property
     def _parts(self) -> RunParts:
-        return RunParts(self._namespace, self._sealing)
+        codec = getattr(self, "_codec", None)
+        return RunParts(
+            self._namespace,
+            self._sealing,
+            accept_plaintext=getattr(codec, "accept_plaintext", False) is True,
+            on_open=getattr(codec, "on_open_part", None),
+        )

@@ -16,6 +16,7 @@ from agentflow.checkpoint.sealing.keyring import (
 )
 from agentflow.checkpoint.sealing.rekey import (
     LeftRecord,
+    PartCounts,
     RekeyProgress,
     RekeyReport,
     StoreOpener,
@@ -39,6 +40,7 @@ __all__ = [
     "LeftRecord",
     "Opened",
     "OpenedHook",
+    "PartCounts",
     "RekeyProgress",
     "RekeyReport",
     "SealedCodec",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
@@ -17,6 +17,9 @@ from agentflow.checkpoint.sealing.sealer import (
     record_context,
 )
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
+
+if TYPE_CHECKING:
+    from agentflow.durable.parts import PartOpened
 
 __all__ = ["OpenedHook", "SealedCodec", "checkpoint_context"]
 
@@ -59,10 +62,14 @@ class SealedCodec:
     open. A record that is not sealed is refused, unless ``accept_plaintext``
     is set: only while a plaintext store is migrated (docs/sealing.md).
     ``on_open`` hears of every record opened, with the key id that opened it.
+    A store given this codec keeps its durable records and events in the
+    same mode (:class:`~agentflow.durable.parts.StoredParts`): plaintext
+    parts open with ``accept_plaintext``, and ``on_open_part`` hears of every
+    part opened.
     """
 
     binds_store: ClassVar[bool] = True
-    __slots__ = ("_accept_plaintext", "_inner", "_keyring", "_on_open", "_sealer")
+    __slots__ = ("_accept_plaintext", "_inner", "_keyring", "_on_open", "_on_open_part", "_sealer")
 
     def __init__(
         self,
@@ -71,6 +78,7 @@ class SealedCodec:
         *,
         accept_plaintext: bool = False,
         on_open: OpenedHook | None = None,
+        on_open_part: PartOpened | None = None,
     ) -> None:
         if inner is not None and not isinstance(inner, CheckpointCodec):
             raise InvalidArgument(f"inner must be a codec, got {type(inner).__name__}")
@@ -81,10 +89,21 @@ class SealedCodec:
         self._inner: CheckpointCodec = inner or JsonCodec()
         self._accept_plaintext = bool(accept_plaintext)
         self._on_open = on_open
+        self._on_open_part = on_open_part
 
     @property
     def keyring(self) -> KeyRing:
         return self._keyring
+
+    @property
+    def accept_plaintext(self) -> bool:
+        """Records that are not sealed still open (a store being moved to sealing)."""
+        return self._accept_plaintext
+
+    @property
+    def on_open_part(self) -> PartOpened | None:
+        """Told of each durable part a store with this codec opens (see the class)."""
+        return self._on_open_part
 
     def __repr__(self) -> str:
         plaintext = ", accept_plaintext=True" if self._accept_plaintext else ""

@@ -3,7 +3,9 @@
 The command line opens the store and calls :func:`rekey_command`, which runs
 :func:`~agentflow.checkpoint.sealing.rekey`, saves its resume token to a
 state file as it goes (so an interrupted run picks up where it stopped), and
-returns the exit status, the text to print and the same as JSON.
+returns the exit status, the text to print and the same as JSON. The status
+is 1 while anything is left to do: a part on another key, a part that could
+not be read, or a durable record a live lease held (busy: run it again).
 """
 
 from __future__ import annotations
@@ -16,13 +18,22 @@ from pathlib import Path
 from typing import Any
 
 from agentflow.checkpoint.sealing.keyring import DEFAULT_KEYS_VARIABLE, KeyRing
-from agentflow.checkpoint.sealing.rekey import RekeyProgress, RekeyReport, StoreOpener, rekey
+from agentflow.checkpoint.sealing.rekey import (
+    LeftRecord,
+    PartCounts,
+    RekeyProgress,
+    RekeyReport,
+    StoreOpener,
+    rekey,
+)
 from agentflow.errors import InvalidArgument
 
 __all__ = ["CommandResult", "load_keyring", "rekey_command"]
 
-#: Exit status when records are left on another key or could not be read.
+#: Exit status when parts are left on another key, busy, or could not be read.
 EXIT_LEFT = 1
+#: Busy threads named in the text before the rest are only counted.
+MAX_SHOWN = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +90,9 @@ async def rekey_command(
         if echo is not None:
             echo(
                 f"rekey: {done.threads:,} threads, {done.records:,} records, "
-                f"re-sealed {done.resealed:,}, skipped {done.skipped:,}"
+                f"re-sealed {done.resealed:,}, skipped {done.skipped:,}; "
+                f"durable records re-sealed {done.runs_resealed:,}, busy {done.busy:,}; "
+                f"events re-sealed {done.events_resealed:,}"
             )
 
     report = await rekey(
@@ -87,7 +100,7 @@ async def rekey_command(
     )
     if state is not None and not check:
         state.unlink(missing_ok=True)
-    failed = report.left_count > 0 or bool(report.unreadable)
+    failed = report.left_count > 0 or bool(report.unreadable) or bool(report.busy)
     return CommandResult(
         EXIT_LEFT if failed else 0, _text(report, keyring, check), _data(report, keyring, check)
     )
@@ -110,6 +123,33 @@ def _key_name(key_id: str | None) -> str:
     return "plaintext" if key_id is None else key_id
 
 
+def _by_key(by_key: dict[str | None, int]) -> str:
+    found = ", ".join(
+        f"{_key_name(k)} {n:,}" for k, n in sorted(by_key.items(), key=lambda kv: _key_name(kv[0]))
+    )
+    return found or "none"
+
+
+def _where(left: LeftRecord) -> str:
+    if left.kind == "record":
+        return f"record of {left.thread!r}"
+    if left.kind == "event":
+        return f"event {left.event_id!r} of {left.thread!r}"
+    return f"thread {left.thread!r} step {left.step}"
+
+
+def _part_lines(
+    name: str, counts: PartCounts, keyring: KeyRing | None, check: bool, extra: str = ""
+) -> list[str]:
+    line = f"{name}: {counts.found:,}"
+    if not check:
+        line += f"; {'re-sealed' if keyring else 're-written'} {counts.resealed:,}{extra}"
+    lines = [line]
+    if keyring is not None:
+        lines.append(f"{name} by key as found: {_by_key(counts.by_key)}")
+    return lines
+
+
 def _text(report: RekeyReport, keyring: KeyRing | None, check: bool) -> str:
     verb = "checked" if check else "rekey"
     lines = [f"{verb}: {report.threads:,} threads, {report.records:,} records"]
@@ -119,11 +159,14 @@ def _text(report: RekeyReport, keyring: KeyRing | None, check: bool) -> str:
             f"skipped {report.skipped:,} (written meanwhile; the newer write stands)"
         )
     if keyring is not None:
-        found = ", ".join(
-            f"{_key_name(k)} {n:,}"
-            for k, n in sorted(report.by_key.items(), key=lambda kv: _key_name(kv[0]))
-        )
-        lines.append(f"records by key as found: {found or 'none'}")
+        lines.append(f"records by key as found: {_by_key(report.by_key)}")
+    busy = f", skipped {report.runs_skipped:,}, busy {len(report.busy):,}"
+    lines += _part_lines("durable records", report.runs, keyring, check, busy)
+    lines += _part_lines("events", report.events, keyring, check)
+    if report.busy:
+        lines.append("busy (a live lease holds the run; run rekey again once it is released):")
+        lines.extend(f"  {thread!r}" for thread in report.busy[:MAX_SHOWN])
+    if keyring is not None:
         retired = len(report.retired_left)
         lines.append(
             f"left on another key than {keyring.current!r}: {report.left_count:,}"
@@ -131,13 +174,19 @@ def _text(report: RekeyReport, keyring: KeyRing | None, check: bool) -> str:
         )
         for left in report.left:
             mark = " (retired)" if left.retired else ""
-            lines.append(
-                f"  thread {left.thread!r} step {left.step}: {_key_name(left.key_id)}{mark}"
-            )
+            lines.append(f"  {_where(left)}: {_key_name(left.key_id)}{mark}")
     if report.unreadable:
         lines.append(f"unreadable: {len(report.unreadable):,}")
         lines.extend(f"  {message}" for _, message in report.unreadable)
     return "\n".join(lines)
+
+
+def _counts(counts: PartCounts) -> dict[str, Any]:
+    return {
+        "found": counts.found,
+        "resealed": counts.resealed,
+        "by_key": {_key_name(k): n for k, n in counts.by_key.items()},
+    }
 
 
 def _data(report: RekeyReport, keyring: KeyRing | None, check: bool) -> dict[str, Any]:
@@ -149,9 +198,19 @@ def _data(report: RekeyReport, keyring: KeyRing | None, check: bool) -> dict[str
         "resealed": report.resealed,
         "skipped": report.skipped,
         "by_key": {_key_name(k): n for k, n in report.by_key.items()},
+        "durable_records": {**_counts(report.runs), "skipped": report.runs_skipped},
+        "events": _counts(report.events),
+        "busy": report.busy,
         "left_count": report.left_count,
         "left": [
-            {"thread": r.thread, "step": r.step, "key": r.key_id, "retired": r.retired}
+            {
+                "kind": r.kind,
+                "thread": r.thread,
+                "step": r.step,
+                "event_id": r.event_id,
+                "key": r.key_id,
+                "retired": r.retired,
+            }
             for r in report.left
         ],
         "unreadable": [{"thread": t, "error": m} for t, m in report.unreadable],

@@ -15,6 +15,7 @@ from agentflow.checkpoint.testing.conformance import (
     ListingConformance,
     PruneConformance,
     PutConformance,
+    RestoreConformance,
     StoreConformance,
 )
 from agentflow.checkpoint.testing.harness import (
@@ -38,6 +39,7 @@ __all__ = [
     "PayloadWriter",
     "PruneConformance",
     "PutConformance",
+    "RestoreConformance",
     "StoreConformance",
     "StoredKeyHook",
     "make_checkpoint",

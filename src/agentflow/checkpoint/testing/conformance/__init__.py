@@ -4,8 +4,10 @@ A test module subclasses :class:`CheckpointerConformance` (or only the parts it
 wants) and provides an async ``harness`` fixture yielding a
 :class:`~agentflow.checkpoint.testing.BackendHarness` on a fresh store.
 :class:`StoreConformance` adds what a :class:`~agentflow.checkpoint.store.Store`
-does with a thread whole (records and events beside the checkpoints); the
-records' and events' own suites are in :mod:`agentflow.durable.testing`.
+does with a thread whole (records and events beside the checkpoints), and
+:class:`RestoreConformance` the writes ``copy`` and ``rekey`` make with
+(``restore``, ``reseal_event``); the records' and events' own suites are in
+:mod:`agentflow.durable.testing`.
 """
 
 from agentflow.checkpoint.testing.conformance._support import (
@@ -21,6 +23,7 @@ from agentflow.checkpoint.testing.conformance.lifecycle import LifecycleConforma
 from agentflow.checkpoint.testing.conformance.listing import ListingConformance
 from agentflow.checkpoint.testing.conformance.prune import PruneConformance
 from agentflow.checkpoint.testing.conformance.put import PutConformance
+from agentflow.checkpoint.testing.conformance.restore import RestoreConformance
 from agentflow.checkpoint.testing.conformance.store import StoreConformance
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "ListingConformance",
     "PruneConformance",
     "PutConformance",
+    "RestoreConformance",
     "StoreConformance",
 ]
 
