@@ -15,7 +15,6 @@ import pytest
 
 from agentflow.checkpoint import Checkpoint
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.backends.postgres import DSN, admin_connection
 from tests.cli.hostile import COMBINED, HOSTILE, RAW, graph
 from tests.cli.support import af, af_here, af_json, af_tty, command, env
@@ -119,8 +118,8 @@ async def _check_postgres() -> None:
 
 
 async def _hostile_store(db: Path) -> None:
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-        compiled = graph().compile(store, durable=durable)
+    async with SqliteCheckpointer(db) as store:
+        compiled = graph().compile(store)
         for text in [*HOSTILE, COMBINED]:
             await compiled.run({"question": text}, thread=text)
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.cli.hostile import COMBINED
 from tests.runtime.graphs import ledger_lines, lost_reply_graph
 
@@ -20,8 +19,8 @@ SPEC = ["--graph", "tests.runtime.graphs:lost_reply_graph"]
 
 async def _lost_replies(db: Path, ledger: Path, *threads: str) -> None:
     db.parent.mkdir(mode=0o700, exist_ok=True)
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-        compiled = lost_reply_graph().compile(store, durable=durable)
+    async with SqliteCheckpointer(db) as store:
+        compiled = lost_reply_graph().compile(store)
         for thread in threads:
             result = await compiled.run({"ledger": f"{ledger}-{len(thread)}"}, thread=thread)
             assert result.status == "reconciliation_required"

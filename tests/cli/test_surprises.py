@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.durable.stores.sqlite import SqliteDurableStore
 from tests.runtime.graphs import approval_graph, timer_graph
 from tests.runtime.holders import hold
 
@@ -99,14 +98,12 @@ def test_resume_without_an_answer_shows_the_question(here: Callable[..., Run]) -
 
 
 async def _held_by_another_process(db: Path, graph_name: str) -> None:
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-        graph = (timer_graph() if graph_name == "timer" else approval_graph()).compile(
-            store, durable=durable
-        )
+    async with SqliteCheckpointer(db) as store:
+        graph = (timer_graph() if graph_name == "timer" else approval_graph()).compile(store)
         await graph.run({"seconds": 0, "logfile": str(db.parent / "log")}, thread="held")
         cp = await store.get("held")
         assert cp is not None and cp.interrupted
-        await hold(durable, "held", HOLDER, lease_ms=5 * 60_000)
+        await hold(store, "held", HOLDER, lease_ms=5 * 60_000)
 
 
 def test_worker_once_says_when_nothing_is_due_and_who_holds_a_run(
@@ -145,8 +142,8 @@ def test_a_held_suspend_names_its_holder_and_show_tells_held_from_answered(
 async def _leaky_thread(db: Path) -> None:
     from tests.cli.bad_graphs import leaky
 
-    async with SqliteCheckpointer(db) as store, SqliteDurableStore(db) as durable:
-        graph = leaky().compile(store, durable=durable, step_limit=1)
+    async with SqliteCheckpointer(db) as store:
+        graph = leaky().compile(store, step_limit=1)
         with pytest.raises(Exception, match="KeyError"):
             await graph.run({}, thread="leak")
 
