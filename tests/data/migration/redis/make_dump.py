@@ -114,7 +114,11 @@ async def main() -> None:
         async for key in admin.scan_iter(match=f"{prefix}:*"):
             await admin.unlink(key)
         await admin.aclose()
-    made = {"made_by": "tests/data/migration/redis/make_dump.py at aeb9750", "keys": dumped}
+    made = {
+        "made_by": "tests/data/migration/redis/make_dump.py at aeb9750",
+        "keyring": SPEC,
+        "keys": dumped,
+    }
     OUT.write_text(json.dumps(made, indent=1) + "\n")
 
 
