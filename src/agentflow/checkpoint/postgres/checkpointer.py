@@ -30,7 +30,7 @@ from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadSt
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.postgres.connections import KeptConnections
-from agentflow.checkpoint.postgres.driver_errors import address_of, database_of, driver_error
+from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
 from agentflow.checkpoint.postgres.events import PostgresEvents
 from agentflow.checkpoint.postgres.rows import step_params, write_params
 from agentflow.checkpoint.postgres.runs import PostgresRuns
@@ -101,8 +101,8 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
         self._may_create = bool(create)
         self._sql = Statements(table, schema)
         self._table, self._meta = self._sql.names["cp"], self._sql.names["meta"]
-        self._database = f"postgresql://{database_of(dsn, pool)}?table={schema or ''}.{table}"
-        self._where = address_of(dsn, pool)
+        self._where, database = address_of(dsn, pool)
+        self._database = f"postgresql://{database}?table={schema or ''}.{table}"
         self._connections = KeptConnections(dsn, pool, self._prepare)
 
     def __repr__(self) -> str:

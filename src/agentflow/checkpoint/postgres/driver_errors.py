@@ -22,7 +22,7 @@ from agentflow.errors import (
     StoreUnavailable,
 )
 
-__all__ = ["DRIVER_ERRORS", "address_of", "database_of", "driver_error"]
+__all__ = ["DRIVER_ERRORS", "address_of", "driver_error"]
 
 #: Client-side failures that leave a connection unusable. InternalClientError is
 #: what asyncpg raises when the server closed an idle connection it has not yet
@@ -40,23 +40,26 @@ def _lost_connection(exc: BaseException) -> bool:
     return state.startswith(("08", "57P")) or state == "53300"
 
 
-def _dsn_address(dsn: str) -> str:
+def _dsn_where(dsn: str) -> tuple[str, str]:
     parts = urlsplit(dsn)
-    hosts = parts.netloc.rpartition("@")[2] or ",".join(parse_qs(parts.query).get("host", []))
-    hosts = hosts or "localhost"
-    return hosts if ":" in hosts or hosts.startswith("/") else f"{hosts}:5432"
+    query = parse_qs(parts.query)
+    hosts = parts.netloc.rpartition("@")[2] or ",".join(query.get("host", [])) or "localhost"
+    address = hosts if ":" in hosts or hosts.startswith("/") else f"{hosts}:5432"
+    user = parts.username or "".join(query.get("user", []))  # the database's default name
+    return address, f"{address}/{parts.path.lstrip('/') or ''.join(query.get('dbname', [user]))}"
 
 
-def address_of(dsn: str, pool: Any) -> str:
-    """``host:port`` of the DSN, or of an injected asyncpg pool's connect arguments."""
-    if pool is None:
-        return _dsn_address(dsn)
-    pool_dsn = (getattr(pool, "_connect_args", None) or (None,))[0]
-    kwargs = getattr(pool, "_connect_kwargs", None) or {}
+def address_of(dsn: str, pool: Any) -> tuple[str, str]:
+    """``host:port`` of the DSN, or of an injected asyncpg pool's connect arguments,
+    and the database there as ``host:port/name`` (never a user or password; a
+    pool that tells neither is named by its identity)."""
+    pool_dsn = dsn if pool is None else (getattr(pool, "_connect_args", None) or (None,))[0]
     if isinstance(pool_dsn, str):
-        return _dsn_address(pool_dsn)
+        return _dsn_where(pool_dsn)
+    kwargs = getattr(pool, "_connect_kwargs", None) or {}
     host = kwargs.get("host")
-    return "the caller's pool" if host is None else f"{host}:{kwargs.get('port') or 5432}"
+    address = "the caller's pool" if host is None else f"{host}:{kwargs.get('port') or 5432}"
+    return address, f"{address}/{kwargs.get('database') or f'pool-{id(pool):x}'}"
 
 
 def driver_error(exc: Exception, operation: str, where: str) -> AgentflowError | None:
@@ -81,25 +84,3 @@ def driver_error(exc: Exception, operation: str, where: str) -> AgentflowError |
             f"PostgreSQL at {where} read damaged data during {operation}: {exc}"
         )
     return CheckpointError(f"PostgreSQL at {where} failed during {operation} ({state}): {exc}")
-
-
-def _dsn_database(dsn: str) -> str:
-    parts = urlsplit(dsn)
-    query = parse_qs(parts.query)
-    user = parts.username or "".join(query.get("user", []))
-    named = parts.path.lstrip("/") or "".join(query.get("dbname", query.get("database", [])))
-    return f"{_dsn_address(dsn)}/{named or user}"
-
-
-def database_of(dsn: str, pool: Any) -> str:
-    """``host:port/database`` of the DSN, or of an injected pool's connect arguments
-    (never a user or password); a pool that tells neither is named by its identity."""
-    if pool is None:
-        return _dsn_database(dsn)
-    pool_dsn = (getattr(pool, "_connect_args", None) or (None,))[0]
-    if isinstance(pool_dsn, str):
-        return _dsn_database(pool_dsn)
-    kwargs = getattr(pool, "_connect_kwargs", None) or {}
-    if kwargs.get("database") is None:
-        return f"pool-{id(pool):x}"
-    return f"{address_of(dsn, pool)}/{kwargs['database']}"

@@ -10,7 +10,7 @@ parameters.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from agentflow.checkpoint.backend import EncodedCheckpoint
@@ -90,22 +90,16 @@ def _head_params(head: RunHead) -> dict[str, Any]:
     return params
 
 
-def _entries(rows: Iterable[tuple[OperationKind, int, bytes]]) -> dict[str, list[Any]]:
+def _entries(rows: list[tuple[OperationKind, int, bytes]]) -> dict[str, list[Any]]:
     """Journal rows as the three parallel arrays the statements unnest."""
-    listed = list(rows)
-    return {
-        "kinds": [kind.value for kind, _, _ in listed],
-        "idxs": [idx for _, idx, _ in listed],
-        "entries": [entry for _, _, entry in listed],
-    }
+    kinds, idxs, entries = zip(*rows, strict=True) if rows else ((), (), ())
+    return {"kinds": [kind.value for kind in kinds], "idxs": list(idxs), "entries": list(entries)}
 
 
 def _both(model: tuple[bytes, ...], tool: tuple[bytes, ...]) -> dict[str, Any]:
-    rows = [
-        (kind, idx, entry)
-        for kind, entries in ((OperationKind.MODEL, model), (OperationKind.TOOL, tool))
-        for idx, entry in enumerate(entries)
-    ]
+    """Both journals whole, with their lengths."""
+    rows = [(OperationKind.MODEL, i, entry) for i, entry in enumerate(model)]
+    rows += [(OperationKind.TOOL, i, entry) for i, entry in enumerate(tool)]
     return {**_entries(rows), "model_count": len(model), "tool_count": len(tool)}
 
 
@@ -148,7 +142,7 @@ def write_params(
         # the statement writes each row once.
         final = {(put.kind, put.index): put.entry for put in write.journal}
         journal = "puts"
-        params.update(_entries((kind, idx, entry) for (kind, idx), entry in final.items()))
+        params.update(_entries([(kind, idx, entry) for (kind, idx), entry in final.items()]))
     shape = WriteShape(
         body=write.body is not None,
         keep_lease=write.keep_lease,
@@ -161,16 +155,10 @@ def write_params(
     return shape, params
 
 
+#: The columns of a step's put inside a commit, bound as ``cp_<column>``.
+_STEP: Final = ("step", "ts_us", "interrupted", "done", "ts", "wake_at", "payload", "wake_us")
+
+
 def step_params(enc: EncodedCheckpoint) -> dict[str, Any]:
-    """The parameters of a step's put inside a commit (``cp_*``)."""
-    return {
-        "cp_step": enc.step,
-        "cp_ts_us": enc.ts_us,
-        "cp_interrupted": enc.interrupted,
-        "cp_done": enc.done,
-        "cp_ts": enc.ts,
-        "cp_wake_at": enc.wake_at,
-        "cp_payload": enc.payload,
-        "cp_wake_us": enc.wake_us,
-        "cp_status": enc.status,
-    }
+    """The parameters of a step's put inside a commit."""
+    return {f"cp_{name}": getattr(enc, name) for name in (*_STEP, "status")}

@@ -2,13 +2,10 @@
 
 Each write's guard is in the ``WHERE`` of the head's ``UPDATE`` (see
 :mod:`~agentflow.checkpoint.postgres.runs_sql`), so PostgreSQL's row lock
-decides between racing writers in any number of processes (the loser re-checks
-the guard against the winner's row and matches nothing). A write that matched
-nothing is answered from the head read by a second statement.
-
-Leases run on the server's clock (``clock_timestamp()``, read inside the
-statement that compares them), so workers on machines with skewed clocks
-agree on who holds a run, and a delete refuses a live lease on that clock.
+decides between racing writers in any number of processes; a write that
+matched nothing is answered from the head read by a second statement. Leases
+run on the server's clock, so workers with skewed clocks agree on who holds a
+run, and a delete refuses a live lease on that clock.
 """
 
 from __future__ import annotations

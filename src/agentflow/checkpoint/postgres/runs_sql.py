@@ -31,15 +31,7 @@ from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.rows import RunHead
 
-__all__ = [
-    "HEAD_COLUMNS",
-    "RUN_STATEMENTS",
-    "PostgresPart",
-    "Statement",
-    "Statements",
-    "WriteShape",
-    "write_text",
-]
+__all__ = ["HEAD_COLUMNS", "RUN_STATEMENTS", "PostgresPart", "Statement", "Statements"]
 
 #: The head columns: the fields of :class:`~agentflow.durable.rows.RunHead`, in order.
 HEAD_COLUMNS: Final = tuple(field.name for field in fields(RunHead))

@@ -92,11 +92,7 @@ CREATE TABLE {events} (
 CREATE INDEX ON {events} (namespace, run_id, seq) WHERE run_id IS NOT NULL;
 CREATE INDEX ON {events} (namespace, parent_run_id, seq) WHERE parent_run_id IS NOT NULL;
 """
-_USE_LZ4: Final = {
-    "checkpoints": "ALTER TABLE {cp} ALTER COLUMN payload SET COMPRESSION lz4",
-    "durable": """ALTER TABLE {bodies} ALTER COLUMN body SET COMPRESSION lz4;
-        ALTER TABLE {events} ALTER COLUMN event SET COMPRESSION lz4""",
-}
+_LZ4: Final = "ALTER TABLE {} ALTER COLUMN {} SET COMPRESSION lz4;"
 
 #: Version 1 to 2: the summary keeps its status and wake instant, indexed, for
 #: the status filter and list_due; the meta table holds the cursor secret. The
@@ -157,7 +153,7 @@ async def _to_v3(conn: Any, names: dict[str, str]) -> None:
         f"SELECT version FROM {names['meta']} WHERE component = 'durable'"
     )
     if durable is None:
-        await _create_durable(conn, names)
+        await _create(conn, names, _DURABLE_TABLES, bodies="body", events="event")
     elif durable != _DURABLE_VERSION:
         _refuse(durable, names, "durable ")
     old_index = await conn.fetchval(sql["old_status_index"])
@@ -169,16 +165,16 @@ async def _to_v3(conn: Any, names: dict[str, str]) -> None:
 
 
 #: The step from each older version to the next one.
-_MIGRATIONS: Final[dict[int, Callable[[Any, dict[str, str]], Awaitable[None]]]] = {
-    1: _to_v2,
-    2: _to_v3,
-}
+_Migration = Callable[[Any, dict[str, str]], Awaitable[None]]
+_MIGRATIONS: Final[dict[int, _Migration]] = {1: _to_v2, 2: _to_v3}
 
 
-async def _create_durable(conn: Any, names: dict[str, str]) -> None:
-    await conn.execute(_DURABLE_TABLES.format(**names))
+async def _create(conn: Any, names: dict[str, str], tables: str, **lz4: str) -> None:
+    """Run the DDL ``tables``, then compress the ``table=column`` payloads with lz4
+    where the server has it."""
+    await conn.execute(tables.format(**names))
     if await conn.fetchval(LZ4_AVAILABLE):
-        await conn.execute(_USE_LZ4["durable"].format(**names))
+        await conn.execute("".join(_LZ4.format(names[t], c) for t, c in lz4.items()))
 
 
 def _refuse(version: object, names: dict[str, str], what: str = "") -> NoReturn:
@@ -209,10 +205,8 @@ async def prepare(conn: Any, names: dict[str, str], *, create: bool = True) -> N
                 raise StoreNotFound(f"no store: table {names['cp']} does not exist")
             if names["schema"]:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {names['schema']}")
-            await conn.execute(_CHECKPOINT_TABLES.format(**names))
-            if await conn.fetchval(LZ4_AVAILABLE):
-                await conn.execute(_USE_LZ4["checkpoints"].format(**names))
-            await _create_durable(conn, names)
+            tables = _CHECKPOINT_TABLES + _DURABLE_TABLES
+            await _create(conn, names, tables, cp="payload", bodies="body", events="event")
         elif version in _MIGRATIONS:
             for older in range(version, SCHEMA_VERSION):
                 await _MIGRATIONS[older](conn, names)

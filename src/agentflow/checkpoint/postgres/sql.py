@@ -15,23 +15,11 @@ from typing import Final
 from agentflow.checkpoint.store_base import RUN_STATUSES
 from agentflow.errors import InvalidArgument
 
-__all__ = [
-    "LZ4_AVAILABLE",
-    "SETUP_LOCK_KEY",
-    "checkpoint_statements",
-    "run_status_of",
-    "table_names",
-]
+__all__ = ["LZ4_AVAILABLE", "SETUP_LOCK_KEY", "checkpoint_statements", "table_names"]
 
 #: The tables of one store, by the suffix each adds to ``table``.
-_SUFFIXES: Final = {
-    "cp": "",
-    "threads": "_threads",
-    "meta": "_meta",
-    "runs": "_durable_runs",
-    "bodies": "_durable_bodies",
-    "journal": "_durable_journal",
-    "events": "_durable_events",
+_SUFFIXES: Final = {"cp": "", "threads": "_threads", "meta": "_meta"} | {
+    part: f"_durable_{part}" for part in ("runs", "bodies", "journal", "events")
 }
 _MAX_IDENTIFIER: Final = 63
 #: Lowercase only, so a quoted name means the same as the unquoted one a human
