@@ -85,7 +85,7 @@ async def test_each_write_is_one_transaction_its_guard_first(tmp_path: Path) -> 
             await every_operation(store, store, op, "events.sqlite")
     assert ran == {
         "create": ["[", "INSERT", "UPDATE", "]"],  # both rows, then the thread's status
-        "claim": ["[", "UPDATE", "UPDATE", "SELECT", "SELECT", "]"],  # + body and journal
+        "claim": ["[", "UPDATE", "UPDATE", "SELECT", "]"],  # + the claimed record, as a load
         "renew": ["[", "UPDATE", "]"],
         # The guarded head, the one entry's row, the thread's status: O(1) in the journal.
         "record_operation": ["[", "UPDATE", "INSERT", "UPDATE", "]"],

@@ -15,12 +15,12 @@ import asyncio
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any, Final, get_args
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Checkpoint, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.sqlite.connection import SqliteConnection
 from agentflow.checkpoint.sqlite.sql import (
     DELETE_STEPS,
     DELETE_SUMMARY,
@@ -37,7 +37,6 @@ from agentflow.checkpoint.sqlite.sql import (
     UPSERT,
     UPSERT_SUMMARY,
 )
-from agentflow.checkpoint.sqlite.workers import Pair
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
 
 __all__ = ["SqliteCheckpoints", "checked_size", "put_rows"]
@@ -82,28 +81,8 @@ def _summaries(rows: Any) -> list[ThreadInfo]:
     return infos
 
 
-class SqliteCheckpoints(CheckpointerBase, abc.ABC):
+class SqliteCheckpoints(SqliteConnection, CheckpointerBase, abc.ABC):
     """The checkpoint hooks of :class:`~agentflow.checkpoint.sqlite.SqliteCheckpointer`."""
-
-    path: Path
-
-    @abc.abstractmethod
-    def _started(self) -> Pair:
-        """The file's writer and reader threads, started on first use."""
-
-    @abc.abstractmethod
-    async def _prepared(
-        self, operation: str, prepare: Callable[[], Callable[[sqlite3.Connection], Any]]
-    ) -> Any:
-        """Run ``prepare`` on the writer thread, then what it returns in the next transaction."""
-
-    @abc.abstractmethod
-    async def _write(self, operation: str, apply: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``apply`` in the writer's next transaction, driver errors mapped."""
-
-    @abc.abstractmethod
-    async def _read(self, operation: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``read`` on the reader's connection, driver errors mapped."""
 
     async def _write_step(
         self,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import abc
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from agentflow.checkpoint.events import EventsBase
+from agentflow.checkpoint.sqlite.connection import SqliteConnection
 from agentflow.checkpoint.sqlite.sql import (
     DELETE_EVENTS,
     EVENT_BY_ID,
@@ -47,16 +48,8 @@ def _stored(event_id: str, rows: list[Any]) -> tuple[str, int] | None:
     return digest, sequence
 
 
-class SqliteEvents(EventsBase, abc.ABC):
+class SqliteEvents(SqliteConnection, EventsBase, abc.ABC):
     """The event part of :class:`~agentflow.checkpoint.sqlite.SqliteCheckpointer`."""
-
-    @abc.abstractmethod
-    async def _write(self, operation: str, apply: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``apply`` in the writer's next transaction, driver errors mapped."""
-
-    @abc.abstractmethod
-    async def _read(self, operation: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``read`` on the reader's connection, driver errors mapped."""
 
     async def _append_once(
         self, event_id: str, payload_digest: str, computed_digest: str, event: Mapping[str, Any]

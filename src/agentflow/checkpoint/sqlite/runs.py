@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import abc
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final
 
 from agentflow.checkpoint.runs import RunsBase
+from agentflow.checkpoint.sqlite.connection import SqliteConnection
 from agentflow.checkpoint.sqlite.sql import (
-    BODY,
     CLAIM,
     DELETE_JOURNAL,
     DELETE_RUN,
     HEAD,
     HEAD_COLUMNS,
     INSERT_RUN,
-    JOURNAL,
     JOURNAL_PART,
     LEASE,
     LIST_RUNS,
@@ -109,22 +108,17 @@ def _journals(key: str, rows: Sequence[Any]) -> tuple[tuple[bytes, ...], tuple[b
     return tuple(journals[OperationKind.MODEL]), tuple(journals[OperationKind.TOOL])
 
 
-def run_row(key: str, head: Sequence[Any], body: object, journal: Sequence[Any]) -> RunRow:
-    """The row of ``key`` from its head columns, its body and its journal rows."""
-    if not isinstance(body, bytes):
-        raise DurableCorrupted(_ROW_INVALID, f"stored body of {key!r} is missing or not bytes")
-    return RunRow(key, head_from(key, head), body, *_journals(key, journal))
-
-
 def _loaded(key: str, rows: list[Any]) -> RunRow | None:
     """The row in what ``LOAD`` read (head row, body row, journal rows), or None for none."""
     if not rows:
         return None
     if [row[0] for row in rows[:2]] != [0, 1] or any(row[0] != JOURNAL_PART for row in rows[2:]):
         raise DurableCorrupted(_ROW_INVALID, f"stored record {key!r} lacks its head or body row")
-    head, body = rows[0], rows[1]
+    body = rows[1][-1]
+    if not isinstance(body, bytes):
+        raise DurableCorrupted(_ROW_INVALID, f"stored body of {key!r} is missing or not bytes")
     journal = [(row[1], row[2], row[-1]) for row in rows[2:]]
-    return run_row(key, head[3 : 3 + _WIDTH], body[-1], journal)
+    return RunRow(key, head_from(key, rows[0][3 : 3 + _WIDTH]), body, *_journals(key, journal))
 
 
 def _guard_params(namespace: str, write: Write) -> dict[str, Any]:
@@ -227,16 +221,8 @@ def delete_run(conn: sqlite3.Connection, run: dict[str, Any], force: bool) -> bo
     return True
 
 
-class SqliteRuns(RunsBase, abc.ABC):
+class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
     """The record part of :class:`~agentflow.checkpoint.sqlite.SqliteCheckpointer`."""
-
-    @abc.abstractmethod
-    async def _write(self, operation: str, apply: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``apply`` in the writer's next transaction, driver errors mapped."""
-
-    @abc.abstractmethod
-    async def _read(self, operation: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``read`` on the reader's connection, driver errors mapped."""
 
     def _run(self, key: str) -> dict[str, Any]:
         return {"namespace": self._namespace, "key": key}
@@ -283,19 +269,18 @@ class SqliteRuns(RunsBase, abc.ABC):
         params = {**run, "cycle_index": cycle_index, "claim_token": claim_token}
         params.update(lease_ms=lease_ms, recovery=recovery)
 
-        def apply(conn: sqlite3.Connection) -> tuple[int, Any, list[Any], list[Any]]:
+        def apply(conn: sqlite3.Connection) -> tuple[int, bool, list[Any]]:
             now = wall_clock_ms()
-            claimed = conn.execute(CLAIM, {**params, "now": now}).fetchall()
-            if not claimed:
-                return now, None, conn.execute(HEAD, run).fetchall(), []
+            if not conn.execute(CLAIM, {**params, "now": now}).fetchall():
+                return now, False, conn.execute(HEAD, run).fetchall()
             _set_run_status(conn, run, CheckpointStatus.RUNNING)
-            body = conn.execute(BODY, run).fetchall()
-            return now, claimed[0], body, conn.execute(JOURNAL, run).fetchall()
+            return now, True, conn.execute(LOAD, run).fetchall()  # the claimed record
 
-        now, claimed, found, journal = await self._write("claim", apply)
-        if claimed is not None:
-            body = found[0][0] if found else None
-            return self._parts.decode_row(run_row(key, claimed, body, journal))
+        now, claimed, found = await self._write("claim", apply)
+        if claimed:
+            row = _loaded(key, found)
+            assert row is not None  # the claim changed it in this transaction
+            return self._parts.decode_row(row)
         head = head_from(key, found[0]) if found else None
         error = claim_refusal(head, cycle_index, now, mode)
         if error is None and head is not None:  # only an overflow is left: raise it

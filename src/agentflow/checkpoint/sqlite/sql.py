@@ -109,8 +109,6 @@ LOAD: Final = f"""SELECT part, NULL, NULL, {_HEAD}, body FROM agentflow_runs WHE
     UNION ALL SELECT {JOURNAL_PART}, kind, idx, {_NO_HEAD}, entry FROM agentflow_journal
     WHERE {_RUN} ORDER BY 1, 2, 3"""
 HEAD: Final = f"SELECT {_HEAD} FROM agentflow_runs WHERE {_HEAD_ROW}"
-BODY: Final = f"SELECT body FROM agentflow_runs WHERE {_BODY_ROW}"
-JOURNAL: Final = f"SELECT kind, idx, entry FROM agentflow_journal WHERE {_RUN} ORDER BY kind, idx"
 #: What a refused write is told apart by: the head, and whether the body row exists.
 REFUSED: Final = f"""SELECT {_HEAD}, EXISTS (SELECT 1 FROM agentflow_runs WHERE {_BODY_ROW})
     FROM agentflow_runs WHERE {_HEAD_ROW}"""
@@ -138,7 +136,7 @@ CLAIM: Final = f"""UPDATE agentflow_runs SET revision = revision + 1, status = {
     AND (:recovery OR (lease_expires_at_ms IS NULL AND NOT ambiguous AND status = {_RUNNING}))
     AND revision < {MAX_WIRE_INTEGER} AND resume_attempt + :recovery <= {MAX_WIRE_INTEGER}
     AND :now + :lease_ms <= {MAX_WIRE_INTEGER}
-    RETURNING {_HEAD}"""
+    RETURNING part"""
 #: One integer of the head row; same-sized, so SQLite overwrites the row in place.
 RENEW: Final = f"""UPDATE agentflow_runs SET lease_expires_at_ms = :now + :lease_ms
     WHERE {_HEAD_ROW} AND claim_token = :claim_token AND lease_expires_at_ms > :now

@@ -16,16 +16,16 @@ Why it is shaped this way (the full story, with figures, is docs/sqlite.md):
   its receipts and the record's progress) and ``delete_thread`` are each **one
   job in one transaction**: one commit, all or nothing.
 
-The parts live in :mod:`.checkpoints`, :mod:`.runs` and :mod:`.events`, their
-statements in :mod:`.sql`, the tables and their one schema version in
-:mod:`.schema`.
+The parts live in :mod:`.checkpoints`, :mod:`.runs` and :mod:`.events` (each
+reaching the file through :mod:`.connection`), their statements in :mod:`.sql`,
+the tables and their one schema version in :mod:`.schema`.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -37,18 +37,12 @@ from agentflow.checkpoint.sqlite.checkpoints import SqliteCheckpoints, checked_s
 from agentflow.checkpoint.sqlite.events import SqliteEvents
 from agentflow.checkpoint.sqlite.runs import SqliteRuns, apply_write, delete_run, refused
 from agentflow.checkpoint.sqlite.sql import DELETE_EVENTS, DELETE_STEPS, DELETE_SUMMARY, REVISION
-from agentflow.checkpoint.sqlite.workers import Pair, PairKey, acquire_pair, release_pair
+from agentflow.checkpoint.sqlite.workers import PairKey
 from agentflow.checkpoint.store_base import StoreBase
-from agentflow.durable.errors import ClaimActive, DurableCorrupted
+from agentflow.durable.errors import ClaimActive
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.transitions import Write
-from agentflow.errors import (
-    AgentflowError,
-    CheckpointCorrupted,
-    CheckpointError,
-    InvalidArgument,
-    StoreUnavailable,
-)
+from agentflow.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing
@@ -57,15 +51,6 @@ __all__ = ["SYNCHRONOUS_MODES", "SqliteCheckpointer"]
 
 #: Accepted values of ``synchronous``, weakest to strongest (SQLite's PRAGMA).
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-# Primary result codes (the low byte of an extended code) and what they mean to a caller.
-_CORRUPT_CODES: Final = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-_UNAVAILABLE_CODES: Final = frozenset(
-    getattr(sqlite3, f"SQLITE_{name}")
-    for name in ("BUSY", "LOCKED", "IOERR", "FULL", "CANTOPEN", "PROTOCOL", "NOMEM")
-)
-#: How sqlite3 reports a TEXT value that is not UTF-8 (a damaged column).
-_NOT_UTF8: Final = "Could not decode to UTF-8"
 
 
 class SqliteCheckpointer(SqliteCheckpoints, SqliteRuns, SqliteEvents, StoreBase):
@@ -124,7 +109,6 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteRuns, SqliteEvents, StoreBase)
         private = bool(secure_permissions)
         absolute = os.path.abspath(self.path)
         self._key: PairKey = (absolute, mode, float(busy_timeout), private, bool(create))
-        self._pair: Pair | None = None
 
     def __repr__(self) -> str:
         return f"SqliteCheckpointer({str(self.path)!r}, namespace={self.namespace!r})"
@@ -133,43 +117,6 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteRuns, SqliteEvents, StoreBase)
     def database(self) -> str:
         """``sqlite:///`` and the file's resolved path."""
         return f"sqlite:///{os.path.realpath(self._key[0])}"
-
-    # -- the one writer and the one reader ---------------------------------------
-
-    def _started(self) -> Pair:
-        pair = self._pair
-        if pair is None:
-            self._check_open()
-            pair = self._pair = acquire_pair(self._key)
-        return pair
-
-    async def _submit(self, operation: str, job: Callable[[Pair], Awaitable[Any]]) -> Any:
-        try:
-            return await job(self._started())
-        except AgentflowError:
-            raise
-        except Exception as exc:
-            if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_NOT_UTF8):
-                # sqlite3's message quotes the column's text: stored data stays out of errors
-                raise DurableCorrupted(
-                    "checkpoint_row_invalid",
-                    f"sqlite {operation}: a stored text column is not UTF-8 (damaged)",
-                ) from None
-            error = self._driver_error(exc, operation)
-            if error is None:
-                raise
-            raise error from exc
-
-    async def _prepared(
-        self, operation: str, prepare: Callable[[], Callable[[sqlite3.Connection], Any]]
-    ) -> Any:
-        return await self._submit(operation, lambda pair: pair.writer.submit(prepare))
-
-    async def _write(self, operation: str, apply: Callable[[sqlite3.Connection], Any]) -> Any:
-        return await self._prepared(operation, lambda: apply)
-
-    async def _read(self, operation: str, read: Callable[[sqlite3.Connection], Any]) -> Any:
-        return await self._submit(operation, lambda pair: pair.reader.submit(read))
 
     # -- what crosses the parts ------------------------------------------------------
 
@@ -221,21 +168,3 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteRuns, SqliteEvents, StoreBase)
         if deleted is None:
             raise ClaimActive(f"thread {thread!r} is held by a live lease; delete it with force")
         return deleted
-
-    async def _close_store(self) -> None:
-        """Finish queued writes, then close both connections and stop both threads
-        (unless another open store on the same file still uses them)."""
-        pair, self._pair = self._pair, None
-        if pair is not None:
-            await release_pair(self._key, pair)
-
-    def _driver_error(self, exc: Exception, operation: str) -> AgentflowError | None:
-        if not isinstance(exc, sqlite3.Error | OSError):
-            return None
-        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        kind: type[CheckpointError] = CheckpointError
-        if code in _CORRUPT_CODES:
-            kind = CheckpointCorrupted
-        elif code in _UNAVAILABLE_CODES or isinstance(exc, OSError):
-            kind = StoreUnavailable
-        return kind(f"sqlite {operation} on {self.path}: {exc}")
