@@ -132,3 +132,14 @@ async def test_a_damaged_run_status_in_a_summary_raises(
     await asyncio.to_thread(execute, path, "UPDATE agentflow_threads SET run_status = 'paused'")
     with pytest.raises(CheckpointCorrupted):
         await store.list_threads()
+
+
+async def test_a_record_without_its_head_row_can_still_be_deleted(
+    path: Path, store: SqliteCheckpointer
+) -> None:
+    await claimed(store)
+    await asyncio.to_thread(execute, path, "DELETE FROM agentflow_runs WHERE part = ?", HEAD)
+    with pytest.raises(DurableCorrupted):
+        await store.load("run-1")
+    assert await store.delete("run-1") is True
+    assert await store.load("run-1") is None

@@ -61,7 +61,7 @@ from agentflow.durable.rows import RunHead, RunRow, RunSummary
 from agentflow.durable.transitions import JournalPut, JournalReplace, Write, refusal
 from agentflow.durable.validators import validate_checkpoint_key
 
-__all__ = ["SqliteRuns", "apply_write", "delete_run"]
+__all__ = ["SqliteRuns", "apply_write", "delete_run", "refused"]
 
 _ROW_INVALID: Final = "checkpoint_row_invalid"
 _STATUSES: Final = frozenset(status.value for status in CheckpointStatus)
@@ -206,19 +206,16 @@ def refused(write: Write, found: list[Any]) -> DurableError:
 
 
 def delete_run(conn: sqlite3.Connection, run: dict[str, Any], force: bool) -> bool | None:
-    """Delete a record and its journal in the writer's transaction: True when one was
-    deleted, False when none exists, None (nothing deleted) when its lease is live
-    on the clock read here and ``force`` is false."""
+    """Delete a record and its journal in the writer's transaction: whether any row
+    was deleted, or None (nothing deleted) when its lease is live on the clock read
+    here and ``force`` is false."""
     lease = conn.execute(LEASE, run).fetchall()
-    if not lease:
-        return False
-    expiry = lease[0][0]
-    if not force and expiry is not None and expiry > wall_clock_ms():
+    if not force and lease and lease[0][0] is not None and lease[0][0] > wall_clock_ms():
         return None
-    conn.execute(DELETE_RUN, run)
-    conn.execute(DELETE_JOURNAL, run)
+    removed: int = conn.execute(DELETE_RUN, run).rowcount
+    removed += conn.execute(DELETE_JOURNAL, run).rowcount
     _set_run_status(conn, run, None)
-    return True
+    return removed > 0
 
 
 class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
