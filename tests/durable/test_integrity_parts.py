@@ -116,13 +116,11 @@ def test_a_retired_key_still_opens_and_the_next_write_reseals_with_the_current_o
     assert parts.decode_row(row) == record
     entry = make_tool_entry("run-1", 1, position=2)
     write = parts.write(plan_record_operation(record, entry, "owner#1"))
-    assert isinstance(write.journal, JournalPut)
-    assert write.journal.entry.startswith(b'[2,"')
+    assert isinstance(write.journal, tuple)
+    (put,) = write.journal
+    assert isinstance(put, JournalPut) and put.entry.startswith(b'[2,"')
     assert write.body is None  # a journal write leaves the body (and its key) as stored
-    assert (
-        parts.open("run-1", "tool.1", write.journal.entry)
-        == encode_row(write.record).tool_journal[1]
-    )
+    assert parts.open("run-1", "tool.1", put.entry) == encode_row(write.record).tool_journal[1]
 
 
 def test_event_payloads_are_sealed_only_with_sealing() -> None:

@@ -1,4 +1,4 @@
-"""Sealed durable stores opened from a URL, and by the command line with its keys."""
+"""Records sealed by a store opened from a URL, and by the command line with its keys."""
 
 from __future__ import annotations
 
@@ -9,13 +9,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.sealing import KeyRing, new_key
-from agentflow.cli.session import Session, StoreTarget
+from agentflow.checkpoint.stores import open_store
+from agentflow.cli.keys import keyring_from_args
+from agentflow.cli.session import StoreTarget, open_cli_store
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.stores import open_durable_store
 from agentflow.durable.testing.harness import make_record
 
 SECRET = "s3cr3t-ledger-note"
@@ -32,24 +31,24 @@ def _urls(tmp_path: Path) -> list[str]:
 async def _sealed_only(url: str, ring: KeyRing) -> None:
     """A record written through ``url`` with ``ring`` opens only with it."""
     record = make_record("run-1", shared_state={"note": SECRET})
-    plain = open_durable_store(url, namespace="acme", create=False)
+    plain = open_store(url, namespace="acme", create=False)
     try:
         with pytest.raises(DurableCorrupted, match="no key ring") as caught:
             await plain.load("run-1")
         assert caught.value.code == "checkpoint_sealing_invalid"
     finally:
         await plain.close()
-    sealed = open_durable_store(url, namespace="acme", create=False, sealing=ring)
+    sealed = open_store(url, namespace="acme", create=False, sealing=ring)
     try:
         assert await sealed.load("run-1") == record
     finally:
         await sealed.close()
 
 
-async def test_open_durable_store_seals_with_the_ring_it_is_given(tmp_path: Path) -> None:
+async def test_open_store_seals_records_with_the_ring_it_is_given(tmp_path: Path) -> None:
     ring = KeyRing({"k1": os.urandom(32)}, current="k1")
     for url in _urls(tmp_path):
-        store = open_durable_store(url, namespace="acme", sealing=ring)
+        store = open_store(url, namespace="acme", sealing=ring)
         try:
             await store.create(make_record("run-1", shared_state={"note": SECRET}))
         finally:
@@ -57,17 +56,16 @@ async def test_open_durable_store_seals_with_the_ring_it_is_given(tmp_path: Path
         await _sealed_only(url, ring)
 
 
-async def test_the_command_lines_durable_store_is_sealed_with_its_keys(tmp_path: Path) -> None:
+async def test_the_command_lines_records_are_sealed_with_its_keys(tmp_path: Path) -> None:
     keys = tmp_path / "keys.json"
     keys.write_text(json.dumps({"current": "k1", "keys": {"k1": new_key()}, "retired": []}))
     keys.chmod(0o600)
     url = f"sqlite:///{tmp_path}/cli.db"
     args = argparse.Namespace(keys_file=str(keys))
-    target = StoreTarget(url, "acme")
-    session = Session(args, MemoryCheckpointer(), Console(), target, creates_records=True)
+    store = open_cli_store(StoreTarget(url, "acme"), create=True, sealing=keyring_from_args(args))
     try:
-        await session.durable.create(make_record("run-1", shared_state={"note": SECRET}))
+        await store.create(make_record("run-1", shared_state={"note": SECRET}))
     finally:
-        await session.close()
+        await store.close()
     ring = KeyRing.from_source(keys.read_text)
     await _sealed_only(url, ring)

@@ -7,6 +7,7 @@ and budget usage are carried as JSON for the runtime that owns their shape.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,13 @@ from agentflow.durable.validators import (
     validate_sha256,
 )
 
-__all__ = ["CHECKPOINT_V2_SCHEMA", "KNOWN_FIELDS", "OPERATOR_ABORT_CODE", "DurableCheckpoint"]
+__all__ = [
+    "CHECKPOINT_V2_SCHEMA",
+    "KNOWN_FIELDS",
+    "OPERATOR_ABORT_CODE",
+    "DurableCheckpoint",
+    "evolve",
+]
 
 #: The terminal error code of a run an operator aborted with an outcome still unknown.
 OPERATOR_ABORT_CODE = "operator_abort_with_unknown_outcome"
@@ -331,3 +338,12 @@ def _wire_int(value: object) -> bool:
 
 def parse_status(value: object) -> CheckpointStatus:
     return parse_enum(CheckpointStatus, value, _STATUS, "checkpoint status")
+
+
+def evolve(record: DurableCheckpoint, **changes: Any) -> DurableCheckpoint:
+    """``dataclasses.replace`` for a record (a plain dataclass whose ``__init__``
+    only assigns): the same shallow copy, without building the call of every
+    field, on the paths that copy a record per journaled call."""
+    evolved = copy.copy(record)
+    evolved.__dict__.update(changes)
+    return evolved

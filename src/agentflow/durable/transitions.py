@@ -19,10 +19,8 @@ taken over still fences nothing: the holder's receipts remain welcome.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
@@ -38,7 +36,7 @@ from agentflow.durable.errors import (
 )
 from agentflow.durable.events import EventCursor
 from agentflow.durable.journal import ALLOWED_TRANSITIONS, OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.record import DurableCheckpoint, evolve
 from agentflow.durable.rows import RunHead, encode_body, encode_entry, head_of, identity_of
 from agentflow.durable.validators import is_blank, validate_sha256
 
@@ -62,8 +60,9 @@ __all__ = [
 ]
 
 _CLAIM = "checkpoint_claim_invalid"
-#: The states a new entry may be written in: planned, or one legal move from it.
-_FIRST_STATES = frozenset({OperationState.PLANNED, OperationState.STARTED, OperationState.FAILED})
+#: The states a new entry may be written in: planned, or the moves from it written at once
+#: (started; or settled: a call whose outcome is written with its start).
+_FIRST_STATES = frozenset(OperationState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,14 +143,6 @@ def next_revision(revision: int) -> int:
     return revision + 1
 
 
-def _evolve(record: DurableCheckpoint, **changes: Any) -> DurableCheckpoint:
-    """``dataclasses.replace`` for a record (a plain dataclass whose ``__init__``
-    only assigns): the same shallow copy, without building the call of every field."""
-    evolved = copy.copy(record)
-    evolved.__dict__.update(changes)
-    return evolved
-
-
 def _claimed_guard(snapshot: DurableCheckpoint, claim_token: str) -> Guard:
     if not isinstance(claim_token, str) or is_blank(claim_token):
         raise DurableError(_CLAIM, "claim_token must be non-empty")
@@ -191,7 +182,7 @@ def _write(guard: Guard, record: DurableCheckpoint, *, keep_lease: bool) -> Writ
 def plan_progress(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     """Replace the claimed record's content; claim and lease stay as stored."""
     guard = _claimed_guard(snapshot, claim_token)
-    record = _evolve(snapshot, claim_token=claim_token, revision=next_revision(snapshot.revision))
+    record = evolve(snapshot, claim_token=claim_token, revision=next_revision(snapshot.revision))
     return _write(guard, record, keep_lease=True)
 
 
@@ -200,7 +191,7 @@ def plan_suspend(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     guard = _claimed_guard(snapshot, claim_token)
     if not snapshot.has_ambiguous_operation():
         raise DurableError("checkpoint_status_invalid", "suspend requires an ambiguous operation")
-    record = _evolve(
+    record = evolve(
         snapshot,
         status=CheckpointStatus.RECONCILIATION_REQUIRED,
         claim_token=None,
@@ -216,7 +207,7 @@ def plan_commit(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     guard = _claimed_guard(snapshot, claim_token)
     if snapshot.cycle_index != snapshot.claimed_cycle:
         raise CycleConflict("commit must set cycle_index to the claimed cycle")
-    record = _evolve(
+    record = evolve(
         snapshot,
         model_call_journal=[],
         tool_journal=[],
@@ -236,7 +227,7 @@ def _terminal(snapshot: DurableCheckpoint) -> DurableCheckpoint:
     if not snapshot.status.is_terminal:
         raise DurableError("checkpoint_status_invalid", "finalize requires a terminal status")
     keep = snapshot.is_operator_abort_terminal()
-    return _evolve(
+    return evolve(
         snapshot,
         model_call_journal=snapshot.model_call_journal if keep else [],
         tool_journal=snapshot.tool_journal if keep else [],
@@ -273,7 +264,7 @@ def _check_successor(previous: OperationJournalEntry | None, entry: OperationJou
         if entry.attempt != 1 or entry.state not in _FIRST_STATES:
             raise DurableError(
                 "operation_transition_invalid",
-                f"a new journal entry starts at attempt 1 as planned, started or failed,"
+                f"a new journal entry starts at attempt 1,"
                 f" not at attempt {entry.attempt} as {entry.state.value}",
             )
         return
@@ -334,7 +325,7 @@ def plan_record_operations(
         _check_successor(journal[index] if index < len(journal) else None, entry)
         journal[index : index + 1] = [entry]
         puts.append(JournalPut(entry.kind, index, encode_entry(entry)))
-    record = _evolve(
+    record = evolve(
         snapshot,
         claim_token=claim_token,
         revision=next_revision(snapshot.revision),
@@ -391,7 +382,7 @@ def plan_event_delivery(
         identity=identity_of(snapshot),
         claimed_cycle=snapshot.claimed_cycle,
     )
-    record = _evolve(
+    record = evolve(
         snapshot,
         event_outbox=outbox,
         event_cursor=cursor,
@@ -415,7 +406,7 @@ def plan_acknowledge(snapshot: DurableCheckpoint) -> Write:
         identity=identity_of(snapshot),
         terminal_acknowledged=False,
     )
-    record = _evolve(
+    record = evolve(
         snapshot, terminal_acknowledged=True, revision=next_revision(snapshot.revision)
     )
     return Write(record.checkpoint_key, guard, head_of(record), False, None, None, record)

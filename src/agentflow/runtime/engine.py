@@ -44,7 +44,7 @@ from agentflow.runtime.errors import (
 )
 from agentflow.runtime.events import RunEvent, Sink, no_events, stream_of
 from agentflow.runtime.fork import fork_checkpoint
-from agentflow.runtime.leases import instant_us, lease_ms_of
+from agentflow.runtime.leases import StoreUse, instant_us, lease_ms_of
 from agentflow.runtime.records import Records, durable_of
 from agentflow.runtime.recovery import (
     record_decision,
@@ -116,6 +116,7 @@ class CompiledGraph:
             self.definition,
             owner=self.owner,
             lease_ms=lease_ms_of(claim_ttl.total_seconds()),
+            use=StoreUse.of(self.durable, self.checkpointer),
         )
         self._cycles = Cycles(
             self._steps, self._records, self.durability, self.definition, step_limit

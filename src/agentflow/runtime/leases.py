@@ -27,8 +27,9 @@ import contextlib
 import secrets
 import time
 from collections.abc import Awaitable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import cast
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.store import Store
@@ -42,12 +43,14 @@ from agentflow.durable import (
     OperationJournalEntry,
     OperationKind,
 )
+from agentflow.durable.record import evolve
 from agentflow.errors import AgentflowError, StoreUnavailable
 from agentflow.runtime.errors import StepClaimed
 
 __all__ = [
     "RELEASE_MS",
     "Lease",
+    "StoreUse",
     "claim_token",
     "holder_of",
     "instant_us",
@@ -102,30 +105,46 @@ async def step_claimed(
     return claimed
 
 
+def _position(journal: list[OperationJournalEntry], operation_id: str) -> int:
+    """Where the entry of ``operation_id`` is in ``journal`` (its length when absent)."""
+    return next(
+        (i for i, item in enumerate(journal) if item.operation_id == operation_id), len(journal)
+    )
+
+
 def _with_entry(record: DurableCheckpoint, entry: OperationJournalEntry) -> DurableCheckpoint:
     """``record`` with ``entry`` in its journal (in place of the one of its call, if any)."""
     journal = list(record.journal(entry.kind))
-    index = next(
-        (i for i, item in enumerate(journal) if item.operation_id == entry.operation_id),
-        len(journal),
-    )
+    index = _position(journal, entry.operation_id)
     journal[index : index + 1] = [entry]
     if entry.kind is OperationKind.MODEL:
-        return replace(record, model_call_journal=journal)
-    return replace(record, tool_journal=journal)
+        return evolve(record, model_call_journal=journal)
+    return evolve(record, tool_journal=journal)
 
 
-def _together(store: DurableStore, checkpointer: Checkpointer) -> bool:
-    """Whether ``store`` holds ``checkpointer``'s steps too, so a step commits as one write."""
-    if not isinstance(store, Store):
-        return False
-    if store is checkpointer:
-        return True
-    return (
-        isinstance(checkpointer, Store)
-        and store.database == checkpointer.database
-        and store.namespace == checkpointer.namespace
-    )
+@dataclass(frozen=True, slots=True)
+class StoreUse:
+    """What a durable store can do for a lease, decided once per compiled graph (an
+    ``isinstance`` check of the :class:`Store` protocol costs far more than a write plan)."""
+
+    #: It writes several journal entries as one write (every agentflow store).
+    batches: bool = False
+    #: It holds the steps too, so a step and its receipts commit as one write.
+    together: bool = False
+
+    @classmethod
+    def of(cls, store: DurableStore, checkpointer: Checkpointer | None = None) -> StoreUse:
+        if not isinstance(store, Store):
+            return cls()
+        together = checkpointer is not None and (
+            store is checkpointer
+            or (
+                isinstance(checkpointer, Store)
+                and store.database == checkpointer.database
+                and store.namespace == checkpointer.namespace
+            )
+        )
+        return cls(batches=True, together=together)
 
 
 class Lease:
@@ -146,9 +165,11 @@ class Lease:
         *,
         recovery: bool,
         released: set[str] | None = None,
+        use: StoreUse = StoreUse(),
     ) -> None:
         assert record.claim_token is not None
         self.store = store
+        self.use = use
         self.record = record
         #: The record as last stored (the snapshot receipts are planned from).
         self._stored = record
@@ -180,6 +201,7 @@ class Lease:
         lease_ms: int,
         step: int,
         released: set[str] | None = None,
+        use: StoreUse = StoreUse(),
     ) -> Lease:
         """Claim the cycle after ``record``'s committed one, or raise :class:`StepClaimed`.
 
@@ -209,7 +231,7 @@ class Lease:
             raise await step_claimed(
                 store, record.checkpoint_key, step, record.revision, active
             ) from active
-        lease = cls(store, claimed, lease_ms, recovery=recovery, released=released)
+        lease = cls(store, claimed, lease_ms, recovery=recovery, released=released, use=use)
         lease.live_until = sent + lease_ms / 1000
         lease._heartbeat = asyncio.create_task(lease._beat())
         return lease
@@ -223,8 +245,24 @@ class Lease:
 
     def note(self, entry: OperationJournalEntry) -> None:
         """Keep a journal move that need not be stored before anything else is:
-        it rides the next write (:meth:`record_operation`, :meth:`commit_step`, ...)."""
-        self._pending.append(entry)
+        it rides the next write (:meth:`record_operation`, :meth:`commit_step`, ...).
+
+        A call not yet stored at all is kept as its latest entry only (a new
+        entry may be written in any state), so each call costs one entry in
+        the write that stores it.
+        """
+        pending = self._pending
+        if (
+            pending
+            and pending[-1].operation_id == entry.operation_id
+            and pending[-1].kind is (entry.kind)
+        ):
+            stored = self._stored.journal(entry.kind)
+            if _position(stored, entry.operation_id) == len(stored):
+                pending[-1] = entry
+                self.record = _with_entry(self.record, entry)
+                return
+        pending.append(entry)
         self.record = _with_entry(self.record, entry)
 
     async def record_operation(self, entry: OperationJournalEntry) -> DurableCheckpoint:
@@ -239,8 +277,8 @@ class Lease:
 
     async def _write(self, entries: list[OperationJournalEntry]) -> DurableCheckpoint:
         noted = len(self._pending)
-        if isinstance(self.store, Store):
-            written = await self.store.record_operations(
+        if self.use.batches:
+            written = await cast(Store, self.store).record_operations(
                 self._stored, entries, claim_token=self.token
             )
         else:  # a third-party store writes one entry at a time
@@ -261,15 +299,14 @@ class Lease:
     async def commit_step(self, cp: Checkpoint, checkpointer: Checkpointer) -> DurableCheckpoint:
         """Store the step ``cp`` and the receipts noted, together where the store can.
 
-        On an agentflow store that holds ``checkpointer``'s steps too it is one
-        :meth:`~agentflow.checkpoint.store.Store.commit_step`; otherwise the
-        receipts are written first, then the step.
+        On an agentflow store that holds ``checkpointer``'s steps too
+        (:attr:`use`) it is one :meth:`~agentflow.checkpoint.store.Store.commit_step`;
+        otherwise the receipts are written first, then the step.
         """
         self.check()
-        if _together(self.store, checkpointer):
-            assert isinstance(self.store, Store)
+        if self.use.together:
             noted = len(self._pending)
-            written = await self.store.commit_step(
+            written = await cast(Store, self.store).commit_step(
                 cp, self._stored, self._pending[:noted], claim_token=self.token
             )
             return self._written(written, noted)

@@ -43,7 +43,7 @@ from agentflow.durable import (
 from agentflow.errors import InvalidArgument
 from agentflow.runtime.durability import RunDefinition
 from agentflow.runtime.errors import StepClaimed
-from agentflow.runtime.leases import RELEASE_MS, Lease
+from agentflow.runtime.leases import RELEASE_MS, Lease, StoreUse
 
 __all__ = ["CARRIED", "Records", "carried_of", "carrying", "durable_of", "finished"]
 
@@ -106,9 +106,17 @@ class Records:
     """The durable records of one graph's threads in one durable store."""
 
     def __init__(
-        self, store: DurableStore, definition: RunDefinition, *, owner: str, lease_ms: int
+        self,
+        store: DurableStore,
+        definition: RunDefinition,
+        *,
+        owner: str,
+        lease_ms: int,
+        use: StoreUse,
     ) -> None:
         self.store = store
+        #: What the store can do for a lease (decided once, at compile).
+        self.use = use
         self.definition = definition
         self.owner = owner
         self.lease_ms = lease_ms
@@ -178,6 +186,7 @@ class Records:
             lease_ms=self.lease_ms,
             step=step,
             released=self.released,
+            use=self.use,
         )
 
 

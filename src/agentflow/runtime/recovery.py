@@ -41,7 +41,7 @@ from agentflow.durable import (
 from agentflow.durable.errors import DurableError
 from agentflow.runtime.durability import Durability
 from agentflow.runtime.errors import NothingToReconcile, ThreadNotFound, UnknownOperation
-from agentflow.runtime.leases import Lease
+from agentflow.runtime.leases import Lease, StoreUse
 
 __all__ = [
     "Reconciliation",
@@ -282,7 +282,13 @@ async def record_decision(
     if decision.kind is not _D.ABORT:
         _settled(entry, decision)  # refuse a decision that does not fit the call
     lease = await Lease.take(
-        store, record, owner=owner, lease_ms=lease_ms, step=step, released=released
+        store,
+        record,
+        owner=owner,
+        lease_ms=lease_ms,
+        step=step,
+        released=released,
+        use=StoreUse.of(store),
     )
     try:
         chosen = Reconciliation(observation_of(entry), decision, "operator")
