@@ -1,5 +1,5 @@
-"""The PostgreSQL store as one thing: a step's commit is one statement and one
-transaction commit, a thread's delete is one transaction refused on a live lease,
+"""The PostgreSQL store as one thing: a step's commit is one statement (one commit:
+test_postgres_commits.py), a thread's delete is one transaction refused on a live lease,
 a thread's status comes from its record, the three parts share one pool, and
 ``database`` names where the data lives without credentials."""
 
@@ -10,7 +10,6 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-import asyncpg
 import pytest
 
 from agentflow.checkpoint.postgres import PostgresCheckpointer, from_url
@@ -134,69 +133,6 @@ async def test_a_put_racing_a_step_commit_rolls_the_commit_back(
         await racer.close()
     assert conflict.value.actual == 7
     assert await store.load("t") == record and await _journal_rows(admin, table) == before
-
-
-async def _xact_commits(admin: Connection, database: str) -> int:
-    commits: int = await admin.fetchval(
-        "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", database
-    )
-    return commits
-
-
-async def _no_reset(conn: Connection) -> None:
-    return None
-
-
-async def test_a_step_commit_costs_one_transaction_commit(admin: Connection) -> None:
-    """Counted in pg_stat_database of a database of this test's own, so no other
-    client's commits are in the count. The store's only connection flushes its
-    statistics on demand (a backend reports them when idle, at most once a
-    second, and only when a relation's counts are pending too: hence the scan)."""
-    database = f"af_commits_{uuid.uuid4().hex[:12]}"
-    await admin.execute(f'CREATE DATABASE "{database}"')
-    dsn = DSN.rsplit("/", 1)[0] + f"/{database}"
-    # No reset query on release (a transaction of its own), as the store's own pool.
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1, reset=_no_reset)
-    flush = "SELECT pg_stat_force_next_flush() FROM pg_namespace LIMIT 1"
-    try:
-        assert await pool.fetchval("SHOW synchronous_commit") == "on"
-        async with PostgresCheckpointer(pool=pool) as store:
-            record = await _claimed_step(store)
-
-            async def commits(steps: int, both: bool) -> int:
-                """Transaction commits of ``steps`` steps, each with a receipt and
-                the next call's start (``both``: as two writes, the record's first)."""
-                nonlocal record
-                await pool.fetchval(flush)
-                await settle_logs()
-                start = await _xact_commits(admin, database)
-                for _ in range(steps):
-                    done = record.tool_journal[-1].succeed({"ok": 1})
-                    nxt = make_tool_entry("t", 1, len(record.tool_journal) + 1).start()
-                    cp = make_checkpoint("t", len(record.tool_journal), next=("n",))
-                    if both:
-                        record = await store.record_operations(
-                            record, [done, nxt], claim_token="owner-a"
-                        )
-                        await store.put(cp, if_revision=0)
-                    else:
-                        record = await store.commit_step(
-                            cp, record, [done, nxt], claim_token="owner-a"
-                        )
-                await pool.fetchval(flush)
-                for _ in range(200):  # the flushed counts land in shared memory at once
-                    end = await _xact_commits(admin, database)
-                    if end > start:
-                        break
-                    await asyncio.sleep(0.01)
-                return end - start
-
-            baseline = await commits(0, both=False)  # the flush itself
-            one, two = await commits(20, both=False), await commits(20, both=True)
-            assert (baseline, (one - baseline) / 20, (two - baseline) / 20) == (1, 1.0, 2.0)
-    finally:
-        await pool.close()
-        await admin.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
 
 
 # -- delete_thread -----------------------------------------------------------------
