@@ -5,7 +5,7 @@ rewritten on disk."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import claimed
 from agentflow.errors import InvalidThreadId, StoreUnavailable
+from agentflow.runtime import END, START, Graph, NodeContext, ToolCall
 from tests.backends.file import run_dir
 from tests.checkpoint.test_file_runs import recording
 
@@ -228,3 +229,39 @@ async def test_a_rewritten_event_keeps_its_names_and_sequence(root: Path) -> Non
     names = [path for path in log.rglob("*") if path.is_file()]
     assert len({path.stat().st_ino for path in names}) == 1 and len(names) == 3
     assert after.events == first.events
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+async def test_fsyncs_per_graph_step_with_one_journaled_call(
+    root: Path, monkeypatch: pytest.MonkeyPatch, idempotent: bool
+) -> None:
+    """The figure docs/file.md quotes (``-s`` prints it): a 20-step graph, one call a
+    step. An at-most-once call journals ``started`` (3 fsyncs) before it goes out
+    and its receipt rides the step's commit (5); an idempotent one writes nothing
+    before it goes out."""
+
+    async def step(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        def charge(call: ToolCall) -> dict[str, Any]:
+            return {"ok": call.arguments["i"]}
+
+        await ctx.tool("charge", {"i": state["i"]}, charge, idempotent=idempotent)
+        return {"i": state["i"] + 1}
+
+    graph = Graph("twenty").add_node("step", step).add_edge(START, "step")
+    graph.add_conditional_edges("step", lambda s: "step" if s["i"] < 20 else END, ["step", END])
+    fsyncs: list[int] = []
+    real = os.fsync
+
+    def counted(fd: int) -> None:
+        fsyncs.append(fd)
+        real(fd)
+
+    async with FileCheckpointer(root) as store:
+        compiled = graph.compile(store)
+        await compiled.run({"i": 0}, thread="warm-up")  # the namespace's directories
+        monkeypatch.setattr(os, "fsync", counted)
+        result = await compiled.run({"i": 0}, thread="t")
+    per_step = len(fsyncs) / 20
+    print(f"idempotent={idempotent}: {len(fsyncs)} fsyncs, {per_step:.2f} a step")
+    assert result.status == "done"
+    assert per_step <= (6 if idempotent else 9)
