@@ -154,18 +154,19 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, abc.ABC):
         self._check_open()
         validate_thread(thread)
         cutoff_us = check_prune_bounds(before_step, older_than)
-        latest = await self.get(thread)
-        if latest is None:
-            return 0
-        whole = (before_step is None or latest.step < before_step) and (
-            cutoff_us is None or parse_instant(latest.ts) < cutoff_us
-        )
-        if not whole:
-            return await super().prune(thread, before_step=before_step, older_than=older_than)
-        if _is_key(thread):
-            try:
+        if self._binds_store and not self._store_id:
+            await self._bind_store("prune")
+        try:
+            row = await self._read_step(thread, None)
+            if row is None:
+                return 0
+            latest = row if isinstance(row, Checkpoint) else self._decode_row(thread, row)
+            whole = (before_step is None or latest.step < before_step) and (
+                cutoff_us is None or parse_instant(latest.ts) < cutoff_us
+            )
+            if whole and _is_key(thread):
                 await self._delete_run(thread, force=False)
                 await self._delete_events(thread)
-            except Exception as exc:
-                self._reraise(exc, "prune")
-        return await super().prune(thread, before_step=before_step, older_than=older_than)
+            return await self._delete_steps(thread, before_step, cutoff_us)
+        except Exception as exc:
+            self._reraise(exc, "prune")
