@@ -509,3 +509,36 @@ async def test_a_node_failing_after_its_call_leaves_the_receipt_to_replay_on_eve
     assert result.state["receipt"] == {"charged": 7, "key": tool.keys[0]}
     ops = result.checkpoint.extra["runtime"]["operations"]
     assert [(o["state"], o["replayed"]) for o in ops] == [("succeeded", True)]
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["at-most-once", "idempotent"])
+async def test_calls_made_in_parallel_keep_every_receipt_on_every_backend(
+    runtime_backend: RuntimeBackend, idempotent: bool
+) -> None:
+    """Receipts noted while another call's write is in flight ride a later write."""
+    tool, failures = Tool(), [RuntimeError("after the calls")]
+
+    async def jitter(call: ToolCall) -> None:
+        await asyncio.sleep((5 - int(call.arguments["cents"])) / 500)  # they settle out of order
+
+    tool.then = jitter
+
+    async def charge(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        receipts = await asyncio.gather(
+            *(ctx.tool("charge", {"cents": i}, tool, idempotent=idempotent) for i in range(5))
+        )
+        if failures:
+            raise failures.pop()
+        return {"receipts": receipts}
+
+    graph = Graph("parallel").add_node("n", charge).add_edge(START, "n")
+    async with runtime_backend.open() as store:
+        compiled = graph.compile(store)
+        with pytest.raises(NodeFailed):
+            await compiled.run({}, thread="t")
+        record = await store.load("t")
+        assert record is not None
+        assert [e.state for e in record.tool_journal] == [OperationState.SUCCEEDED] * 5
+        result = await compiled.resume("t")
+    assert result.status == "done" and len(tool.calls) == 5
+    assert [r["charged"] for r in result.state["receipts"]] == [0, 1, 2, 3, 4]
