@@ -16,15 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from agentflow.checkpoint import Checkpoint, Checkpointer
+from agentflow import open_store
+from agentflow.checkpoint import Checkpoint
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.sealing import KeyRing, SealedCodec, new_key
 from agentflow.checkpoint.sealing.sealer import is_sealed
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.checkpoint.store import Store
 from agentflow.cli.copy import source_threads
 from agentflow.cli.keys import SEALED_MARK
 from tests.backends.postgres import DSN, admin_connection
 from tests.cli.support import af, env
+from tests.runtime.graphs import ledger_lines, lost_reply_graph
 
 DB = ".runs/checkpoints.db"
 
@@ -47,11 +50,11 @@ def _raw_payloads(db: Path) -> list[bytes]:
         return [bytes(row[0]) for row in conn.execute("SELECT payload FROM agentflow_checkpoints")]
 
 
-async def _contents(store: Checkpointer) -> dict[str, list[Checkpoint]]:
+async def _contents(store: Store) -> dict[str, list[Checkpoint]]:
     return {t: [cp async for cp in store.history(t)] async for t in source_threads(store)}
 
 
-def _read(store: Checkpointer) -> dict[str, list[Checkpoint]]:
+def _read(store: Store) -> dict[str, list[Checkpoint]]:
     async def read() -> dict[str, list[Checkpoint]]:
         async with store:
             return await _contents(store)
@@ -113,6 +116,46 @@ def test_a_sealed_store_is_read_and_written_with_keys_and_refused_clearly_withou
     other = spec("k9", {"k9": new_key()})
     wrong = af(tmp_path, *store_flags, "show", "t", check=False, AGENTFLOW_SEALING_KEYS=other)
     assert wrong.returncode == 1 and "which the key ring does not hold" in wrong.stderr
+
+
+def test_the_guide_moves_a_plaintext_store_with_paused_runs_to_sealing(
+    tmp_path: Path, keys: str, store_flags: list[str]
+) -> None:
+    """docs/sealing.md "Moving a plaintext store to sealing" with the command line:
+    a run paused for a human and one waiting for reconciliation both go on,
+    sealed, once ``rekey`` has run (records and events too, not only steps)."""
+    ledger = tmp_path / "ledger"
+    af(tmp_path, *store_flags, "demo", "--thread", "paused", "--hold", "0")
+
+    async def lost_reply() -> None:
+        namespace = store_flags[3] if len(store_flags) > 3 else None
+        async with open_store(store_flags[1], namespace=namespace) as store:
+            lost = lost_reply_graph().compile(store)
+            result = await lost.run({"ledger": str(ledger)}, thread="order-7")
+            assert result.status == "reconciliation_required"
+
+    def sealed(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return af(tmp_path, *store_flags, *args, check=check, AGENTFLOW_SEALING_KEYS=keys)
+
+    asyncio.run(lost_reply())
+    refused = sealed("show", "paused", check=False)
+    assert refused.returncode == 1 and "refuses plaintext" in refused.stderr
+    done = json.loads(sealed("rekey", "--json").stdout)
+    assert done["durable_records"] == {
+        "found": 2, "resealed": 2, "skipped": 0, "by_key": {"plaintext": 2}
+    }  # fmt: skip
+    assert done["busy"] == [] and done["left_count"] == 0
+    audit = json.loads(sealed("rekey", "--check", "--json").stdout)
+    assert audit["durable_records"]["by_key"] == {"k1": 2} and set(audit["by_key"]) == {"k1"}
+    resumed = sealed("resume", "paused", "--value", '"approve"')
+    assert "done paused at step 7" in resumed.stdout
+    graph = ["--graph", "tests.runtime.graphs:lost_reply_graph"]
+    assert "reconciliation required in order-7" in sealed(*graph, "resume", "order-7").stdout
+    journal = json.loads(sealed("journal", "order-7", "--json").stdout)
+    assert [call["state"] for call in journal["pending"]] == ["ambiguous"]
+    assert len(ledger_lines(ledger)) == 1
+    unkeyed = af(tmp_path, *store_flags, "journal", "order-7", check=False)
+    assert unkeyed.returncode == 1 and "is sealed; give the store's sealing keys" in unkeyed.stderr
 
 
 def test_the_stored_records_are_ciphertext(tmp_path: Path, keys: str) -> None:
