@@ -289,13 +289,13 @@ async def _durable_compare(title: str, stores: list[DurableStore], sizes: _Sizes
 
 @contextlib.asynccontextmanager
 async def _durable_sqlite() -> AsyncIterator[list[DurableStore]]:
-    from agentflow.durable.stores.sqlite import SqliteDurableStore
+    from agentflow.checkpoint.sqlite import SqliteCheckpointer
 
     with tempfile.TemporaryDirectory(prefix="bench-sealing-") as root:
         async with contextlib.AsyncExitStack() as stack:
             yield [
                 await stack.enter_async_context(
-                    SqliteDurableStore(os.path.join(root, f"{i}.db"), sealing=sealing)
+                    SqliteCheckpointer(os.path.join(root, f"{i}.db"), sealing=sealing)
                 )
                 for i, sealing in enumerate((None, _RING))
             ]
@@ -303,14 +303,14 @@ async def _durable_sqlite() -> AsyncIterator[list[DurableStore]]:
 
 @contextlib.asynccontextmanager
 async def _durable_postgres() -> AsyncIterator[list[DurableStore]]:
-    from agentflow.durable.stores.postgres import PostgresDurableStore
+    from agentflow.checkpoint.postgres import PostgresCheckpointer
 
     tables = [f"bench_sealing_{uuid.uuid4().hex[:12]}_{i}" for i in range(2)]
     try:
         async with contextlib.AsyncExitStack() as stack:
             yield [
                 await stack.enter_async_context(
-                    PostgresDurableStore(DSN, table=table, sealing=sealing)
+                    PostgresCheckpointer(DSN, table=table, sealing=sealing)
                 )
                 for table, sealing in zip(tables, (None, _RING), strict=True)
             ]

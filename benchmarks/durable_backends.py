@@ -1,6 +1,6 @@
-"""A checkpointer and its durable store on each backend, and a count of what they write.
+"""A store on each backend, and a count of what it is asked to write.
 
-Each opener yields a fresh, empty pair on one database (a scratch file,
+Each opener yields a fresh, empty store on one database (a scratch file,
 schema, key prefix or database, removed afterwards), at the durability the
 backend benchmarks use: SQLite WAL + ``synchronous=FULL``, PostgreSQL
 ``synchronous_commit=on``, MongoDB ``j:true``, the file store fsyncing each
@@ -21,20 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentflow.checkpoint.base import Checkpointer
-from agentflow.durable import DurableStore, OperationJournalEntry
+from agentflow.checkpoint.store import Store
+from agentflow.durable import OperationJournalEntry
 from agentflow.durable.rows import encode_entry
 
 DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("AGENTFLOW_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-#: The ``DurableStore`` methods that write.
-DURABLE_WRITES = (
+#: The store methods that write (each one transaction, script or command; ``put`` is the
+#: checkpoints', the others the records').
+WRITES = (
+    "put",
+    "commit_step",
     "create",
     "claim",
     "renew_claim",
     "progress",
-    "record_operation",
+    "record_operations",
     "suspend",
     "commit",
     "finalize_claimed",
@@ -44,13 +47,11 @@ DURABLE_WRITES = (
     "delete",
 )
 
-Pair = tuple[Checkpointer, DurableStore]
-
 
 @dataclass
 class Writes:
-    """Calls of each write method (``put`` for the checkpointer's) and the journal
-    entry bytes ``record_operation`` wrote (the entry as the row layout encodes it)."""
+    """Calls of each write method and the journal entry bytes written (each entry as
+    the row layout encodes it)."""
 
     calls: Counter[str] = field(default_factory=Counter)
     entry_bytes: int = 0
@@ -58,6 +59,7 @@ class Writes:
     seconds: dict[str, list[float]] = field(default_factory=dict)
 
     def total(self, *, durable_only: bool = False) -> int:
+        """Writes made; ``durable_only``: those a run adds to its steps' (not ``put``)."""
         return sum(n for name, n in self.calls.items() if not durable_only or name != "put")
 
     def since(self, before: Writes) -> Writes:
@@ -67,12 +69,12 @@ class Writes:
         return Writes(Counter(self.calls), self.entry_bytes)
 
 
-def count_writes(checkpointer: Checkpointer, durable: DurableStore) -> Writes:
-    """Wrap the write methods of both (on the instances) so every call is counted.
+def count_writes(store: Store) -> Writes:
+    """Wrap the write methods of ``store`` (on the instance) so every call is counted.
 
-    The runtime only sees the public protocols, so counting them is counting
-    every write the backend is asked to make (each is one statement, script
-    or command on every backend).
+    The runtime only sees the public protocol, so counting it is counting every
+    write the backend is asked to make (each is one statement, script or
+    command on every backend; ``commit_step`` one transaction on SQL ones).
     """
     writes = Writes()
 
@@ -80,10 +82,11 @@ def count_writes(checkpointer: Checkpointer, durable: DurableStore) -> Writes:
         @functools.wraps(method)
         async def call(*args: Any, **kwargs: Any) -> Any:
             writes.calls[name] += 1
-            if name == "record_operation":
-                entry = args[1] if len(args) > 1 else kwargs["entry"]
-                assert isinstance(entry, OperationJournalEntry)
-                writes.entry_bytes += len(encode_entry(entry))
+            if name in ("record_operations", "commit_step"):
+                entries = args[-1] if args else kwargs["entries"]
+                for entry in entries:
+                    assert isinstance(entry, OperationJournalEntry)
+                    writes.entry_bytes += len(encode_entry(entry))
             start = time.perf_counter()
             try:
                 return await method(*args, **kwargs)
@@ -92,42 +95,34 @@ def count_writes(checkpointer: Checkpointer, durable: DurableStore) -> Writes:
 
         return call
 
-    for name in DURABLE_WRITES:
-        setattr(durable, name, counted(name, getattr(durable, name)))
-    setattr(checkpointer, "put", counted("put", checkpointer.put))  # noqa: B010
+    for name in WRITES:
+        setattr(store, name, counted(name, getattr(store, name)))
     return writes
 
 
 @asynccontextmanager
-async def memory_pair() -> AsyncIterator[Pair]:
+async def memory_store() -> AsyncIterator[Store]:
     from agentflow.checkpoint.memory import MemoryCheckpointer
-    from agentflow.durable import MemoryDurableStore
 
-    yield MemoryCheckpointer(), MemoryDurableStore()
+    yield MemoryCheckpointer()
 
 
 @asynccontextmanager
-async def sqlite_pair() -> AsyncIterator[Pair]:
+async def sqlite_store() -> AsyncIterator[Store]:
     from agentflow.checkpoint.sqlite import SqliteCheckpointer
-    from agentflow.durable.stores.sqlite import SqliteDurableStore
 
     with tempfile.TemporaryDirectory(prefix="bench-durable-") as tmp:
-        path = Path(tmp) / "runs.db"
-        async with (
-            SqliteCheckpointer(path, synchronous="FULL") as checkpointer,
-            SqliteDurableStore(path, synchronous="FULL") as durable,
-        ):
-            yield checkpointer, durable
+        async with SqliteCheckpointer(Path(tmp) / "runs.db", synchronous="FULL") as store:
+            yield store
 
 
 @asynccontextmanager
-async def file_pair() -> AsyncIterator[Pair]:
+async def file_store() -> AsyncIterator[Store]:
     from agentflow.checkpoint.file import FileCheckpointer
-    from agentflow.durable.stores.file import FileDurableStore
 
     with tempfile.TemporaryDirectory(prefix="bench-durable-") as tmp:
-        async with FileCheckpointer(tmp) as checkpointer, FileDurableStore(tmp) as durable:
-            yield checkpointer, durable
+        async with FileCheckpointer(tmp) as store:
+            yield store
 
 
 async def postgres_admin(sql: str) -> None:
@@ -152,32 +147,23 @@ async def postgres_schema() -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def postgres_pair() -> AsyncIterator[Pair]:
+async def postgres_store() -> AsyncIterator[Store]:
     from agentflow.checkpoint.postgres import PostgresCheckpointer
-    from agentflow.durable.stores.postgres import PostgresDurableStore
 
-    async with (
-        postgres_schema() as schema,
-        PostgresCheckpointer(DSN, schema=schema) as checkpointer,
-        PostgresDurableStore(DSN, schema=schema) as durable,
-    ):
-        yield checkpointer, durable
+    async with postgres_schema() as schema, PostgresCheckpointer(DSN, schema=schema) as store:
+        yield store
 
 
 @asynccontextmanager
-async def redis_pair() -> AsyncIterator[Pair]:
+async def redis_store() -> AsyncIterator[Store]:
     import redis.asyncio as aioredis
 
     from agentflow.checkpoint.redis import RedisCheckpointer
-    from agentflow.durable.stores.redis import RedisDurableStore
 
     prefix = f"bench-durable-{uuid.uuid4().hex[:12]}"
     try:
-        async with (
-            RedisCheckpointer(REDIS_URL, prefix=prefix) as checkpointer,
-            RedisDurableStore(REDIS_URL, prefix=prefix) as durable,
-        ):
-            yield checkpointer, durable
+        async with RedisCheckpointer(REDIS_URL, prefix=prefix) as store:
+            yield store
     finally:
         admin = aioredis.from_url(REDIS_URL)
         try:
@@ -188,21 +174,17 @@ async def redis_pair() -> AsyncIterator[Pair]:
 
 
 @asynccontextmanager
-async def mongodb_pair() -> AsyncIterator[Pair]:
+async def mongodb_store() -> AsyncIterator[Store]:
     from pymongo import AsyncMongoClient
     from tests.support.mongod import mongodb_uri
 
     from agentflow.checkpoint.mongodb import MongoCheckpointer
-    from agentflow.durable.stores.mongodb import MongoDurableStore
 
     uri = mongodb_uri()
     database = f"bench_durable_{uuid.uuid4().hex[:12]}"
     try:
-        async with (
-            MongoCheckpointer(uri, database=database) as checkpointer,
-            MongoDurableStore(uri, database=database) as durable,
-        ):
-            yield checkpointer, durable
+        async with MongoCheckpointer(uri, database=database) as store:
+            yield store
     finally:
         admin: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri)
         try:
@@ -211,12 +193,12 @@ async def mongodb_pair() -> AsyncIterator[Pair]:
             await admin.close()
 
 
-#: Backend name -> a fresh pair on it.
-PAIRS: dict[str, Callable[[], AbstractAsyncContextManager[Pair]]] = {
-    "SQLite": sqlite_pair,
-    "PostgreSQL": postgres_pair,
-    "Redis": redis_pair,
-    "MongoDB": mongodb_pair,
-    "file": file_pair,
-    "memory": memory_pair,
+#: Backend name -> a fresh store on it.
+STORES: dict[str, Callable[[], AbstractAsyncContextManager[Store]]] = {
+    "SQLite": sqlite_store,
+    "PostgreSQL": postgres_store,
+    "Redis": redis_store,
+    "MongoDB": mongodb_store,
+    "file": file_store,
+    "memory": memory_store,
 }

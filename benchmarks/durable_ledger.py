@@ -25,7 +25,6 @@ from typing import Any
 import asyncpg
 
 from agentflow.checkpoint.postgres import PostgresCheckpointer
-from agentflow.durable.stores.postgres import PostgresDurableStore
 from agentflow.runtime import START, CompiledGraph, Graph, NodeContext, ToolCall, Worker
 from agentflow.runtime.calls import ToolFn
 from benchmarks.common import Table
@@ -51,10 +50,9 @@ def ledger_graph(charge: ToolFn) -> Graph:
     return Graph("ledger").add_node("work", work).add_edge(START, "work")
 
 
-def _compile(schema: str, charge: ToolFn) -> tuple[CompiledGraph, PostgresCheckpointer, Any]:
-    checkpointer = PostgresCheckpointer(DSN, schema=schema)
-    durable = PostgresDurableStore(DSN, schema=schema)
-    return ledger_graph(charge).compile(checkpointer, durable=durable), checkpointer, durable
+def _compile(schema: str, charge: ToolFn) -> tuple[CompiledGraph, PostgresCheckpointer]:
+    store = PostgresCheckpointer(DSN, schema=schema)
+    return ledger_graph(charge).compile(store), store
 
 
 @dataclass
@@ -82,12 +80,11 @@ async def _work(schema: str, ready: Any, start: Event) -> WorkerReport:
         )
         return {"charged": True}
 
-    graph, checkpointer, durable = _compile(schema, charge)
+    graph, store = _compile(schema, charge)
     try:
-        async with checkpointer, durable:
+        async with store:
             worker = Worker([graph])
-            await checkpointer.list_threads(limit=1)  # connect before the clock starts
-            await durable.load("-")
+            await store.list_threads(limit=1)  # connect before the clock starts
             ready.put(report.pid)
             start.wait()
             while True:
@@ -113,8 +110,8 @@ async def _create(schema: str, runs: int) -> None:
     async def never(call: ToolCall) -> None:
         raise AssertionError("a run makes no call before its timer is due")
 
-    graph, checkpointer, durable = _compile(schema, never)
-    async with checkpointer, durable:
+    graph, store = _compile(schema, never)
+    async with store:
         slots = asyncio.Semaphore(_CREATING)
 
         async def create(index: int) -> None:
