@@ -141,17 +141,26 @@ async def test_setup_is_idempotent_and_creates_no_ttl_index_without_ttl(
     indexes = await store.raw.index_information()
     assert set(indexes) == {
         *("_id_", "agentflow_threads", "agentflow_thread_registry"),
-        *("agentflow_thread_status", "agentflow_due"),
+        *("agentflow_thread_steps_status", "agentflow_thread_run_status", "agentflow_due"),
+        *("agentflow_runs", "agentflow_run_status"),  # the records'
     }
     assert indexes["agentflow_threads"]["key"] == [("n", 1), ("t", 1), ("s", -1)]
+    exists = {"$exists": True}
     partial = {
-        "agentflow_thread_registry": ([("tn", 1), ("tt", 1)], "tn"),
-        "agentflow_thread_status": ([("tn", 1), ("st", 1), ("tt", 1)], "st"),
-        "agentflow_due": ([("tn", 1), ("wk", 1), ("tt", 1)], "wk"),
+        "agentflow_thread_registry": ([("tn", 1), ("tt", 1)], {"tn": exists}),
+        "agentflow_thread_steps_status": (
+            [("tn", 1), ("st", 1), ("rs", 1), ("tt", 1)],
+            {"tn": exists},
+        ),
+        "agentflow_thread_run_status": (
+            [("tn", 1), ("rs", 1), ("tt", 1)],
+            {"tn": exists, "rs": exists},
+        ),
+        "agentflow_due": ([("tn", 1), ("wk", 1), ("tt", 1)], {"wk": exists}),
     }
-    for name, (keys, field) in partial.items():
+    for name, (keys, expression) in partial.items():
         assert indexes[name]["key"] == keys
-        assert indexes[name]["partialFilterExpression"] == {field: {"$exists": True}}
+        assert indexes[name]["partialFilterExpression"] == expression
 
 
 async def test_a_summary_per_thread_names_its_latest_step(store: MongoStore) -> None:

@@ -21,7 +21,7 @@ from agentflow.checkpoint.mongodb.documents import summary_of_stored
 from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
 from agentflow.errors import CheckpointConflict, IncompatibleSchema
-from tests.backends.mongodb import CommandNames, MongoStore, mongo_store
+from tests.backends.mongodb import Commands, MongoStore, mongo_store
 
 Doc = dict[str, Any]
 NOW = "2026-06-01T12:00:00+00:00"
@@ -113,15 +113,15 @@ async def test_a_page_after_thousands_of_deletes_is_one_command_and_listing_neve
             await asyncio.gather(
                 *(cp.delete_thread(f"a-{i:04d}") for i in range(start, start + 100))
             )
-    listener = CommandNames()
+    listener = Commands()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(store.uri, event_listeners=[listener])
     try:
         async with MongoCheckpointer(client=client, database=store.database) as cp:
             await cp.setup()
             await cp.list_threads_page(limit=1)  # reads the cursor secret once
-            listener.names.clear()
+            listener.sent.clear()
             page = await cp.list_threads_page(limit=10)
-            assert listener.names == ["find"]
+            assert listener.names() == ["find"]
             assert [i.thread for i in page.threads] == [f"b-{i:02d}" for i in range(10)]
             rest = await cp.list_threads_page(limit=10, cursor=page.next_cursor)
             assert len(rest.threads) == 10 and rest.next_cursor is None
@@ -129,7 +129,7 @@ async def test_a_page_after_thousands_of_deletes_is_one_command_and_listing_neve
                 await cp.list_threads_page(limit=5, status=status)
             await cp.list_due(NOW)
             await cp.list_threads(offset=5)
-            assert set(listener.names) == {"find"}, listener.names
+            assert set(listener.names()) == {"find"}, listener.names()
     finally:
         await client.close()
 
@@ -150,7 +150,7 @@ async def test_the_status_filter_reads_only_its_page(store: MongoStore) -> None:
                     break
     assert seen == sorted(human)
     queries = [op for op in ops if op["op"] == "query"]
-    assert {op["planSummary"] for op in queries} == {"IXSCAN { tn: 1, st: 1, tt: 1 }"}
+    assert {op["planSummary"] for op in queries} == {"IXSCAN { tn: 1, st: 1, rs: 1, tt: 1 }"}
     assert sum(op["docsExamined"] for op in queries) <= len(human) + len(queries)
     assert all(op["keysExamined"] <= 4 for op in queries), queries
 
@@ -410,7 +410,7 @@ async def test_a_store_of_the_previous_layout_is_upgraded_on_setup(store: MongoS
     assert await store.raw.count_documents({"tt": "gone"}) == 0
     assert await store.raw.count_documents({"tn": {"$exists": True}, "ls": {}}) == 0
     version = await store.raw.find_one({"_id": {"m": "schema"}})
-    assert version == {"_id": {"m": "schema"}, "v": 2}
+    assert version == {"_id": {"m": "schema"}, "v": 3}
 
 
 async def test_a_stale_migration_lease_is_taken_over(store: MongoStore) -> None:
@@ -424,7 +424,7 @@ async def test_a_stale_migration_lease_is_taken_over(store: MongoStore) -> None:
 
 
 async def test_a_newer_layout_is_refused_and_left_alone(store: MongoStore) -> None:
-    await store.raw.insert_one({"_id": {"m": "schema"}, "v": 3})
+    await store.raw.insert_one({"_id": {"m": "schema"}, "v": 4})
     async with store.open() as cp:
         with pytest.raises(IncompatibleSchema):
             await cp.put(make_checkpoint("t", 0))

@@ -36,7 +36,7 @@ from agentflow.checkpoint.mongodb.documents import Document, plain
 from agentflow.checkpoint.store_base import RUN_STATUSES
 from agentflow.errors import CheckpointCorrupted, IncompatibleSchema
 
-__all__ = ["absorb_durable"]
+__all__ = ["absorb_durable", "check_durable_layout"]
 
 #: Documents one round trip writes.
 _BATCH: Final = 500
@@ -51,13 +51,13 @@ _IMPOSED: Final = {status.value: imposed for status, imposed in RUN_STATUSES.ite
 Renew = Callable[[], Awaitable[None]]
 
 
-async def absorb_durable(
-    coll: AsyncCollection[Document], events: AsyncCollection[Document], renew: Renew
-) -> None:
-    """Bring a version-2 database to version 3 (a fresh one passes through at no cost)."""
-    for name in _OLD_THREAD_INDEXES:
-        await _drop_index(coll, name)
-    runs = coll.database.get_collection(f"{coll.name}_durable_runs")
+def _runs(coll: AsyncCollection[Document]) -> AsyncCollection[Document]:
+    return coll.database.get_collection(f"{coll.name}_durable_runs")
+
+
+async def check_durable_layout(coll: AsyncCollection[Document]) -> None:
+    """Refuse, before anything is written, a durable layout this migration cannot read."""
+    runs = _runs(coll)
     layout = await runs.find_one({"_id": _LAYOUT_ID})
     version = plain(layout.get("v")) if layout else _DURABLE_LAYOUT
     if type(version) is not int:
@@ -67,6 +67,16 @@ async def absorb_durable(
             f"{runs.full_name!r} has durable layout version {version}, newer than this "
             f"agentflow migrates ({_DURABLE_LAYOUT}); upgrade agentflow"
         )
+
+
+async def absorb_durable(
+    coll: AsyncCollection[Document], events: AsyncCollection[Document], renew: Renew
+) -> None:
+    """Bring a version-2 database to version 3 (a fresh one passes through at no cost)."""
+    await check_durable_layout(coll)
+    for name in _OLD_THREAD_INDEXES:
+        await _drop_index(coll, name)
+    runs = _runs(coll)
     await _move_runs(coll, runs, renew)
     await _number_events(events, renew)
     await runs.drop()

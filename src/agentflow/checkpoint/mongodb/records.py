@@ -12,8 +12,8 @@ summary, :mod:`~agentflow.checkpoint.mongodb.documents`):
 - ``rs``, the thread status the record's status imposes (present only then),
   set by the same update that writes the status.
 
-Two partial indexes (``revision >= 0``: a thread document holding a record)
-hold every field of a :class:`~agentflow.durable.rows.RunSummary`,
+Two partial indexes (a status that is text: thread documents holding a
+record) hold every field of a :class:`~agentflow.durable.rows.RunSummary`,
 ``(_id.n, _id.t, status, ...)`` for a namespace in key order and
 ``(_id.n, status, _id.t, ...)`` for one status: a listing page is a covered
 query that reads index entries only, never a document and so never a body.
@@ -45,15 +45,19 @@ __all__ = [
     "HEAD_READ",
     "LEASE",
     "LISTING_INDEX",
+    "MARKS_READ",
+    "RECORDED",
     "RECORD_FIELDS",
     "RECORD_INDEXES",
     "STATUS_INDEX",
     "SUMMARY_READ",
+    "UNRECORDED",
     "check_text",
     "claim_filter",
     "claim_update",
     "guard_filter",
     "head_from",
+    "holds_record",
     "intact",
     "lease_from",
     "listing_filter",
@@ -83,19 +87,28 @@ _SUMMARY_FIELDS: Final = (
     "terminal_acknowledged",
     "ambiguous",
 )
-#: The partial filter of both listing indexes, which every listing repeats so the
-#: planner may use them: thread documents that hold a record.
-_RECORDED: Final = {"revision": {"$gte": 0}}
+#: The fields that say a thread document holds a record, any one of them: damage
+#: that removes some leaves a record, which then fails its checks.
+_MARKS: Final = frozenset({"revision", "status", "identity", "body", "journal"})
+RECORDED: Final = {"$or": [{name: {"$exists": True}} for name in sorted(_MARKS)]}
+UNRECORDED: Final = {"$nor": RECORDED["$or"]}
+#: A projection that is enough for :func:`holds_record`.
+MARKS_READ: Final = dict.fromkeys(sorted(_MARKS), 1)
+#: The partial filter of both listing indexes (a status that is text), which the
+#: unfiltered listing repeats so the planner may use them; it must name a field
+#: of the index for the page to be covered. A status damaged to another type
+#: leaves the listings; a whole read of the record still raises.
+_LISTED: Final = {"status": {"$gte": ""}}
 RECORD_INDEXES: Final = [
     IndexModel(
         [("_id.n", 1), ("_id.t", 1), ("status", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
         name=LISTING_INDEX,
-        partialFilterExpression=_RECORDED,
+        partialFilterExpression=_LISTED,
     ),
     IndexModel(
         [("_id.n", 1), ("status", 1), ("_id.t", 1), *((name, 1) for name in _SUMMARY_FIELDS)],
         name=STATUS_INDEX,
-        partialFilterExpression=_RECORDED,
+        partialFilterExpression=_LISTED,
     ),
 ]
 #: A listing's projection: index fields only, so the query is covered.
@@ -125,6 +138,11 @@ LEASE: Final = {"_id": 0, "lease_expires_at_ms": 1}
 _CLAIMABLE: Final = [CheckpointStatus.RUNNING.value, CheckpointStatus.RECONCILIATION_REQUIRED.value]
 
 
+def holds_record(doc: Document | None) -> bool:
+    """Whether a thread document (read with ``MARKS_READ`` at least) holds a record."""
+    return doc is not None and not _MARKS.isdisjoint(doc)
+
+
 def check_text(text: str, code: str, what: str) -> str:
     """A caller's string BSON can hold; a lone surrogate is refused with ``code``."""
     try:
@@ -136,9 +154,9 @@ def check_text(text: str, code: str, what: str) -> str:
 
 def listing_filter(namespace: str, status: CheckpointStatus | None, after: str | None) -> Document:
     """The runs of a listing page: top-level fields only, so one index covers it."""
-    found: Document = {"_id.n": namespace, **_RECORDED}
+    found: Document = {"_id.n": namespace, **_LISTED}
     if status is not None:
-        found["status"] = status.value
+        found["status"] = status.value  # which implies the partial filter
     if after is not None:
         found["_id.t"] = {"$gt": after}
     return found

@@ -28,15 +28,19 @@ from agentflow.checkpoint.mongodb.records import (
     HEAD_READ,
     LEASE,
     LISTING_INDEX,
+    MARKS_READ,
     NOW,
     RECORD_FIELDS,
+    RECORDED,
     STATUS_INDEX,
     SUMMARY_READ,
+    UNRECORDED,
     check_text,
     claim_filter,
     claim_update,
     guard_filter,
     head_from,
+    holds_record,
     intact,
     lease_from,
     listing_filter,
@@ -70,7 +74,7 @@ _CLAIM: Final = "checkpoint_claim_invalid"
 #: Rounds of a delete whose lease lapsed between its refusal and the re-read.
 _DELETE_ROUNDS: Final = 4
 #: A thread document that holds neither a record nor a summary.
-_UNSUMMARIZED: Final = {"ls": {"$exists": False}, "revision": {"$exists": False}}
+_UNSUMMARIZED: Final = {"ls": {"$exists": False}, **UNRECORDED}
 #: A lease that is live on the server's clock.
 _LIVE: Final = {"$gt": ["$lease_expires_at_ms", NOW]}
 
@@ -92,7 +96,7 @@ class MongoRuns(RunsBase, abc.ABC):
         row = self._parts.encode_row(checkpoint)
         # The thread's document may hold its summary already; one holding a record
         # is not matched, and the upsert's insert then meets its _id.
-        free = self._run(row.key) | {"revision": {"$exists": False}}
+        free = self._run(row.key) | UNRECORDED
 
         async def upsert() -> bool:
             try:
@@ -108,14 +112,16 @@ class MongoRuns(RunsBase, abc.ABC):
         self._check_open()
         key = validate_checkpoint_key(key)
         found = await self._io("load", lambda: self._coll.find_one(self._run(key)))
-        if found is None or "revision" not in found:
+        if not holds_record(found):
             return None
+        assert found is not None
         return self._parts.decode_row(row_from(key, found))
 
     async def _head(self, operation: str, key: str) -> tuple[RunHead | None, int, bool]:
         """A refused command's second read: the head, the server's now, whether the shape holds."""
-        found = await self._io(operation, lambda: self._coll.find_one(self._run(key), HEAD_READ))
-        if found is None or "revision" not in found:
+        read = HEAD_READ | MARKS_READ
+        found = await self._io(operation, lambda: self._coll.find_one(self._run(key), read))
+        if found is None or not holds_record(found):
             return None, 0, True
         now = plain(found.get("now"))
         assert type(now) is int  # $toLong of $$NOW
@@ -207,7 +213,7 @@ class MongoRuns(RunsBase, abc.ABC):
         """Remove the record's fields (and ``rs``) from the thread's document, refusing
         a lease live on the server's clock unless ``force``; a document left with
         neither record nor summary goes too."""
-        recorded = self._run(key) | {"revision": {"$exists": True}}
+        recorded = self._run(key) | RECORDED
         if not force:
             recorded["$expr"] = {"$not": [_LIVE]}
         drop = {"$unset": dict.fromkeys(RECORD_FIELDS, "")}
@@ -223,10 +229,11 @@ class MongoRuns(RunsBase, abc.ABC):
                 return True
             held = await self._io(
                 "delete",
-                lambda: self._coll.find_one(self._run(key), {"revision": 1, "live": _LIVE}),
+                lambda: self._coll.find_one(self._run(key), MARKS_READ | {"live": _LIVE}),
             )
-            if held is None or "revision" not in held:
+            if not holds_record(held):
                 return False
+            assert held is not None
             if held.get("live") is True:
                 raise ClaimActive(f"run {key!r} is held by a live lease; delete it with force")
         raise DurableConflict(f"the record of {key!r} kept changing while it was deleted")

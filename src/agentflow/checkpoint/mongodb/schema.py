@@ -31,7 +31,7 @@ from agentflow.checkpoint.mongodb.documents import (
     summary_of_stored,
 )
 from agentflow.checkpoint.mongodb.events import EVENT_INDEXES
-from agentflow.checkpoint.mongodb.migration import absorb_durable
+from agentflow.checkpoint.mongodb.migration import absorb_durable, check_durable_layout
 from agentflow.checkpoint.mongodb.records import RECORD_INDEXES
 from agentflow.errors import IncompatibleSchema, InvalidArgument, StoreNotFound
 
@@ -68,9 +68,12 @@ async def prepare(
                 f"collection {name!r} has a default collation; "
                 "agentflow needs the simple (binary) collation"
             )
+    version = await _version(coll)
+    if version < SCHEMA_VERSION:
+        await check_durable_layout(coll)
     await coll.create_indexes([*indexes(ttl), *RECORD_INDEXES])
     token = os.urandom(12).hex()
-    while (version := await _version(coll)) < SCHEMA_VERSION:
+    while version < SCHEMA_VERSION:
         if await _claim(coll, token):
             if version < 2:
                 await _summarize_every_thread(coll, token)
@@ -81,6 +84,7 @@ async def prepare(
             )
         else:
             await asyncio.sleep(_POLL_S)
+        version = await _version(coll)
     # after the migration: events of version 2 have no number in the namespace's sequence
     await events.create_indexes(EVENT_INDEXES)
 

@@ -33,6 +33,7 @@ from agentflow.checkpoint.mongodb.documents import (
     SUMMARY_FIELDS,
     SUMMARY_KEYS,
     Document,
+    checkpoint_key,
     newer_wins,
     steps,
     summary_key,
@@ -40,6 +41,7 @@ from agentflow.checkpoint.mongodb.documents import (
     summary_of_stored,
     thread_info,
 )
+from agentflow.checkpoint.mongodb.records import MARKS_READ, UNRECORDED, holds_record
 
 __all__ = ["Summaries"]
 
@@ -69,8 +71,16 @@ class Summaries:
         return UpdateOne(*self._raise(enc, revision, expires), upsert=True)
 
     async def write(self, enc: EncodedCheckpoint, revision: int, expires: datetime | None) -> None:
-        """Raise the summary to ``enc`` at ``revision``, a write known to have won."""
+        """Raise the summary to ``enc`` at ``revision``, a write known to have won.
+
+        The raise is a command of its own, after the step's: a delete that ran
+        between them (and reconciled before this raise) would leave the summary
+        naming a step that is gone, so a step found gone is reconciled.
+        """
         await self._coll.update_one(*self._raise(enc, revision, expires), upsert=True)
+        step = {"_id": checkpoint_key(self._namespace, enc.thread, enc.step)}
+        if await self._coll.find_one(step, {"_id": 1}) is None:
+            await self.reconcile(enc.thread)
 
     async def reconcile(self, thread: str) -> None:
         """Make the thread's summary that of its latest checkpoint, or remove it.
@@ -83,7 +93,7 @@ class Summaries:
         the summary's fields.
         """
         key = summary_key(self._namespace, thread)
-        read = dict.fromkeys((*SUMMARY_KEYS, "revision"), 1)
+        read = dict.fromkeys(SUMMARY_KEYS, 1) | MARKS_READ
         for _ in range(_RECONCILE_ROUNDS):
             current = await self._coll.find_one({"_id": key}, read)
             latest = await self._coll.find_one(
@@ -94,12 +104,11 @@ class Summaries:
                 if not summarized:
                     return
                 assert current is not None
-                if "revision" in current:
+                if holds_record(current):
                     gone = {"$unset": dict.fromkeys(SUMMARY_FIELDS, "")}
                     await self._coll.update_one(_as_read(key, current), gone)
                 else:
-                    unrecorded = {"revision": {"$exists": False}}
-                    await self._coll.delete_one(_as_read(key, current) | unrecorded)
+                    await self._coll.delete_one(_as_read(key, current) | UNRECORDED)
                 continue
             wanted = summary_of_stored(self._namespace, latest)
             if current is not None and summarized and _agrees(current, wanted):

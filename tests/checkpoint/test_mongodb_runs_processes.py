@@ -1,7 +1,7 @@
 """Separate processes recovering the same dead runs on one mongod: for each run exactly one
 claims it and makes its effect, and an event id is accepted once.
 
-Each spawned worker opens its own stores (its own client) and resumes every run as a
+Each spawned worker opens its own store (its own client) and resumes every run as a
 worker would (tests/durable/racing.py); its effect is an insert into a ledger collection.
 """
 
@@ -12,10 +12,9 @@ import asyncio
 import pytest
 from pymongo import AsyncMongoClient
 
-from agentflow.durable.stores.mongodb import MongoDurableStore
-from agentflow.durable.stores.mongodb_events import MongoRunEventStore
-from tests.durable.backends.mongodb import Doc, Scratch
-from tests.durable.backends.mongodb import scratch as scratch_body
+from agentflow.checkpoint.mongodb import MongoCheckpointer
+from tests.backends.mongodb import Doc, MongoStore
+from tests.backends.mongodb import scratch as scratch_body
 from tests.durable.racing import resume_each, resume_processes
 
 scratch = pytest.fixture(scratch_body)
@@ -28,11 +27,8 @@ async def _resume(uri: str, database: str, worker: int) -> list[str]:
         await client[database]["ledger"].insert_one({"run": key, "by": token})
 
     try:
-        async with (
-            MongoDurableStore(client=client, database=database) as store,
-            MongoRunEventStore(client=client, database=database) as events,
-        ):
-            return await resume_each(store, events, worker, effect)
+        async with MongoCheckpointer(client=client, database=database) as store:
+            return await resume_each(store, store, worker, effect)
     finally:
         await client.close()
 
@@ -42,7 +38,7 @@ def resume(uri: str, database: str, worker: int) -> list[str]:
     return asyncio.run(_resume(uri, database, worker))
 
 
-async def test_racing_processes_resume_each_run_exactly_once(scratch: Scratch) -> None:
+async def test_racing_processes_resume_each_run_exactly_once(scratch: MongoStore) -> None:
     async def effects() -> list[tuple[str, str]]:
         made = await scratch.client[scratch.database]["ledger"].find({}, {"_id": 0}).to_list()
         return [(entry["run"], entry["by"]) for entry in made]

@@ -1,6 +1,7 @@
-"""What is specific to the MongoDB durable store: one command per operation, the fields each
-write changes (the oplog's diffs) and the journal bytes it costs, the server's clock, a run
-as one document, covered listing pages, and bad input refused before it is sent."""
+"""What is specific to the MongoDB store's records: one command per operation, the fields each
+write changes (the oplog's diffs) and the journal bytes it costs, the server's clock, a record
+as fields of its thread's document, covered listing pages, and bad input refused before it is
+sent."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 from pymongo import AsyncMongoClient
 
+from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
     ClaimActive,
@@ -22,30 +24,27 @@ from agentflow.durable.errors import (
 )
 from agentflow.durable.parts import BODY, RunParts
 from agentflow.durable.rows import RunHead, encode_body, encode_entry
-from agentflow.durable.stores.mongodb import MongoDurableStore
-from agentflow.durable.stores.mongodb_events import MongoRunEventStore
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
 from agentflow.errors import InvalidArgument
-from tests.durable.backends.mongodb import Commands, Doc, Scratch, replica_set
-from tests.durable.backends.mongodb import scratch as scratch_body
+from tests.backends.mongodb import Commands, Doc, MongoStore, replica_set
+from tests.backends.mongodb import scratch as scratch_body
 from tests.durable.operations import every_operation
 
 T = TypeVar("T")
 scratch = pytest.fixture(scratch_body)
 #: A body part that does not compress (WiredTiger compresses its journal).
 _BLOB = secrets.token_hex(100_000)
+_WRITES = ("findAndModify", "insert", "update", "delete")
 
 
-async def test_each_operation_is_one_command(scratch: Scratch) -> None:
+async def test_each_operation_is_one_command(scratch: MongoStore) -> None:
     commands = Commands()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(scratch.uri, event_listeners=[commands])
     seen: dict[str, list[str]] = {}
-    store = MongoDurableStore(client=client, database=scratch.database)
-    events = MongoRunEventStore(client=client, database=scratch.database)
+    store = MongoCheckpointer(client=client, database=scratch.database)
     try:
         await store.load("warm-up")  # the first call reads (and here creates) the layout
-        await events.replay("warm-up")
 
         async def op(name: str, call: Awaitable[T]) -> T:
             commands.sent.clear()
@@ -54,15 +53,14 @@ async def test_each_operation_is_one_command(scratch: Scratch) -> None:
             finally:
                 seen[name] = commands.names()
 
-        await every_operation(store, events, op, "events.mongodb")
-        writes = [body for name, body in commands.sent if name in ("findAndModify", "insert")]
+        await every_operation(store, store, op, "events.mongodb")
+        writes = [body for name, body in commands.sent if name in _WRITES]
     finally:
         await store.close()
-        await events.close()
         await client.close()
     one = ["findAndModify"]
     assert seen == {
-        "create": ["insert"],
+        "create": ["update"],  # an upsert of the record's fields on its thread's document
         "claim": one,
         "renew": one,
         "record_operation": one,
@@ -72,8 +70,10 @@ async def test_each_operation_is_one_command(scratch: Scratch) -> None:
         "record_event_delivery": one,
         "acknowledge_terminal": one,
         "load": ["find"],
-        "list_runs": ["find"],
-        "delete": ["delete"],
+        "list_runs": ["find", "findAndModify"],  # the store's cursor secret, read once
+        # the thread whole: the record (its lease checked in the same command), the
+        # document it leaves empty, the events, the checkpoints, and the summary checked
+        "delete": [*one, "delete", "delete", "delete", "find", "find"],
         "append_once": ["aggregate", "insert"],  # where the sequences end, then the event
         "append_once again": ["aggregate"],
         "replay": ["aggregate"],
@@ -109,13 +109,13 @@ async def test_each_write_changes_only_its_fields_and_logs_only_them() -> None:
             before = await log_bytes()
             result = await call
             logged[name] = await log_bytes() - before
-            ns = "d.checkpoints_durable_runs"
+            ns = "d.checkpoints"
             entry = await oplog.find({"ns": ns}).sort("$natural", -1).limit(1).to_list()
             changed[name] = _touched(entry[0]["o"]["diff"])
             return result
 
         try:
-            async with MongoDurableStore(uri, database="d") as store:
+            async with MongoCheckpointer(uri, database="d") as store:
                 await store.create(make_record(shared_state={"blob": _BLOB}))
                 record = await op("claim", take(store, "owner-a"))
                 await op(
@@ -154,7 +154,7 @@ async def _server_ms(client: AsyncMongoClient[Doc]) -> int:
 
 @pytest.mark.parametrize("skew_s", [-86_400.0, 86_400.0])
 async def test_leases_run_on_the_servers_clock_whatever_this_machine_reads(
-    scratch: Scratch, monkeypatch: pytest.MonkeyPatch, skew_s: float
+    scratch: MongoStore, monkeypatch: pytest.MonkeyPatch, skew_s: float
 ) -> None:
     """With this process's clock a day off either way, leases still start, stay live and
     lapse on the server's: an early clock would keep a lapsed lease, a late one steal a
@@ -171,7 +171,7 @@ async def test_leases_run_on_the_servers_clock_whatever_this_machine_reads(
         with pytest.raises(ClaimActive):
             await take(store, "owner-b", mode=ClaimMode.RECOVERY)
         lapsed = {"$set": {"lease_expires_at_ms": await _server_ms(scratch.client) - 1}}
-        await scratch.runs.update_one({"_id.k": "run-1"}, lapsed)
+        await scratch.raw.update_one({"_id.t": "run-1"}, lapsed)
         with pytest.raises(LeaseLost):
             await store.renew_claim("run-1", claim_token="owner-a", lease_ms=30_000)
         with pytest.raises(RecoveryRequired):
@@ -183,7 +183,7 @@ async def test_leases_run_on_the_servers_clock_whatever_this_machine_reads(
     assert taken.claim_token == "owner-b" and taken.resume_attempt == 2
 
 
-async def test_a_run_is_one_document_under_its_namespace_and_key(scratch: Scratch) -> None:
+async def test_a_record_is_fields_of_its_threads_document(scratch: MongoStore) -> None:
     async with scratch.store(namespace="tenant-a") as a, scratch.store(namespace="tenant-b") as b:
         record = await claimed(a, "shared")
         entry = make_tool_entry("shared", 1)
@@ -191,10 +191,10 @@ async def test_a_run_is_one_document_under_its_namespace_and_key(scratch: Scratc
         await b.create(make_record("shared", shared_state={"tenant": "b"}))
         with pytest.raises(LeaseLost):  # b's run is unclaimed: a's claim means nothing there
             await b.progress(record, claim_token="owner-a")
-    stored = await scratch.runs.find({"_id.n": {"$exists": True}}).sort("_id.n").to_list()
+    stored = await scratch.raw.find({"_id.n": {"$exists": True}}).sort("_id.n").to_list()
     assert [doc["_id"] for doc in stored] == [
-        {"n": "tenant-a", "k": "shared"},
-        {"n": "tenant-b", "k": "shared"},
+        {"n": "tenant-a", "t": "shared"},
+        {"n": "tenant-b", "t": "shared"},
     ]
     mine = stored[0]
     assert set(mine) == {
@@ -211,7 +211,7 @@ async def test_a_run_is_one_document_under_its_namespace_and_key(scratch: Scratc
     assert (mine["revision"], mine["claim_token"], mine["claimed_cycle"]) == (2, "owner-a", 1)
 
 
-async def test_listing_pages_read_index_entries_only(scratch: Scratch) -> None:
+async def test_listing_pages_read_index_entries_only(scratch: MongoStore) -> None:
     """A page is a covered query: no document (and so no body) is read."""
     db = scratch.client[scratch.database]
     async with scratch.store() as store:
@@ -227,7 +227,7 @@ async def test_listing_pages_read_index_entries_only(scratch: Scratch) -> None:
         finally:
             await db.command("profile", 0)
     profiled = (
-        await db["system.profile"].find({"ns": scratch.runs.full_name, "op": "query"}).to_list()
+        await db["system.profile"].find({"ns": scratch.raw.full_name, "op": "query"}).to_list()
     )
     assert [run.key for run in page.runs] == [f"run-{n:02}" for n in range(5, 10)]
     assert [run.key for run in running.runs] == [f"run-{n:02}" for n in range(5)]
@@ -236,15 +236,18 @@ async def test_listing_pages_read_index_entries_only(scratch: Scratch) -> None:
         assert entry["docsExamined"] == 0 and entry["keysExamined"] <= 6, entry
     plans = [entry["planSummary"] for entry in profiled]  # the index's key pattern
     assert [plan.split(", ")[:2] for plan in plans] == [
-        ["IXSCAN { _id.n: 1", "_id.k: 1"],
-        ["IXSCAN { _id.n: 1", "_id.k: 1"],
+        ["IXSCAN { _id.n: 1", "_id.t: 1"],
+        ["IXSCAN { _id.n: 1", "_id.t: 1"],
         ["IXSCAN { _id.n: 1", "status: 1"],
     ]
 
 
-async def test_input_bson_cannot_hold_is_refused_and_nothing_is_written(scratch: Scratch) -> None:
+async def test_input_bson_cannot_hold_is_refused_and_nothing_is_written(
+    scratch: MongoStore,
+) -> None:
     lone = "owner-\ud800"
-    async with scratch.store() as store, scratch.event_store() as events:
+    async with scratch.store() as store:
+        events = store
         record = await claimed(store)
         codes = []
         for call in (

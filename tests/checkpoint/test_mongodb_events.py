@@ -1,5 +1,5 @@
-"""The MongoDB event store's numbering: per run and per parent, gapless under racing appends,
-merged in acceptance order for a family replay, and paged by cursors that never skip."""
+"""The MongoDB store's event numbering: one sequence per namespace, gapless under racing
+appends, a family replay in acceptance order, and pages whose cursors never skip."""
 
 from __future__ import annotations
 
@@ -9,22 +9,22 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 
+from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.durable import event_payload_digest
 from agentflow.durable.events import AppendOnceResult, EventPage
-from agentflow.durable.stores.mongodb_events import MongoRunEventStore
 from agentflow.errors import InvalidCursor
-from tests.durable.backends.mongodb import Commands, Doc, Explained, Scratch, explain
-from tests.durable.backends.mongodb import scratch as scratch_body
+from tests.backends.mongodb import Commands, Doc, Explained, MongoStore, explain
+from tests.backends.mongodb import scratch as scratch_body
 
 scratch = pytest.fixture(scratch_body)
 
 
-async def _append(store: MongoRunEventStore, event_id: str, **event: Any) -> AppendOnceResult:
+async def _append(store: MongoCheckpointer, event_id: str, **event: Any) -> AppendOnceResult:
     return await store.append_once(event_id, event_payload_digest(event), event)
 
 
 async def _pages(
-    store: MongoRunEventStore, run: str, limit: int, **kwargs: Any
+    store: MongoCheckpointer, run: str, limit: int, **kwargs: Any
 ) -> tuple[list[str], list[dict[str, Any] | None]]:
     """Every event id of a replay read ``limit`` at a time, and the cursors it went through."""
     seen: list[str] = []
@@ -39,10 +39,10 @@ async def _pages(
             return seen, cursors
 
 
-async def test_a_family_replay_is_in_acceptance_order_across_both_sequences(
-    scratch: Scratch,
+async def test_a_family_replay_is_in_acceptance_order_across_run_and_children(
+    scratch: MongoStore,
 ) -> None:
-    async with scratch.event_store() as store:
+    async with scratch.store() as store:
         await _append(store, "c1", run_id="child-a", parent_run_id="p")
         p1 = await _append(store, "p1", run_id="p")
         await _append(store, "c2", run_id="child-b", parent_run_id="p")
@@ -56,20 +56,16 @@ async def test_a_family_replay_is_in_acceptance_order_across_both_sequences(
         own, _ = await _pages(store, "p", 2)
         child, _ = await _pages(store, "child-a", 1)
         with pytest.raises(InvalidCursor):
-            await store.replay("q", after=p1.cursor)  # a cursor of p's events
+            await store.replay("q", after={"sequence": 1})  # a cursor this store never signed
     assert whole == paged == ["c1", "p1", "c2", "c3", "p2", "self"]
-    assert cursors[:3] == [
-        {"run": "p", "sequence": 0, "children": 1},
-        {"run": "p", "sequence": 1, "children": 1},
-        {"run": "p", "sequence": 1, "children": 2},
-    ]
-    assert p1.cursor == {"run": "p", "sequence": 1, "children": 1}  # it had seen c1
+    assert len(cursors) == 6 and cursors[-1] is None  # one page per event, the last says so
+    assert p1.cursor.keys() == {"cursor"}  # the store's signed cursor, nothing in the clear
     assert [event.event_id for event in after_p1] == ["c2", "c3", "p2", "self"]
     assert own == ["p1", "p2", "self"] and child == ["c1", "c3"]
 
 
-async def test_racing_appends_to_one_run_number_it_without_gaps(scratch: Scratch) -> None:
-    stores = [scratch.event_store() for _ in range(4)]  # four clients, four pools
+async def test_racing_appends_number_the_namespace_without_gaps(scratch: MongoStore) -> None:
+    stores = [scratch.store() for _ in range(4)]  # four clients, four pools
     try:
         results = await asyncio.gather(
             *(
@@ -89,16 +85,16 @@ async def test_racing_appends_to_one_run_number_it_without_gaps(scratch: Scratch
         for store in stores:
             await store.close()
     assert all(result.inserted for result in results)
-    assert sorted(result.cursor["sequence"] for result in results) == list(range(1, 41))
+    stored = await scratch.events.find({}, {"_id.e": 1, "q": 1}).sort("q").to_list()
+    assert [doc["q"] for doc in stored] == list(range(1, 41))
     assert [r.cursor for r in again] == [r.cursor for r in results]
     assert not any(result.inserted for result in again)
-    numbered = sorted(results, key=lambda result: result.cursor["sequence"])
-    assert own == family == [f"e{results.index(result)}" for result in numbered]
+    assert own == family == [doc["_id"]["e"] for doc in stored]
 
 
-async def test_a_paging_reader_racing_appenders_never_skips(scratch: Scratch) -> None:
-    appenders = [scratch.event_store() for _ in range(3)]
-    reader = scratch.event_store()
+async def test_a_paging_reader_racing_appenders_never_skips(scratch: MongoStore) -> None:
+    appenders = [scratch.store() for _ in range(3)]
+    reader = scratch.store()
     done = asyncio.Event()
     seen: list[str] = []
 
@@ -132,16 +128,16 @@ async def test_a_paging_reader_racing_appenders_never_skips(scratch: Scratch) ->
         assert mine == [f"w{worker}-{n}" for n in range(25)]
 
 
-async def test_appends_and_replays_read_only_their_index_ranges(scratch: Scratch) -> None:
+async def test_appends_and_replays_read_only_their_index_ranges(scratch: MongoStore) -> None:
     commands = Commands()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(scratch.uri, event_listeners=[commands])
     read: dict[str, Explained] = {}
     try:
-        async with MongoRunEventStore(client=client, database=scratch.database) as store:
+        async with MongoCheckpointer(client=client, database=scratch.database) as store:
             for n in range(60):
                 await _append(store, f"e{n}", run_id=f"run-{n % 3}", parent_run_id=f"p-{n % 2}")
                 await _append(store, f"o{n}", run_id=f"p-{n % 2}", n=n)
-            after = {"run": "run-1", "sequence": 5, "children": 0}
+            after = (await store.replay("run-1", limit=5)).next_after
             for name, call in (
                 ("append", _append(store, "late", run_id="run-1", parent_run_id="p-1")),
                 ("repeat", _append(store, "e7", run_id="run-1", parent_run_id="p-1")),
@@ -157,7 +153,7 @@ async def test_appends_and_replays_read_only_their_index_ranges(scratch: Scratch
     for name, explained in read.items():  # index ranges in order: no scan, no sort
         assert not {"COLLSCAN", "SORT"} & explained.stages, (name, explained)
     # the id (one key, one document: explained after the insert, it is found) and where
-    # four sequences end, one key each unless empty (run-1 has no children)
+    # three sequences end (the namespace's, the run's, the parent's children), one key each
     assert (read["append"].keys, read["append"].docs) == (4, 1)
     assert (read["repeat"].keys, read["repeat"].docs) == (4, 1)
     assert (read["replay"].keys, read["replay"].docs) == (5, 5)  # the page and one more
