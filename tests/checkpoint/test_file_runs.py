@@ -159,7 +159,6 @@ async def test_each_write_is_its_new_files_and_one_head_rename(tmp_path: Path) -
         "load": [],
         "list": [],
         "append": [
-            "remove .append.tmp",
             "write .append.tmp",
             "link .append.tmp 0000000000000002",  # seq/
             "link .append.tmp 0000000000000002",  # runs/<h(run-1)>/

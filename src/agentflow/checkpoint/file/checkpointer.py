@@ -42,10 +42,8 @@ from agentflow.checkpoint.file.thread import NAME_MAX, check_thread, usable
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import local_path
 from agentflow.checkpoint.validation import validate_thread
-from agentflow.durable.errors import DurableError
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.transitions import Write
-from agentflow.durable.validators import validate_checkpoint_key
 from agentflow.errors import (
     AgentflowError,
     CheckpointError,
@@ -262,13 +260,12 @@ class FileCheckpointer(FileRuns, FileEvents, FileSteps, StoreBase):
         """The record (refused on a live lease), the events, then the steps, under the
         thread's lock and the event log's: one lock hold, three renames or unlinks
         (a delete killed midway is finished by the next one)."""
-        keyed = _is_key(thread)
         base = self._base(create=False)
         if base is None:
             return False
         with self._lock(thread, EVENTS_LOCK):
-            found = keyed and self._drop_run(thread, force)
-            found = (keyed and self._drop_events(thread) > 0) or found
+            found = self._drop_run(thread, force)
+            found = self._drop_events(thread) > 0 or found
             return (usable(thread) and self._drop_steps(base, thread) > 0) or found
 
     # -- lifecycle -------------------------------------------------------------
@@ -278,14 +275,6 @@ class FileCheckpointer(FileRuns, FileEvents, FileSteps, StoreBase):
 
     async def _close_store(self) -> None:
         await asyncio.to_thread(self._dirs.release)
-
-
-def _is_key(thread: str) -> bool:
-    try:
-        validate_checkpoint_key(thread)
-    except DurableError:
-        return False
-    return True
 
 
 def _gone(function: object, path: str, info: tuple[Any, BaseException, Any]) -> None:

@@ -12,6 +12,7 @@ stripe of names (a thread and its record share one name, so one lock).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import hashlib
@@ -19,20 +20,22 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Iterator
-from typing import Final, Literal, TypeVar, overload
+from typing import Final, Literal, ParamSpec, TypeVar, overload
 
+from agentflow.checkpoint.base import ThreadStatus
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.file.fs import create_file, make_dir, open_dir, publish, read_file
 from agentflow.checkpoint.file.index import Modes
 from agentflow.errors import CheckpointCorrupted, InvalidArgument, StoreClosed, StoreNotFound
 
-__all__ = ["StoreDirectories"]
+__all__ = ["FileParts", "StoreDirectories"]
 
 _ROOT_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _LOCKS: Final = ".locks"
 _LOCK_STRIPES: Final = 1024
 _SECRET: Final = ".cursor-secret"
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 class StoreDirectories:
@@ -224,3 +227,47 @@ class StoreDirectories:
 def _stripe(name: str) -> str:
     digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
     return f"{int.from_bytes(digest, 'big') % _LOCK_STRIPES:03x}"
+
+
+class FileParts(abc.ABC):
+    """What each part of a file store (steps, runs, events) reaches through the store."""
+
+    _dirs: StoreDirectories
+    _modes: Modes
+
+    @abc.abstractmethod
+    async def _io(
+        self, operation: str, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """``fn`` on a worker thread; failures become agentflow's errors for ``operation``."""
+
+    @abc.abstractmethod
+    def _base(self, create: bool) -> int | None:
+        """The namespace's directory, its layout ready (None: it does not exist)."""
+
+    @abc.abstractmethod
+    def _lock(self, *names: str) -> contextlib.AbstractContextManager[None]:
+        """The locks of ``names`` (a record's key is its thread's name), taken together
+        once the layout is ready."""
+
+    @abc.abstractmethod
+    def _within(
+        self, parts: tuple[str, ...], create: bool
+    ) -> contextlib.AbstractContextManager[int | None]:
+        """The directory ``.durable/parts...`` (made when ``create``), None when missing."""
+
+    @abc.abstractmethod
+    def _discard(self, parent: int, name: str) -> None:
+        """Remove the directory ``name`` of ``parent`` whole, by one rename first."""
+
+    @abc.abstractmethod
+    def _marking(
+        self, key: str, before: ThreadStatus | None, after: ThreadStatus | None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Around a record write under ``key``'s lock that changes the thread status
+        the record imposes from ``before`` to ``after``: the thread's new status
+        marker before the write, the old one's removal after."""
+
+    @abc.abstractmethod
+    def _run_status(self, key: str) -> ThreadStatus | None:
+        """The thread status ``key``'s record imposes (None: none, or no record)."""

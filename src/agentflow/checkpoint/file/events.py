@@ -27,31 +27,28 @@ stay drawn.
 
 from __future__ import annotations
 
-import abc
 import bisect
 import contextlib
 import hashlib
 import heapq
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Final, ParamSpec, TypeVar
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 import orjson
 
 from agentflow.checkpoint.events import EventsBase
+from agentflow.checkpoint.file.directories import FileParts
 from agentflow.checkpoint.file.fs import (
-    create_file,
     link_refused,
     link_replace,
-    open_dir,
     opened,
     read_file,
     rmdir,
     unlink,
-    write_all,
+    write_new,
 )
-from agentflow.checkpoint.file.index import Modes
 from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
@@ -73,8 +70,6 @@ _TEMP: Final = ".append.tmp"
 _GONE: Final = ".gone.tmp"
 _WHAT: Final = "the store's event log"
 _FORMAT: Final = 1
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 
 def _name(text: str) -> str:
@@ -109,25 +104,11 @@ def _header(data: bytes, where: str) -> tuple[dict[str, Any], bytes]:
     return header, data[end + 1 :]
 
 
-class FileEvents(EventsBase, abc.ABC):
+class FileEvents(FileParts, EventsBase):
     """The event part of :class:`~agentflow.checkpoint.file.FileCheckpointer`."""
 
-    _modes: Modes
     #: The highest sequence this store saw drawn; where the next search starts.
     _drawn: int = 0
-
-    @abc.abstractmethod
-    async def _io(
-        self, operation: str, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T: ...
-
-    @abc.abstractmethod
-    def _lock(self, *names: str) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _within(
-        self, parts: tuple[str, ...], create: bool
-    ) -> contextlib.AbstractContextManager[int | None]: ...
 
     async def _append_once(
         self, event_id: str, payload_digest: str, computed_digest: str, event: Mapping[str, Any]
@@ -198,7 +179,7 @@ class FileEvents(EventsBase, abc.ABC):
                 "sequence": sequence,
                 **{_MEMBERS[index]: run for index, run in runs.items()},
             }
-            _write_temp(events, _TEMP, (orjson.dumps(header), b"\n", data), modes.file)
+            write_new(events, _TEMP, (orjson.dumps(header), b"\n", data), _WHAT, modes.file)
             _link(events, seq[0], _seq_name(sequence))
         self._drawn = sequence
         for index, run in runs.items():
@@ -277,38 +258,38 @@ class FileEvents(EventsBase, abc.ABC):
     def _drop_events(self, run_id: str) -> int:
         """Delete every event of ``run_id`` (the caller holds the event lock); return
         how many of them were accepted."""
-        with self._within((EVENTS,), create=False) as events, contextlib.ExitStack() as held:
+        accepted = 0
+        with (
+            self._within((EVENTS,), create=False) as events,
+            contextlib.ExitStack() as held,
+        ):
             if events is None:
                 return 0
-            runs, ids, seq = (
-                held.enter_context(opened(events, (name,), _WHAT))
-                for name in ("runs", "ids", "seq")
-            )
-            run = None if runs is None else open_dir(runs[0], _name(run_id), _WHAT)
-            if runs is None or run is None:
+            fds = held.enter_context(opened(events, ("runs", _name(run_id)), _WHAT))
+            ids = held.enter_context(opened(events, ("ids",), _WHAT))
+            seq = held.enter_context(opened(events, ("seq",), _WHAT))
+            if fds is None:
                 return 0
-            held.callback(os.close, run)
-            accepted = 0
+            if ids is None or seq is None:  # made by the first append, before any index
+                raise _damaged(f"log of run {run_id!r}")
+            runs, run = fds
             for sequence, _ in list(_sequences(run, "runs", 0)):
-                header, _, live = _read(
-                    run, None if ids is None else ids[0], "runs", run_id, sequence
-                )
-                if live and ids is not None:  # no longer accepted, before anything else goes
+                header, _, live = _read(run, ids[0], "runs", run_id, sequence)
+                if live:  # no longer accepted, before anything else goes
                     accepted += unlink(ids[0], _name(header["event_id"]))
                 if type(parent := header.get("parent_run_id")) is str:
                     with opened(events, ("parents", _name(parent)), _WHAT) as parents:
                         if parents is not None:
                             unlink(parents[-1], _seq_name(sequence))
-                if seq is not None:  # the sequence stays drawn; the payload goes
-                    _write_temp(seq[0], _GONE, (), self._modes.file)
-                    os.replace(_GONE, _seq_name(sequence), src_dir_fd=seq[0], dst_dir_fd=seq[0])
+                # The sequence stays drawn; the payload goes.
+                write_new(seq[0], _GONE, (), _WHAT, self._modes.file)
+                os.replace(_GONE, _seq_name(sequence), src_dir_fd=seq[0], dst_dir_fd=seq[0])
                 unlink(run, _seq_name(sequence))
-            for fds in (ids, seq):
-                if fds is not None:
-                    os.fsync(fds[0])
-            if rmdir(runs[0], _name(run_id)):
-                os.fsync(runs[0])
-            return accepted
+            for directory in (ids[0], seq[0], run):
+                os.fsync(directory)
+            if rmdir(runs, _name(run_id)):
+                os.fsync(runs)
+        return accepted
 
     async def _rewrite_event(self, event_id: str, stored: bytes) -> bool:
         return await self._io("rekey", self._rewrite, event_id, stored)
@@ -327,7 +308,7 @@ class FileEvents(EventsBase, abc.ABC):
                 if header["event_id"] != event_id:
                     raise _damaged(repr(event_id))
                 line = found[0][: found[0].index(b"\n") + 1]
-                _write_temp(events, _TEMP, (line, stored), self._modes.file)
+                write_new(events, _TEMP, (line, stored), _WHAT, self._modes.file)
                 names: list[tuple[tuple[str, ...], str]] = [
                     (("seq",), _seq_name(header["sequence"]))
                 ]
@@ -345,17 +326,6 @@ class FileEvents(EventsBase, abc.ABC):
             return True
 
 
-def _write_temp(directory: int, name: str, parts: tuple[bytes, ...], mode: int) -> None:
-    """Write ``name`` afresh (what a killed writer left under it goes first), fsynced."""
-    unlink(directory, name)
-    fd = create_file(directory, name, os.O_WRONLY | os.O_EXCL, _WHAT, mode)
-    try:
-        write_all(fd, parts)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _link(events: int, directory: int, name: str) -> None:
     """Give the event in flight one more name, durably."""
     os.link(_TEMP, name, src_dir_fd=events, dst_dir_fd=directory, follow_symlinks=False)
@@ -371,7 +341,7 @@ def _sequences(directory: int, index: str, start: int) -> Iterator[tuple[int, st
 
 
 def _read(
-    directory: int, ids: int | None, index: str, run_id: str, sequence: int
+    directory: int, ids: int, index: str, run_id: str, sequence: int
 ) -> tuple[dict[str, Any], bytes, bool]:
     """The header and payload at ``sequence`` of an index, and whether the event was
     accepted: a drawn event whose ``ids/`` name is another file, or none, was not."""
@@ -385,10 +355,8 @@ def _read(
         raise _damaged(where)
     name = _name(header["event_id"])
     try:
-        named = None if ids is None else os.stat(name, dir_fd=ids, follow_symlinks=False)
+        named = os.stat(name, dir_fd=ids, follow_symlinks=False)
     except FileNotFoundError:
-        named = None
-    if ids is None or named is None:
         return header, payload, False
     if stat.S_ISLNK(named.st_mode):
         raise link_refused(f"the accepted event {header['event_id']!r}")

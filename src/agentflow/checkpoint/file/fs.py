@@ -37,7 +37,7 @@ __all__ = [
     "refused",
     "rmdir",
     "unlink",
-    "write_all",
+    "write_new",
 ]
 
 DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -174,12 +174,28 @@ def rmdir(parent: int, name: str) -> bool:
     return True
 
 
-def write_all(fd: int, parts: Sequence[bytes]) -> None:
+def _write_all(fd: int, parts: Sequence[bytes]) -> None:
     """Write ``parts`` one after the other: one system call unless the kernel writes short."""
     written = os.writev(fd, parts)
     rest = memoryview(b"".join(parts))[written:] if written < sum(map(len, parts)) else b""
     while rest:
         rest = rest[os.write(fd, rest) :]
+
+
+def write_new(directory: int, name: str, parts: Sequence[bytes], what: str, mode: int) -> None:
+    """Create ``name`` holding ``parts`` and fsync it; what a killed writer left under
+    that name (the caller holds the lock that makes it a leftover) is replaced."""
+    flags = os.O_WRONLY | os.O_EXCL
+    try:
+        fd = create_file(directory, name, flags, what, mode)
+    except FileExistsError:
+        unlink(directory, name)
+        fd = create_file(directory, name, flags, what, mode)
+    try:
+        _write_all(fd, parts)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def unlink(directory: int, name: str) -> bool:
@@ -208,18 +224,13 @@ def link_replace(directory: int, source: str, target: str, into: int | None = No
 def publish(directory: int, name: str, data: bytes, mode: int) -> None:
     """Create ``name`` holding ``data`` unless it exists; never a partial file.
 
-    The bytes go to a temp file created with ``O_EXCL``, which is then linked
-    to ``name``: ``link`` fails when ``name`` exists, so of processes racing
-    to create it exactly one wins and everyone reads the winner's bytes.
+    The bytes go to a temp file of a fresh name, which is then linked to
+    ``name``: ``link`` fails when ``name`` exists, so of processes racing to
+    create it exactly one wins and everyone reads the winner's bytes.
     """
     temp = f".{name.lstrip('.')}.{secrets.token_hex(6)}.tmp"
-    fd = create_file(directory, temp, os.O_WRONLY | os.O_EXCL, f"a temp file for {name}", mode)
     try:
-        try:
-            write_all(fd, (data,))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_new(directory, temp, (data,), f"a temp file for {name}", mode)
         with contextlib.suppress(FileExistsError):
             os.link(temp, name, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False)
     finally:

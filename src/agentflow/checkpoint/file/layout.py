@@ -31,13 +31,7 @@ import os
 import secrets
 from typing import Final
 
-from agentflow.checkpoint.file.fs import (
-    create_file,
-    link_replace,
-    read_file,
-    unlink,
-    write_all,
-)
+from agentflow.checkpoint.file.fs import link_replace, read_file, unlink, write_new
 from agentflow.checkpoint.file.index import Modes
 from agentflow.errors import CheckpointCorrupted, IncompatibleSchema
 
@@ -88,13 +82,8 @@ def mark(base: int, durable: int, modes: Modes) -> None:
     the new file becomes ``.durable/layout`` first, then ``.layout`` (a crash
     between leaves a layout that migrates again)."""
     temp = f".layout.{secrets.token_hex(6)}.tmp"
-    fd = create_file(base, temp, os.O_WRONLY | os.O_EXCL, "a temp file for .layout", modes.file)
     try:
-        try:
-            write_all(fd, (f"{LAYOUT_VERSION}\n".encode(),))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_new(base, temp, (f"{LAYOUT_VERSION}\n".encode(),), "a temp file", modes.file)
         link_replace(base, temp, _FENCE, into=durable)
         os.fsync(durable)
         os.replace(temp, _LAYOUT, src_dir_fd=base, dst_dir_fd=base)

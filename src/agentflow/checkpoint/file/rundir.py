@@ -20,7 +20,7 @@ import os
 import re
 from typing import Final
 
-from agentflow.checkpoint.file.fs import create_file, read_file, unlink, write_all
+from agentflow.checkpoint.file.fs import read_file, unlink, write_new
 from agentflow.checkpoint.file.heads import StoredHead, decode_head, digest, encode_head
 from agentflow.checkpoint.file.index import Modes
 from agentflow.durable.enums import OperationKind
@@ -85,29 +85,14 @@ def check_body(run: int, stored: StoredHead) -> None:
         raise _damaged(stored.key, "has lost its body") from None
 
 
-def _create(run: int, name: str, data: bytes, what: str, mode: int) -> None:
-    """Write ``name`` afresh; a leftover of a killed writer under that name is replaced."""
-    flags = os.O_WRONLY | os.O_EXCL
-    try:
-        fd = create_file(run, name, flags, what, mode)
-    except FileExistsError:
-        unlink(run, name)
-        fd = create_file(run, name, flags, what, mode)
-    try:
-        write_all(fd, (data,))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def commit(
     run: int, old: StoredHead | None, new: StoredHead, files: dict[str, bytes], modes: Modes
 ) -> None:
     """Commit ``new`` with its new part ``files``; then drop the parts it no longer names."""
     what = f"a stored part of run {new.key!r}"
     for name, data in files.items():
-        _create(run, name, data, what, modes.file)
-    _create(run, _HEAD_TEMP, encode_head(new), f"the head of run {new.key!r}", modes.file)
+        write_new(run, name, (data,), what, modes.file)
+    write_new(run, _HEAD_TEMP, (encode_head(new),), f"the head of run {new.key!r}", modes.file)
     os.replace(_HEAD_TEMP, HEAD, src_dir_fd=run, dst_dir_fd=run)
     os.fsync(run)
     if old is not None:

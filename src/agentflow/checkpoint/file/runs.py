@@ -26,17 +26,15 @@ kernel, so the store is for one host (not NFS).
 
 from __future__ import annotations
 
-import abc
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Final, ParamSpec, TypeVar
 
 from agentflow.checkpoint.base import ThreadStatus
-from agentflow.checkpoint.file.directories import StoreDirectories
+from agentflow.checkpoint.file.directories import FileParts
 from agentflow.checkpoint.file.fs import opened
 from agentflow.checkpoint.file.heads import StoredHead, planned, stored_of
-from agentflow.checkpoint.file.index import Modes
 from agentflow.checkpoint.file.layout import DURABLE
 from agentflow.checkpoint.file.names import add_entry, drop_entry, key_of, key_path, walk
 from agentflow.checkpoint.file.rundir import (
@@ -69,39 +67,8 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
-class FileRuns(RunsBase, abc.ABC):
+class FileRuns(FileParts, RunsBase):
     """The record part of :class:`~agentflow.checkpoint.file.FileCheckpointer`."""
-
-    _dirs: StoreDirectories
-    _modes: Modes
-
-    @abc.abstractmethod
-    async def _io(
-        self, operation: str, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T:
-        """``fn`` on a worker thread; failures become agentflow's errors for ``operation``."""
-
-    @abc.abstractmethod
-    def _lock(self, *names: str) -> contextlib.AbstractContextManager[None]:
-        """The locks of ``names`` (a key is its thread's name), once the layout is ready."""
-
-    @abc.abstractmethod
-    def _within(
-        self, parts: tuple[str, ...], create: bool
-    ) -> contextlib.AbstractContextManager[int | None]:
-        """The directory ``.durable/parts...`` (made when ``create``), None when missing."""
-
-    @abc.abstractmethod
-    def _marking(
-        self, key: str, before: ThreadStatus | None, after: ThreadStatus | None
-    ) -> contextlib.AbstractContextManager[None]:
-        """Around a record write under ``key``'s lock that changes the thread status
-        the record imposes from ``before`` to ``after``: the thread's new status
-        marker before the write, the old one's removal after."""
-
-    @abc.abstractmethod
-    def _discard(self, parent: int, name: str) -> None:
-        """Remove the directory ``name`` of ``parent`` whole, by one rename first."""
 
     # -- directories ----------------------------------------------------------
 

@@ -14,21 +14,20 @@ processes on one host; readers take no lock. docs/file.md has the design.
 
 from __future__ import annotations
 
-import abc
 import bisect
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Final, ParamSpec, TypeVar, get_args
+from typing import Final, get_args
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Checkpoint, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.file import index
 from agentflow.checkpoint.file import thread as thread_dir
-from agentflow.checkpoint.file.directories import StoreDirectories
+from agentflow.checkpoint.file.directories import FileParts
 from agentflow.checkpoint.file.format import payload_of
 from agentflow.checkpoint.file.fs import rmdir
-from agentflow.checkpoint.file.index import Modes, ThreadState
+from agentflow.checkpoint.file.index import ThreadState
 from agentflow.checkpoint.file.thread import MARKER, StepFile, check_thread, usable
 from agentflow.errors import CheckpointCorrupted
 
@@ -39,33 +38,10 @@ __all__ = ["FileSteps"]
 #: rescanning a batch of live states (64 files decode at half the speed of 8).
 _BATCH_FILES: Final = 8
 _BATCH_BYTES: Final = 1 << 20
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
 
 
-class FileSteps(CheckpointerBase, abc.ABC):
+class FileSteps(FileParts, CheckpointerBase):
     """The checkpoint part of :class:`~agentflow.checkpoint.file.FileCheckpointer`."""
-
-    _dirs: StoreDirectories
-    _modes: Modes
-
-    @abc.abstractmethod
-    async def _io(
-        self, operation: str, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T: ...
-
-    @abc.abstractmethod
-    def _base(self, create: bool) -> int | None:
-        """The namespace's directory, its layout ready (None: it does not exist)."""
-
-    @abc.abstractmethod
-    def _lock(self, *names: str) -> contextlib.AbstractContextManager[None]: ...
-
-    @abc.abstractmethod
-    def _discard(self, parent: int, name: str) -> None: ...
-
-    @abc.abstractmethod
-    def _run_status(self, key: str) -> ThreadStatus | None: ...
 
     def _thread_names(self, base: int) -> list[str]:
         """Every thread directory of the namespace (and any link in place of one)."""

@@ -27,14 +27,13 @@ from agentflow.checkpoint.file.format import (
     step_of,
 )
 from agentflow.checkpoint.file.fs import (
-    create_file,
     link_refused,
     link_replace,
     make_dir,
     open_dir,
     read_file,
     unlink,
-    write_all,
+    write_new,
 )
 from agentflow.checkpoint.file.index import Modes, ThreadState
 from agentflow.checkpoint.validation import is_unicode
@@ -169,13 +168,9 @@ def write(tfd: int, enc: EncodedCheckpoint, revision: int, latest: bool, mode: i
     file or the new one, never a mix; on return the bytes and both renames
     survive a power loss."""
     temp = f"{MARKER}{enc.step}.{secrets.token_hex(6)}{_TEMP_SUFFIX}"
-    fd = create_file(tfd, temp, os.O_WRONLY | os.O_EXCL, f"a temp file of {enc.thread!r}", mode)
+    parts = (header_bytes(enc, revision), enc.payload, b"}")
     try:
-        try:
-            write_all(fd, (header_bytes(enc, revision), enc.payload, b"}"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_new(tfd, temp, parts, f"a temp file of {enc.thread!r}", mode)
         if latest:
             link_replace(tfd, temp, _HEAD)
         os.replace(temp, step_name(enc.step), src_dir_fd=tfd, dst_dir_fd=tfd)
