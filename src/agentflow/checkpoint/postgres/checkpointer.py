@@ -102,7 +102,8 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
         self._sql = Statements(table, schema)
         self._table, self._meta = self._sql.names["cp"], self._sql.names["meta"]
         self._where, database = address_of(dsn, pool)
-        self._database = f"postgresql://{database}?table={schema or ''}.{table}"
+        qualified = table if schema is None else f"{schema}.{table}"
+        self._database = f"postgresql://{database}?table={qualified}"
         self._connections = KeptConnections(dsn, pool, self._prepare)
 
     def __repr__(self) -> str:
