@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import redis.asyncio as aioredis
+from redis.exceptions import AuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agentflow.checkpoint.redis import Keys, RedisCheckpointer
@@ -138,10 +139,18 @@ async def private_redis(directory: Path, *flags: str) -> AsyncIterator[str]:
     )
     url = f"unix://{socket}"
     try:
-        for _ in range(500):
-            if socket.exists():
-                break
-            await asyncio.sleep(0.01)
+        probe = aioredis.Redis.from_url(url)
+        try:
+            for _ in range(500):  # the socket file exists a moment before it accepts
+                try:
+                    if socket.exists() and await probe.ping():
+                        break
+                except (RedisConnectionError, OSError) as exc:
+                    if isinstance(exc.__cause__, AuthenticationError):
+                        break  # it answers (a server started with --requirepass)
+                await asyncio.sleep(0.01)
+        finally:
+            await probe.aclose()
         yield url
     finally:
         process.terminate()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -21,6 +21,7 @@ from redis.commands.core import AsyncScript
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.redis.keys import Keys
 from agentflow.checkpoint.redis.rows import encode_text, write_id
+from agentflow.checkpoint.redis.scripts import LUA_COMMON, bind
 from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
@@ -32,9 +33,86 @@ from agentflow.durable.events import (
 )
 from agentflow.durable.parts import RunParts
 
-__all__ = ["RedisEvents"]
+__all__ = ["LUA_APPEND", "LUA_REPLAY", "LUA_REWRITE", "RedisEvents"]
 
 T = TypeVar("T")
+
+# KEYS n, id, ev, then the run and parent indexes the event joins; ARGV event
+# id, digest, event bytes, write id, the position in KEYS of the parent index
+# or ''. Returns {1, sequence} (accepted now, or by this append before a
+# re-send) or {0, what the id index holds for the id}.
+LUA_APPEND: Final = (
+    bind("N ID EV")
+    + LUA_COMMON
+    + """
+local found = redis.call('HGET', ID, ARGV[1])
+if found then
+  local seq, wid = string.match(found, '^(%d+):%x+:(%x+)$')
+  if wid == ARGV[4] then return {1, seq} end  -- this append, re-sent
+  return {0, found}
+end
+expect('string', {N})
+expect('hash', {EV})
+for i = 4, #KEYS do expect('zset', {KEYS[i]}) end
+local seq = string.format('%d', redis.call('INCR', N))
+redis.call('HSET', ID, ARGV[1], seq .. ':' .. ARGV[2] .. ':' .. ARGV[4])
+redis.call('HSET', EV, seq, ARGV[3], seq .. 'm', ARGV[2] .. ':' .. ARGV[1])
+if ARGV[5] ~= '' then redis.call('HSET', EV, seq .. 'p', KEYS[tonumber(ARGV[5])]) end
+for i = 4, #KEYS do redis.call('ZADD', KEYS[i], seq, seq) end
+return {1, seq}
+"""
+)
+
+# KEYS ev, a run index, and optionally a parent index; ARGV the sequence to
+# read after and how many. Merges the indexes in sequence order (an event in
+# both appears once) and returns sequence, event bytes, "digest:event id" of each.
+LUA_REPLAY: Final = """#!lua flags=no-writes
+local count = tonumber(ARGV[2])
+local function page(key)
+  return redis.call('ZRANGE', key, '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, count)
+end
+local seqs = page(KEYS[2])
+if KEYS[3] then
+  local a, b, merged = seqs, page(KEYS[3]), {}
+  local i, j = 1, 1
+  while #merged < count and (a[i] or b[j]) do
+    local x, y = tonumber(a[i]), tonumber(b[j])
+    if y == nil or (x ~= nil and x <= y) then
+      merged[#merged + 1] = a[i]
+      if x == y then j = j + 1 end
+      i = i + 1
+    else
+      merged[#merged + 1] = b[j]
+      j = j + 1
+    end
+  end
+  seqs = merged
+end
+local out = {}
+for _, seq in ipairs(seqs) do
+  local data = redis.call('HMGET', KEYS[1], seq, seq .. 'm')
+  out[#out + 1] = seq
+  out[#out + 1] = data[1]
+  out[#out + 1] = data[2]
+end
+return out
+"""
+
+# KEYS id, ev; ARGV event id, its payload sealed anew. Returns 1, or 0 when
+# no event has the id.
+LUA_REWRITE: Final = (
+    bind("ID EV")
+    + """
+local found = redis.call('HGET', ID, ARGV[1])
+if not found then return 0 end
+local seq = string.match(found, '^(%d+):')
+if not seq or redis.call('HEXISTS', EV, seq .. 'm') == 0 then
+  return redis.error_reply('AGENTFLOW_CORRUPT the event index names no event')
+end
+redis.call('HSET', EV, seq, ARGV[2])
+return 1
+"""
+)
 
 
 def _stored(event_id: str, found: bytes | None) -> tuple[str, int] | None:

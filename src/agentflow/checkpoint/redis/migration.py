@@ -176,21 +176,37 @@ async def _records(client: aioredis.Redis, keys: Keys) -> None:
             await parents(keys=[keys.events[2], index])
 
 
-async def prepare(
+async def prepare(client: aioredis.Redis, keys: Keys, namespace: str, *, create: bool) -> int:
+    """Bring the namespace onto :data:`LAYOUT` unless it is there: refuse a newer or
+    damaged version, migrate an older layout, start an empty namespace (unless not
+    ``create``: then :class:`~agentflow.errors.StoreNotFound`, and nothing is
+    written). Returns the largest payload the server takes (``proto-max-bulk-len``;
+    512 MB where ``CONFIG`` is refused). One round trip when the namespace is there."""
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.get(keys.version)
+        pipe.get(keys.runs[2])
+        pipe.config_get("proto-max-bulk-len")
+        version, fence, config = await pipe.execute(raise_on_error=False)
+    for reply in (version, fence):
+        if isinstance(reply, Exception):
+            raise reply
+    if version != LAYOUT:
+        await _migrate(client, keys, namespace, version, fence, create=create)
+    limit = str(config.get("proto-max-bulk-len")) if isinstance(config, dict) else ""
+    return int(limit) if limit.isdigit() else 512 * 1024 * 1024
+
+
+async def _migrate(
     client: aioredis.Redis,
     keys: Keys,
     namespace: str,
-    versions: tuple[object, object],
+    version: object,
+    fence: object,
     *,
     create: bool,
 ) -> None:
-    """Bring the namespace onto :data:`LAYOUT`, given its ``versions`` as read
-    (``P:{n...}:v`` and ``P:{d...}:v``): refuse a newer or damaged one, migrate
-    an older one, start an empty one (unless not ``create``: then
-    :class:`~agentflow.errors.StoreNotFound`, and nothing is written)."""
     where = f"{'namespace ' + repr(namespace) if namespace else 'the default namespace'}"
     where += f" under prefix {keys.prefix.decode()!r}"
-    version, fence = versions
     checkpoints, durable = _number(version, "", where), _number(fence, "durable ", where)
     newest = max(checkpoints or 0, durable or 0)
     if newest > int(LAYOUT):

@@ -1,4 +1,4 @@
-"""The Lua of the record and event parts, and of the scripts that cross the parts.
+"""The Lua of the record part, and of the scripts that cross the parts.
 
 Every record script compares head fields of the run's hash and writes the
 head, the body and at most the journal entries it names, with the record
@@ -23,15 +23,12 @@ from agentflow.durable.rows import RunHead
 __all__ = [
     "FIELDS",
     "HEAD_FIELDS",
-    "LUA_APPEND",
     "LUA_CLAIM",
     "LUA_COMMIT",
     "LUA_CREATE",
     "LUA_DELETE",
     "LUA_HEADS",
     "LUA_RENEW",
-    "LUA_REPLAY",
-    "LUA_REWRITE",
     "LUA_WRITE",
 ]
 
@@ -360,80 +357,3 @@ for i = 2, #KEYS do
 end
 return out
 """
-
-# KEYS n, id, ev, then the run and parent indexes the event joins; ARGV event
-# id, digest, event bytes, write id, the position in KEYS of the parent index
-# or ''. Returns {1, sequence} (accepted now, or by this append before a
-# re-send) or {0, what the id index holds for the id}.
-LUA_APPEND: Final = (
-    bind("N ID EV")
-    + LUA_COMMON
-    + """
-local found = redis.call('HGET', ID, ARGV[1])
-if found then
-  local seq, wid = string.match(found, '^(%d+):%x+:(%x+)$')
-  if wid == ARGV[4] then return {1, seq} end  -- this append, re-sent
-  return {0, found}
-end
-expect('string', {N})
-expect('hash', {EV})
-for i = 4, #KEYS do expect('zset', {KEYS[i]}) end
-local seq = string.format('%d', redis.call('INCR', N))
-redis.call('HSET', ID, ARGV[1], seq .. ':' .. ARGV[2] .. ':' .. ARGV[4])
-redis.call('HSET', EV, seq, ARGV[3], seq .. 'm', ARGV[2] .. ':' .. ARGV[1])
-if ARGV[5] ~= '' then redis.call('HSET', EV, seq .. 'p', KEYS[tonumber(ARGV[5])]) end
-for i = 4, #KEYS do redis.call('ZADD', KEYS[i], seq, seq) end
-return {1, seq}
-"""
-)
-
-# KEYS ev, a run index, and optionally a parent index; ARGV the sequence to
-# read after and how many. Merges the indexes in sequence order (an event in
-# both appears once) and returns sequence, event bytes, "digest:event id" of each.
-LUA_REPLAY: Final = """#!lua flags=no-writes
-local count = tonumber(ARGV[2])
-local function page(key)
-  return redis.call('ZRANGE', key, '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, count)
-end
-local seqs = page(KEYS[2])
-if KEYS[3] then
-  local a, b, merged = seqs, page(KEYS[3]), {}
-  local i, j = 1, 1
-  while #merged < count and (a[i] or b[j]) do
-    local x, y = tonumber(a[i]), tonumber(b[j])
-    if y == nil or (x ~= nil and x <= y) then
-      merged[#merged + 1] = a[i]
-      if x == y then j = j + 1 end
-      i = i + 1
-    else
-      merged[#merged + 1] = b[j]
-      j = j + 1
-    end
-  end
-  seqs = merged
-end
-local out = {}
-for _, seq in ipairs(seqs) do
-  local data = redis.call('HMGET', KEYS[1], seq, seq .. 'm')
-  out[#out + 1] = seq
-  out[#out + 1] = data[1]
-  out[#out + 1] = data[2]
-end
-return out
-"""
-
-# KEYS id, ev; ARGV event id, its payload sealed anew. Returns 1, or 0 when
-# no event has the id.
-LUA_REWRITE: Final = (
-    bind("ID EV")
-    + """
-local found = redis.call('HGET', ID, ARGV[1])
-if not found then return 0 end
-local seq = string.match(found, '^(%d+):')
-if not seq or redis.call('HEXISTS', EV, seq .. 'm') == 0 then
-  return redis.error_reply('AGENTFLOW_CORRUPT the event index names no event')
-end
-redis.call('HSET', EV, seq, ARGV[2])
-return 1
-"""
-)

@@ -26,11 +26,10 @@ from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
-from agentflow.checkpoint.redis import run_scripts, scripts
+from agentflow.checkpoint.redis import events, run_scripts, scripts
 from agentflow.checkpoint.redis.errors import driver_error
 from agentflow.checkpoint.redis.events import RedisEvents
 from agentflow.checkpoint.redis.keys import (
-    LAYOUT,
     Keys,
     check_prefix,
     due_range,
@@ -67,15 +66,12 @@ _PRUNE_BATCH = 1024
 #: Index members one listing script reads at most (Lua unpacks them, and
 #: unpack takes at most ~8,000 values).
 _PAGE_READ = 1_000
-#: Redis's default ``proto-max-bulk-len``: the largest payload it accepts,
-#: used when the server does not tell its own.
-_DEFAULT_MAX_BULK = 512 * 1024 * 1024
 #: What HMGET gives a client without decode_responses.
 _Values = list[bytes | None]
 #: Every script of the store, by name ("put", "commit", "delete", ...).
 SCRIPTS = {
     name.removeprefix("LUA_").lower(): getattr(module, name)
-    for module in (scripts, run_scripts)
+    for module in (scripts, run_scripts, events)
     for name in module.__all__
     if name.startswith("LUA_") and name not in ("LUA_COMMON", "LUA_THREADS")
 }
@@ -173,21 +169,9 @@ class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
         async with self._setup_lock:
             if self._max_payload:
                 return
-            async with self._client.pipeline(transaction=False) as pipe:
-                pipe.get(self._keys.version)
-                pipe.get(self._keys.runs[2])
-                pipe.config_get("proto-max-bulk-len")
-                version, fence, config = await pipe.execute(raise_on_error=False)
-            for reply in (version, fence):
-                if isinstance(reply, Exception):
-                    raise reply
-            if version != LAYOUT:
-                versions = (version, fence)
-                await prepare(
-                    self._client, self._keys, self._namespace, versions, create=self._may_create
-                )
-            limit = str(config.get("proto-max-bulk-len")) if isinstance(config, dict) else ""
-            self._max_payload = int(limit) if limit.isdigit() else _DEFAULT_MAX_BULK
+            self._max_payload = await prepare(
+                self._client, self._keys, self._namespace, create=self._may_create
+            )
 
     async def _redis(self, operation: str, job: Callable[[], Awaitable[T]]) -> T:
         """Run ``job`` of a record or event operation once the store is set up;
