@@ -25,6 +25,7 @@ from agent_framework_mongodb.errors import (
     MongoDBRetrievalError,
     MongoDBSequenceContentionError,
     MongoDBSerializationError,
+    MongoDBStaleCheckpointError,
     MongoDBTransientPersistenceError,
     MongoDBTransientRetrievalError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "MongoDBRetrievalError",
     "MongoDBSequenceContentionError",
     "MongoDBSerializationError",
+    "MongoDBStaleCheckpointError",
     "MongoDBTransientPersistenceError",
     "MongoDBTransientRetrievalError",
 ]

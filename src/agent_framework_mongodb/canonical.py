@@ -20,7 +20,9 @@ unsupported values before any byte is pickled or any MongoDB call is made.
 Every value's class is vetted before anything of the value itself is read.
 The mapping guard runs before every other type handler, so an
 ``OrderedDict``, or a class that is both a mapping and an enum, is refused
-even when listed.
+even when listed. A class held as a value is a reference, not a mapping:
+``dict`` itself is a permitted value, and so are the type hints of
+:mod:`~agent_framework_mongodb.typeforms` (``dict[str, int]``, ``str | None``).
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ import enum
 import hashlib
 import math
 import struct
+import types
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from agent_framework_mongodb.classrules import hashable
 from agent_framework_mongodb.errors import MongoDBMappingError, MongoDBSerializationError
+from agent_framework_mongodb.typeforms import FORM_TYPES
 from agent_framework_mongodb.typepolicy import TypePolicy, type_key
 
 __all__ = ["CANONICAL_HASH_VERSION", "canonical_bytes", "canonical_hash"]
@@ -142,6 +146,7 @@ def _walker(
     finished, remember = done.get, done.__setitem__
     pinned: list[Any] = []
     check = policy.check_value_type
+    check_reference = policy.check_class_reference
     memo = strings
     get = memo.get
     counts = _COUNTS
@@ -284,6 +289,8 @@ def _walker(
             return _sized(b"y", bytes(value))
         if issubclass(cls, type):
             return class_reference(value)
+        if cls in FORM_TYPES:
+            return type_form(value)
         check(cls)
         standard = _STANDARD.get(cls)
         if standard is not None:
@@ -303,8 +310,39 @@ def _walker(
             raise MongoDBMappingError(
                 f"class reference {type_key(cls)} cannot be checkpointed; store plain data"
             )
-        check(cls)
+        check_reference(cls)
         return _sized(b"c", type_key(cls).encode())
+
+    def type_form(value: Any) -> bytes:
+        """A type hint: its kind, then its origin (a generic alias) and arguments."""
+        args = value.__args__
+        if type(value) is types.GenericAlias:
+            origin = value.__origin__
+            if not isinstance(origin, type):
+                raise MongoDBSerializationError("a generic alias is stored only over a class")
+            return b"g" + class_reference(origin) + hint_arguments(args)
+        # A union's NoneType is stored (and rebuilt) as None, as typeforms does.
+        tag = b"|" if type(value) is types.UnionType else b"U"
+        return tag + hint_arguments(tuple(None if a is type(None) else a for a in args))
+
+    def hint_arguments(args: tuple[Any, ...]) -> bytes:
+        parts = [header(b"t", len(args))]
+        for arg in args:
+            if arg is None:
+                parts.append(b"N")
+            elif arg is Ellipsis:
+                parts.append(b"E")
+            elif issubclass(type(arg), type):
+                parts.append(class_reference(arg))
+            elif type(arg) in FORM_TYPES:
+                parts.append(type_form(arg))
+            else:
+                raise MongoDBSerializationError(
+                    f"a type hint argument of type {type_key(type(arg))} is not a class or "
+                    "a type hint; only builtin generics, unions and Optional of classes are "
+                    "supported"
+                )
+        return b"".join(parts)
 
     return encode
 

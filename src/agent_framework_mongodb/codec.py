@@ -5,9 +5,10 @@ exactly as they were, which no JSON projection does. Its danger is that
 loading runs code named by the bytes, so both directions are constrained:
 
 * :func:`dumps` never consults an object's own reducers or copyreg's global
-  dispatch table. Every object is written as ``NEWOBJ(cls)`` + ``BUILD(state)``
-  and every enum member as ``cls(value)``, from the checks of the canonical
-  walk that ran first.
+  dispatch table. Every object is written as ``NEWOBJ(cls)`` + ``BUILD(state)``,
+  every enum member as ``cls(value)`` and every type hint as a call of its
+  :mod:`~agent_framework_mongodb.typeforms` builder, from the checks of the
+  canonical walk that ran first.
 * :func:`loads` first verifies the whole opcode stream without executing
   it: globals must resolve through the :class:`TypePolicy`, ``REDUCE`` may
   call only standard value types and enum classes, ``NEWOBJ`` only permitted
@@ -33,6 +34,7 @@ import enum
 import hashlib
 import io
 import pickle  # nosec B403: restricted as described above
+import types
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +42,7 @@ from typing import Any
 from agent_framework_mongodb.canonical import canonical_bytes, object_state
 from agent_framework_mongodb.errors import MongoDBCheckpointStorageError, MongoDBSerializationError
 from agent_framework_mongodb.opcodes import verify
+from agent_framework_mongodb.typeforms import BUILDER_FUNCTIONS, Builder, form_reduction
 from agent_framework_mongodb.typepolicy import NATIVE_TYPES, REDUCIBLE_STANDARD_TYPES, TypePolicy
 
 __all__ = ["PICKLE_PROTOCOL", "CheckpointCodec", "EncodedPayload", "dumps", "loads"]
@@ -69,6 +72,11 @@ class _ControlledPickler(pickle.Pickler):
         cls = type(obj)
         if cls in NATIVE_TYPES or cls in REDUCIBLE_STANDARD_TYPES or issubclass(cls, type):
             return NotImplemented
+        form = form_reduction(obj)  # a type hint (the canonical walk vetted its parts)
+        if form is not None:
+            return form
+        if cls is types.FunctionType and any(obj is f for f in BUILDER_FUNCTIONS):
+            return NotImplemented  # the hint's builder, written by reference (never hashed)
         self._policy.check_value_type(cls)
         if issubclass(cls, enum.Enum):
             return (cls, (obj._value_,))
@@ -88,7 +96,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
         self._policy = policy
 
     def find_class(self, module: str, name: str) -> Any:
-        return self._policy.resolve(module, name).cls
+        resolved = self._policy.resolve(module, name)
+        return resolved.function if isinstance(resolved, Builder) else resolved.cls
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("persistent IDs are not allowed")

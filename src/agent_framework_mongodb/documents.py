@@ -10,14 +10,19 @@ loaded on a best-effort basis.
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, Final
 
+import bson
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 from bson.binary import Binary
 
 from agent_framework_mongodb.canonical import CANONICAL_HASH_VERSION
 from agent_framework_mongodb.codec import CheckpointCodec, EncodedPayload
-from agent_framework_mongodb.errors import MongoDBAuthorizationError, MongoDBMappingError
+from agent_framework_mongodb.errors import (
+    MongoDBAuthorizationError,
+    MongoDBMappingError,
+    MongoDBSerializationError,
+)
 from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions, storable_text
 
@@ -25,7 +30,9 @@ __all__ = [
     "FRAMEWORK_VERSION",
     "PAYLOAD_VERSION",
     "SCHEMA_VERSION",
+    "MAX_DOCUMENT_BYTES",
     "build_document",
+    "check_document_size",
     "checkpoint_from_document",
     "encode_checkpoint",
     "stored_position",
@@ -36,6 +43,10 @@ SCHEMA_VERSION = 1
 FRAMEWORK_VERSION = "agent-framework-core/1:WorkflowCheckpoint.to_dict/v1"
 PAYLOAD_VERSION = "1.0"
 _MIGRATE = "; migrate the stored checkpoints with the release that wrote them"
+#: The largest document MongoDB stores (``maxBsonObjectSize``).
+MAX_DOCUMENT_BYTES: Final = 16 * 1024 * 1024
+#: A sequence as wide as any (BSON int64), for sizing a document before it has one.
+_WIDEST_SEQUENCE: Final = 2**63 - 1
 
 
 def encode_checkpoint(
@@ -97,6 +108,34 @@ def build_document(
     if expires_at is not None:
         document["expires_at"] = expires_at
     return document
+
+
+def check_document_size(
+    checkpoint: WorkflowCheckpoint,
+    encoded: EncodedPayload,
+    options: MongoDBCheckpointStorageOptions,
+) -> None:
+    """Refuse a checkpoint whose document MongoDB would refuse, before any sequence is taken.
+
+    The document is sized exactly: every field but the payload is encoded
+    (with the widest sequence and, under a TTL, an expiry), and BSON adds the
+    payload's bytes to a binary field unchanged.
+    """
+    moment = datetime.datetime.now(datetime.UTC)
+    frame = build_document(
+        checkpoint,
+        EncodedPayload(b"", encoded.payload_hash),
+        options,
+        sequence=_WIDEST_SEQUENCE,
+        created_at=moment,
+        expires_at=None if options.ttl is None else moment,
+    )
+    size = len(bson.encode(frame)) + len(encoded.payload)
+    if size > MAX_DOCUMENT_BYTES:
+        raise MongoDBSerializationError(
+            f"the checkpoint document would be {size} bytes and MongoDB stores at most "
+            f"{MAX_DOCUMENT_BYTES} (16 MiB); keep large data outside the workflow state"
+        )
 
 
 def expiry(created_at: datetime.datetime, ttl: datetime.timedelta) -> datetime.datetime:

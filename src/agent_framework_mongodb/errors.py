@@ -1,18 +1,29 @@
 """The stable error categories of the MongoDB checkpoint storage.
 
 Callers branch on the class or on ``category`` (and agentflow's ``code``),
-never on message text. Messages never carry IDs, scope values, payloads or
-driver text, because workflow engines log exceptions freely; the driver's
-exception, when there is one, is kept as ``__cause__`` for the operator who
-needs it. ``retryable`` marks the transient categories, where repeating the
-same call may succeed.
+never on message text. Messages never carry scope values, payloads or driver
+text, because workflow engines log exceptions freely, and carry no IDs except
+the missing checkpoint's, in Agent Framework's own wording (the framework
+names that ID in its own errors and logs too); the driver's exception, when
+there is one, is kept as ``__cause__`` for the operator who needs it.
+``retryable`` marks the transient categories, where repeating the same call
+may succeed.
+
+Every class is also Agent Framework's ``WorkflowCheckpointException``, so a
+workflow runner, or a caller that handles a built-in storage's checkpoint
+errors, handles these the same way.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agent_framework.exceptions import WorkflowCheckpointException
 
 from agentflow.errors import AgentflowError
+
+if TYPE_CHECKING:
+    from agent_framework import WorkflowCheckpoint
 
 __all__ = [
     "MongoDBAuthorizationError",
@@ -27,16 +38,22 @@ __all__ = [
     "MongoDBRetrievalError",
     "MongoDBSequenceContentionError",
     "MongoDBSerializationError",
+    "MongoDBStaleCheckpointError",
     "MongoDBTransientPersistenceError",
     "MongoDBTransientRetrievalError",
 ]
 
 
-class MongoDBCheckpointStorageError(AgentflowError):
+class MongoDBCheckpointStorageError(AgentflowError, WorkflowCheckpointException):
     """Base of every error the MongoDB checkpoint storage raises."""
 
     code = "mongodb_checkpoint_error"
     category = "mongodb"
+
+    def __init__(self, message: str) -> None:
+        # The framework's base class logs every message it is built with (at
+        # debug); the storage keeps its own log discipline, so that log is off.
+        super().__init__(message, None, None)
 
 
 class MongoDBConfigurationError(MongoDBCheckpointStorageError, ValueError):
@@ -112,20 +129,44 @@ class MongoDBRetrievalError(MongoDBCheckpointStorageError):
     category = "retrieval"
 
 
-class MongoDBCheckpointNotFoundError(MongoDBRetrievalError, WorkflowCheckpointException):
+class MongoDBCheckpointNotFoundError(MongoDBRetrievalError):
     """No checkpoint with that ID exists in the bound scope.
 
-    It is also the framework's ``WorkflowCheckpointException`` so that the
-    workflow runner treats it like a missing checkpoint of any other storage.
+    The message is Agent Framework's own ("No checkpoint found with ID ..."),
+    so the runner and callers matching on it treat it like a missing
+    checkpoint of a built-in storage; ``checkpoint_id`` holds the ID.
     """
 
     code = "mongodb_checkpoint_not_found"
     category = "not_found"
 
-    def __init__(self, message: str) -> None:
-        # The framework's base class logs every message it is built with; the
-        # storage keeps its own log discipline, so that log is switched off.
-        super().__init__(message, None, None)
+    def __init__(self, checkpoint_id: str) -> None:
+        super().__init__(f"No checkpoint found with ID {checkpoint_id}")
+        self.checkpoint_id = checkpoint_id
+
+
+class MongoDBStaleCheckpointError(MongoDBRetrievalError):
+    """The run's last save was refused, so its latest stored checkpoint is stale.
+
+    Agent Framework only logs a warning when a save fails and runs on, so a
+    paused run's latest stored checkpoint can predate the pause; resuming
+    from it would restart without the pending requests. ``get_latest`` raises
+    this instead of returning that checkpoint until a later save succeeds.
+    ``refused_category`` is the refusal's stable category; ``latest`` is the
+    stale checkpoint (or None), for a caller who chooses to resume from it.
+    """
+
+    code = "mongodb_checkpoint_stale"
+    category = "stale_checkpoint"
+
+    def __init__(self, refused_category: str, latest: WorkflowCheckpoint | None) -> None:
+        super().__init__(
+            f"the latest save of this run was refused ({refused_category}); the latest stored "
+            "checkpoint predates it. Fix the refusal and save again, or resume from .latest "
+            "deliberately"
+        )
+        self.refused_category = refused_category
+        self.latest = latest
 
 
 class MongoDBTransientRetrievalError(MongoDBRetrievalError):

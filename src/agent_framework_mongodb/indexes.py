@@ -20,14 +20,21 @@ __all__ = [
     "CHECKPOINT_KIND",
     "COUNTER_KIND",
     "INDEX_SPECS",
+    "SEQUENCE_INDEX",
+    "SIMPLE_COLLATION",
     "IndexSpec",
+    "collection_problems",
     "index_problems",
+    "sequences_unique",
 ]
 
 CHECKPOINT_KIND = "workflow_checkpoint"
 COUNTER_KIND = "workflow_checkpoint_counter"
 _SCOPE_PREFIX = (("scope_discriminator", 1), ("workflow_name", 1), ("session_id", 1))
-_SIMPLE_COLLATION = {"locale": "simple"}
+#: The binary collation every query and index of this package names explicitly.
+SIMPLE_COLLATION: dict[str, Any] = {"locale": "simple"}
+#: The unique index that keeps a run's sequences unique.
+SEQUENCE_INDEX = "checkpoint_scope_sequence"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +51,10 @@ class IndexSpec:
         kwargs: dict[str, Any] = {
             "name": self.name,
             "partialFilterExpression": {"_kind": self.kind},
+            "collation": SIMPLE_COLLATION,
         }
         if self.ttl:
             kwargs["expireAfterSeconds"] = 0
-        else:
-            kwargs["collation"] = _SIMPLE_COLLATION
         if self.unique:
             kwargs["unique"] = True
         return kwargs
@@ -62,7 +68,7 @@ INDEX_SPECS: tuple[IndexSpec, ...] = (
         unique=True,
     ),
     IndexSpec(
-        "checkpoint_scope_sequence",
+        SEQUENCE_INDEX,
         (*_SCOPE_PREFIX, ("sequence", 1)),
         CHECKPOINT_KIND,
         unique=True,
@@ -96,6 +102,28 @@ def index_problems(existing: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if spec.ttl and info.get("expireAfterSeconds") != 0:
             problems.append(f"{spec.name}: expireAfterSeconds differs")
         collation = info.get("collation")
-        if not spec.ttl and collation is not None and collation.get("locale") != "simple":
+        if collation is not None and collation.get("locale") != "simple":
             problems.append(f"{spec.name}: collation differs")
     return problems
+
+
+def collection_problems(options: Mapping[str, Any]) -> list[str]:
+    """Differences of a collection's ``options()`` that the indexes cannot fix.
+
+    A default collation other than binary makes MongoDB build unpinned
+    indexes (the collection's ``_id`` index among them) with it; queries
+    stay correct because each pins ``simple``, but none can use those indexes.
+    """
+    collation = options.get("collation")
+    if collation is not None and collation.get("locale") != "simple":
+        return [
+            f"collection: default collation differs (locale {collation.get('locale')!r}); "
+            "queries pin simple, but create the collection without a default collation"
+        ]
+    return []
+
+
+def sequences_unique(existing: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether ``index_information()`` output holds the unique sequence index as specified."""
+    problems = index_problems(existing)
+    return not any(line.startswith(f"{SEQUENCE_INDEX}:") for line in problems)

@@ -6,8 +6,10 @@ on without constructing, importing or calling anything:
 
 * globals must resolve through the :class:`TypePolicy` (class resolution
   only; functions, modules and unlisted classes are refused);
-* ``REDUCE`` may call only a standard value type or an enum class, and only
-  with arguments made of strings, scalars and tuples of them;
+* ``REDUCE`` may call only a standard value type or an enum class, with
+  arguments made of strings, scalars and tuples of them, or a type hint
+  builder of :mod:`~agent_framework_mongodb.typeforms`, with arguments made of
+  class references, hints and ``None``;
 * ``NEWOBJ`` may create only a permitted class, and only with no arguments;
 * ``BUILD`` may restore only what ``NEWOBJ`` created, once per object, and
   may pass slot state only to classes that have slots (or a trusted
@@ -40,6 +42,7 @@ from collections.abc import Callable
 from typing import cast
 
 from agent_framework_mongodb.errors import MongoDBSerializationError
+from agent_framework_mongodb.typeforms import Builder
 from agent_framework_mongodb.typepolicy import Resolved, TypePolicy
 
 __all__ = ["verify"]
@@ -51,8 +54,10 @@ __all__ = ["verify"]
 Kind = object
 _VALUE, _EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE = -1, -2, -3, -4
 _LIST, _DICT, _SET, _OTHER_TUPLE, _ENUM_MEMBER = "l", "d", "S", "tx", "e"
-_TUPLES = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE})
+_TYPE_FORM, _FORM_TUPLE = "T", "tT"  # a built type hint; a tuple of classes, hints and primitives
+_TUPLES = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE, _OTHER_TUPLE, _FORM_TUPLE})
 _CALL_ARGS = frozenset({_EMPTY_TUPLE, _PLAIN_SINGLE, _PLAIN_TUPLE})  # tuples of primitives
+_BUILDER_ARGS = frozenset({_EMPTY_TUPLE, _FORM_TUPLE})
 # sum() adds ints in C and raises TypeError at the first kind that is no int:
 # the fastest "are all these dict keys primitive?" for the hot loop.
 _sum_ints = cast(Callable[[list[Kind]], int], sum)
@@ -333,6 +338,11 @@ def _pop_mark(f: _Frame, i: int) -> int:
 
 def _reduce(f: _Frame, i: int) -> int:
     args, func = f.stack.pop(), f.stack.pop()
+    if type(func) is Builder:
+        if args not in _BUILDER_ARGS:
+            raise _refuse("a type hint is built only from classes, hints and None")
+        f.stack.append(_TYPE_FORM)
+        return i
     if not isinstance(func, Resolved) or not func.reducible or args not in _CALL_ARGS:
         raise _refuse("REDUCE may only call a standard value type or an enum class")
     if issubclass(func.cls, enum.Enum):
@@ -403,7 +413,14 @@ def _tuple_kind(stack: list[Kind], start: int) -> Kind:
         return _EMPTY_TUPLE
     if all(type(item) is int or _primitive_instance(item) for item in items):
         return _PLAIN_SINGLE if len(items) == 1 else _PLAIN_TUPLE
+    if all(type(item) is int or _hint_part(item) for item in items):
+        return _FORM_TUPLE
     return _OTHER_TUPLE
+
+
+def _hint_part(kind: Kind) -> bool:
+    """A class reference, a built hint, or a tuple of them: what a hint is built from."""
+    return type(kind) is Resolved or kind in (_TYPE_FORM, _FORM_TUPLE, _EMPTY_TUPLE)
 
 
 def _primitive_instance(kind: Kind) -> bool:

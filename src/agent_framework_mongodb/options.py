@@ -100,6 +100,10 @@ class MongoDBCheckpointStorageOptions:
         """The deterministic ``_id`` of this scope's sequence counter."""
         return _digest("counter", self.scope_discriminator)
 
+    def refusal_id(self) -> str:
+        """The deterministic ``_id`` of this scope's refused-save record."""
+        return _digest("refusal", self.scope_discriminator)
+
 
 def storable_text(value: str) -> bool:
     """Whether MongoDB can store ``value``: valid UTF-8, i.e. no lone surrogates."""

@@ -21,7 +21,7 @@ from pymongo.errors import DuplicateKeyError
 
 from agent_framework_mongodb.documents import stored_sequence
 from agent_framework_mongodb.errors import MongoDBSequenceContentionError
-from agent_framework_mongodb.indexes import COUNTER_KIND
+from agent_framework_mongodb.indexes import COUNTER_KIND, SIMPLE_COLLATION
 from agent_framework_mongodb.telemetry import driver_errors
 
 __all__ = ["allocate_sequence", "counter_pipeline"]
@@ -44,7 +44,10 @@ async def allocate_sequence(
     """
     with driver_errors(write=True):
         top = await collection.find_one(
-            checkpoint_filter, {"_id": 0, "sequence": 1}, sort=[("sequence", -1)]
+            checkpoint_filter,
+            {"_id": 0, "sequence": 1},
+            sort=[("sequence", -1)],
+            collation=SIMPLE_COLLATION,
         )
     observed = max(at_least, 0 if top is None else stored_sequence(top))
     for _ in range(_ALLOCATION_ATTEMPTS):
@@ -56,6 +59,7 @@ async def allocate_sequence(
                     upsert=True,
                     return_document=ReturnDocument.AFTER,
                     projection={"_id": 0, "sequence": 1},
+                    collation=SIMPLE_COLLATION,
                 )
             except DuplicateKeyError:
                 # Two first allocations raced to insert the counter; the

@@ -9,9 +9,6 @@ timestamp or the iteration count (several checkpoints share an iteration).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -20,6 +17,7 @@ from pymongo import AsyncMongoClient
 
 from agent_framework_mongodb.codec import CheckpointCodec
 from agent_framework_mongodb.documents import (
+    check_document_size,
     checkpoint_from_document,
     encode_checkpoint,
     stored_position,
@@ -27,21 +25,29 @@ from agent_framework_mongodb.documents import (
 from agent_framework_mongodb.errors import (
     MongoDBAuthorizationError,
     MongoDBCheckpointNotFoundError,
+    MongoDBCheckpointStorageError,
     MongoDBConfigurationError,
+    MongoDBStaleCheckpointError,
 )
 from agent_framework_mongodb.indexes import (
     CHECKPOINT_KIND,
     COUNTER_KIND,
     INDEX_SPECS,
+    SIMPLE_COLLATION,
+    collection_problems,
     index_problems,
 )
 from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions, storable_text
 from agent_framework_mongodb.paging import (
+    CursorSigner,
     MongoDBCheckpointClearResult,
     MongoDBCheckpointPage,
+    cursor_secret,
     decode_cursor,
-    encode_cursor,
+    split_cursor,
 )
+from agent_framework_mongodb.refusals import REFUSAL_KIND, RefusalRecorder
+from agent_framework_mongodb.rows import PageRows, collector_paused
 from agent_framework_mongodb.telemetry import Completion, driver_errors
 from agent_framework_mongodb.writes import CheckpointWriter
 
@@ -50,27 +56,6 @@ __all__ = ["MongoDBCheckpointStorage"]
 _ORDER_FIELDS = {"_id": 0, "sequence": 1, "checkpoint_id": 1}
 # Fields a page never reads (decoding checks the gates, the scope and the payload).
 _PAGE_FIELDS = {"_id": 0, "payload_hash": 0, "created_at": 0, "expires_at": 0}
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while one page is decoded, synchronously.
-
-    A page's decoded checkpoints are hundreds of fresh containers each, all
-    alive until the page is returned, so the collector would otherwise run
-    generation after generation over objects that cannot be garbage yet
-    (about a quarter of paging time, measured). The block never awaits, so no
-    other coroutine runs while it is paused, and it is re-enabled only if it
-    was enabled before: a caller that disabled the collector keeps it off.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class MongoDBCheckpointStorage(CheckpointStorage):
@@ -117,6 +102,10 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         # Built once: save and clear_run use them on every call.
         self._counter = {"_id": options.counter_id(), "_kind": COUNTER_KIND, **self._scope}
         self._writer = CheckpointWriter(collection, options, self._checkpoint_filter, self._counter)
+        refusal = {"_id": options.refusal_id(), "_kind": REFUSAL_KIND, **self._scope}
+        self._refusals = RefusalRecorder(collection, refusal, self._checkpoint_filter)
+        self._signer: CursorSigner | None = None
+        self._rows = PageRows(collection, self._checkpoint_filter)
 
     @property
     def options(self) -> MongoDBCheckpointStorageOptions:
@@ -155,10 +144,21 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         ``MongoDBConcurrencyError``. A retry of a save whose outcome this
         storage did not learn (a transient error or a cancellation) first
         looks the ID up, so an identical retry spends no new sequence.
+
+        A refused save is logged at ERROR, counted and recorded in the run
+        (:mod:`~agent_framework_mongodb.refusals`): Agent Framework only warns
+        and runs on, and ``get_latest`` then raises
+        ``MongoDBStaleCheckpointError`` instead of returning the older
+        checkpoint, until a later save succeeds.
         """
         with Completion("save") as done:
-            encoded = encode_checkpoint(checkpoint, self._options, self._codec)
-            await self._writer.write(checkpoint, encoded)
+            try:
+                encoded = encode_checkpoint(checkpoint, self._options, self._codec)
+                check_document_size(checkpoint, encoded, self._options)
+                await self._writer.write(checkpoint, encoded)
+            except MongoDBCheckpointStorageError as exc:
+                await self._refusals.record(checkpoint, exc)
+                raise
             done.count = 1
             return checkpoint.checkpoint_id
 
@@ -168,10 +168,11 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             _check_id(checkpoint_id)
             with driver_errors(write=False):
                 document = await self._collection.find_one(
-                    {**self._checkpoint_filter, "checkpoint_id": checkpoint_id}
+                    {**self._checkpoint_filter, "checkpoint_id": checkpoint_id},
+                    collation=SIMPLE_COLLATION,
                 )
             if document is None:
-                raise MongoDBCheckpointNotFoundError("no checkpoint with that ID in this run")
+                raise MongoDBCheckpointNotFoundError(checkpoint_id)
             checkpoint = checkpoint_from_document(document, self._options, self._codec)
             done.count = 1
             return checkpoint
@@ -196,8 +197,8 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             ids: list[CheckpointID] = []
             after: tuple[int, str] | None = None
             while True:
-                rows, more = await self._page_rows(after, self._options.page_size, _ORDER_FIELDS)
-                ids.extend(row["checkpoint_id"] for row in rows)  # checked by _page_rows
+                rows, more = await self._rows.page(after, self._options.page_size, _ORDER_FIELDS)
+                ids.extend(row["checkpoint_id"] for row in rows)  # checked by page()
                 done.count = len(ids)
                 if not more:
                     return ids
@@ -209,18 +210,24 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             _check_id(checkpoint_id)
             with driver_errors(write=True):
                 result = await self._collection.delete_one(
-                    {**self._checkpoint_filter, "checkpoint_id": checkpoint_id}
+                    {**self._checkpoint_filter, "checkpoint_id": checkpoint_id},
+                    collation=SIMPLE_COLLATION,
                 )
             done.count = result.deleted_count
             return bool(result.deleted_count == 1)
 
     async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        """The checkpoint with the greatest (sequence, checkpoint_id), or None for an empty run."""
+        """The checkpoint with the greatest (sequence, checkpoint_id), or None for an empty run.
+
+        Raises ``MongoDBStaleCheckpointError`` (holding that checkpoint as
+        ``latest``) when the run's last save was refused after it was stored.
+        """
         with Completion("get_latest") as done:
             self._check_workflow_name(workflow_name)
             with driver_errors(write=False):
                 top = (
                     await self._collection.find(self._checkpoint_filter)
+                    .collation(SIMPLE_COLLATION)
                     .sort("sequence", -1)
                     .limit(2)
                     .to_list()
@@ -228,14 +235,17 @@ class MongoDBCheckpointStorage(CheckpointStorage):
                 if len(top) == 2 and stored_position(top[0])[0] == stored_position(top[1])[0]:
                     top = (
                         await self._collection.find(self._checkpoint_filter)
+                        .collation(SIMPLE_COLLATION)
                         .sort([("sequence", -1), ("checkpoint_id", -1)])
                         .limit(1)
                         .to_list()
                     )
-            if not top:
-                return None
-            done.count = 1
-            return checkpoint_from_document(top[0], self._options, self._codec)
+            refusal = await self._refusals.last()
+            latest = checkpoint_from_document(top[0], self._options, self._codec) if top else None
+            if refusal is not None and refusal.makes_stale(top[0] if top else None):
+                raise MongoDBStaleCheckpointError(refusal.category, latest)
+            done.count = 0 if latest is None else 1
+            return latest
 
     # ------------------------------------------------------------- additions
 
@@ -252,16 +262,17 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         with Completion("list_checkpoint_page") as done:
             self._check_workflow_name(workflow_name)
             size = self._page_size(limit)
-            after = None if cursor is None else decode_cursor(cursor, self._scope_key)
-            rows, more = await self._page_rows(after, size, _PAGE_FIELDS)
-            with _collector_paused():
+            after = None if cursor is None else await self._position(cursor)
+            rows, more = await self._rows.page(after, size, _PAGE_FIELDS)
+            with collector_paused():
                 checkpoints = [
                     checkpoint_from_document(r, self._options, self._codec) for r in rows
                 ]
             done.count = len(checkpoints)
             next_cursor = None
             if more:
-                next_cursor = encode_cursor(self._scope_key, *stored_position(rows[-1]))
+                signer = await self._cursor_signer()
+                next_cursor = signer.encode(*stored_position(rows[-1]))
             return MongoDBCheckpointPage(checkpoints, next_cursor)
 
     async def clear_run(self) -> MongoDBCheckpointClearResult:
@@ -272,8 +283,13 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         """
         with Completion("clear_run") as done:
             with driver_errors(write=True):
-                checkpoints = await self._collection.delete_many(self._checkpoint_filter)
-                counters = await self._collection.delete_one(self._counter_filter())
+                checkpoints = await self._collection.delete_many(
+                    self._checkpoint_filter, collation=SIMPLE_COLLATION
+                )
+                counters = await self._collection.delete_one(
+                    self._counter_filter(), collation=SIMPLE_COLLATION
+                )
+            await self._refusals.clear()
             done.count = checkpoints.deleted_count
             return MongoDBCheckpointClearResult(checkpoints.deleted_count, counters.deleted_count)
 
@@ -285,19 +301,30 @@ class MongoDBCheckpointStorage(CheckpointStorage):
             done.count = len(INDEX_SPECS)
 
     async def validate_indexes(self) -> list[str]:
-        """Read-only check of the indexes; returns the problems found (empty when fine)."""
+        """Read-only check of the indexes and of the collection's default
+        collation; returns the problems found (empty when fine)."""
         with Completion("validate_indexes") as done:
             with driver_errors(write=False):
                 existing = await self._collection.index_information()
-            problems = index_problems(existing)
+                options = await self._collection.options()
+            problems = collection_problems(options) + index_problems(existing)
             done.count = len(problems)
             return problems
 
     # -------------------------------------------------------------- internals
 
-    @property
-    def _scope_key(self) -> str:
-        return str(self._scope["scope_discriminator"])
+    async def _position(self, cursor: str) -> tuple[int, str]:
+        """Where a cursor points: its body checked before any I/O, then its MAC."""
+        body, mac = split_cursor(cursor)
+        position = decode_cursor(body, str(self._scope["scope_discriminator"]))
+        (await self._cursor_signer()).verify(body, mac)
+        return position
+
+    async def _cursor_signer(self) -> CursorSigner:
+        if self._signer is None:
+            secret = await cursor_secret(self._collection)
+            self._signer = CursorSigner(secret, str(self._scope["scope_discriminator"]))
+        return self._signer
 
     def _counter_filter(self) -> dict[str, Any]:
         return dict(self._counter)
@@ -314,56 +341,6 @@ class MongoDBCheckpointStorage(CheckpointStorage):
         if type(limit) is not int or not 1 <= limit <= self._options.max_page_size:
             raise MongoDBConfigurationError("limit must be an int between 1 and max_page_size")
         return limit
-
-    async def _page_rows(
-        self, after: tuple[int, str] | None, size: int, projection: dict[str, int] | None
-    ) -> tuple[list[dict[str, Any]], bool]:
-        """Up to ``size`` rows after ``after`` and whether more follow.
-
-        Sequences are unique per scope, so the query sorts by ``sequence``
-        alone, which the sequence index serves without an in-memory sort. The
-        row at the cursor's own sequence is re-read on purpose: if another row
-        shares a sequence (only possible without the unique index), the page is
-        re-read with the exact (sequence, checkpoint_id) sort instead.
-        """
-        query = dict(self._checkpoint_filter)
-        if after is not None:
-            query["sequence"] = {"$gte": after[0]}
-        with driver_errors(write=False):
-            # batch_size: the whole page in the first reply (the server's default
-            # first batch of 101 would cost a getMore round trip per page).
-            rows = (
-                await self._collection.find(query, projection)
-                .sort("sequence", 1)
-                .limit(size + 2)
-                .batch_size(size + 2)
-                .to_list()
-            )
-            sequences = [stored_position(row)[0] for row in rows]
-            if len(set(sequences)) != len(sequences):
-                rows = await self._exact_page(after, size, projection)
-        if after is not None:
-            rows = [r for r in rows if stored_position(r) > after]
-        return rows[:size], len(rows) > size
-
-    async def _exact_page(
-        self, after: tuple[int, str] | None, size: int, projection: dict[str, int] | None
-    ) -> list[dict[str, Any]]:
-        query: dict[str, Any] = dict(self._checkpoint_filter)
-        if after is not None:
-            query["$or"] = [
-                {"sequence": {"$gt": after[0]}},
-                {"sequence": after[0], "checkpoint_id": {"$gt": after[1]}},
-            ]
-        order = [("sequence", 1), ("checkpoint_id", 1)]
-        rows: list[dict[str, Any]] = (
-            await self._collection.find(query, projection)
-            .sort(order)
-            .limit(size + 1)
-            .batch_size(size + 1)
-            .to_list()
-        )
-        return rows
 
 
 def _check_id(checkpoint_id: object) -> None:

@@ -18,6 +18,7 @@ from types import TracebackType
 
 from pymongo.errors import (
     ConnectionFailure,
+    DocumentTooLarge,
     ExecutionTimeout,
     OperationFailure,
     PyMongoError,
@@ -28,6 +29,7 @@ from agent_framework_mongodb.errors import (
     MongoDBAuthorizationError,
     MongoDBCheckpointStorageError,
     MongoDBOperationError,
+    MongoDBSerializationError,
     MongoDBTransientPersistenceError,
     MongoDBTransientRetrievalError,
 )
@@ -53,6 +55,8 @@ def driver_errors(*, write: bool) -> Iterator[None]:
 
 
 def translate(exc: PyMongoError, *, write: bool) -> MongoDBCheckpointStorageError:
+    if isinstance(exc, DocumentTooLarge):  # a server with a smaller limit than 16 MiB
+        return MongoDBSerializationError("the checkpoint document is larger than MongoDB stores")
     if isinstance(exc, ConnectionFailure | ExecutionTimeout | WTimeoutError):
         if write:
             return MongoDBTransientPersistenceError("MongoDB write did not complete (transient)")

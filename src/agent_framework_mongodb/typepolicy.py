@@ -12,7 +12,10 @@ written). Both therefore consult one :class:`TypePolicy`:
 * application classes listed as ``module:qualname``. The listing permits class
   resolution only: a listed class that defines any pickle hook is refused,
   because its hook is code an attacker who can write the collection would
-  otherwise get to run.
+  otherwise get to run;
+* as values, references to every class above (``dict`` itself included: a
+  workflow's ``request_info(data, dict)`` stores it) and ``typing.Any``, and
+  the type hints of :mod:`~agent_framework_mongodb.typeforms` built from them.
 
 Every permitted class, framework classes included, must also pass
 :func:`~agent_framework_mongodb.classrules.class_refusal`: no hook that
@@ -30,6 +33,7 @@ import enum
 import inspect
 import sys
 import types
+import typing
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,6 +50,7 @@ from agent_framework_mongodb.errors import (
     MongoDBMappingError,
     MongoDBSerializationError,
 )
+from agent_framework_mongodb.typeforms import BUILDERS, Builder
 
 __all__ = ["NATIVE_TYPES", "REDUCIBLE_STANDARD_TYPES", "Resolved", "TypePolicy", "type_key"]
 
@@ -67,6 +72,9 @@ REDUCIBLE_STANDARD_TYPES: frozenset[type] = frozenset(
 #: Standard values rebuilt by ``NEWOBJ`` plus the class's own stdlib ``__setstate__``.
 _NEWOBJ_STANDARD_TYPES: frozenset[type] = frozenset({uuid.UUID})
 _STANDARD_TYPES = REDUCIBLE_STANDARD_TYPES | _NEWOBJ_STANDARD_TYPES
+#: Classes that are only ever values (referenced, never built): ``typing.Any``
+#: has its own metaclass, which the class rules would refuse for a built class.
+_REFERENCE_ONLY_TYPES: frozenset[Any] = frozenset({typing.Any})
 _FRAMEWORK_PACKAGE = "agent_framework"
 # Static accessors: they read the real attribute and never reach a custom
 # metaclass's or module subclass's attribute hooks.
@@ -125,7 +133,7 @@ class TypePolicy:
         self._allowed = allowed
         self._cache: dict[tuple[str, str], Resolved] = {}
         self._checked: dict[type, None] = {}
-        for cls in _STANDARD_TYPES | NATIVE_TYPES:
+        for cls in _STANDARD_TYPES | NATIVE_TYPES | _REFERENCE_ONLY_TYPES:
             self._cache[(cls.__module__, cls.__qualname__)] = Resolved(
                 cls,
                 reducible=cls in REDUCIBLE_STANDARD_TYPES,
@@ -158,8 +166,29 @@ class TypePolicy:
             self._permit(_CLASS_MODULE(cls), _CLASS_QUALNAME(cls), cls)
         self._checked[cls] = None
 
-    def resolve(self, module: str, qualname: str) -> Resolved:
-        """The class a pickle global names, or a refusal before anything is imported or run."""
+    def check_class_reference(self, cls: type) -> None:
+        """Refuse, on save, a class stored as a value that the loader would not resolve.
+
+        A reference is resolved, never built, so every class the loader knows
+        may be one: the exact built-ins (``dict`` too), the standard value
+        types, ``typing.Any``, and the framework and listed classes, which
+        pass :meth:`check_value_type` as their instances would.
+        """
+        if registered_extension(cls):
+            raise MongoDBSerializationError(
+                f"{type_key(cls)} is registered in copyreg's extension registry, which would "
+                "store a process-local code; remove the registration or migrate the value"
+            )
+        if cls in NATIVE_TYPES or cls in _STANDARD_TYPES or cls in _REFERENCE_ONLY_TYPES:
+            return
+        self.check_value_type(cls)
+
+    def resolve(self, module: str, qualname: str) -> Resolved | Builder:
+        """The class (or type hint builder) a pickle global names, or a refusal
+        before anything is imported or run."""
+        builder = BUILDERS.get((module, qualname))
+        if builder is not None:
+            return builder
         resolved = self._cache.get((module, qualname))
         if resolved is None:
             resolved = self._permit(module, qualname, None)

@@ -11,6 +11,15 @@ sequence, skipping a stretch that doubles on each attempt (the sequences
 right above may belong to other saves still in flight, and gaps are
 allowed), a bounded number of times before the save fails with the
 retryable ``MongoDBSequenceContentionError``.
+
+That collision is a duplicate key only where the unique sequence index
+exists. A writer therefore looks, once, whether it does
+(:func:`~agent_framework_mongodb.indexes.sequences_unique`); where it does not
+(never provisioned, or not listable with the runtime's privileges) it logs a
+warning naming ``ensure_indexes`` and reads back each inserted sequence: a
+save that finds another checkpoint on its sequence removes its own document
+and allocates again, exactly as on a collision. Either way a save that
+returned holds a sequence no other checkpoint of the run holds.
 """
 
 from __future__ import annotations
@@ -24,12 +33,14 @@ from pymongo.errors import DuplicateKeyError
 from agent_framework_mongodb.codec import EncodedPayload
 from agent_framework_mongodb.documents import build_document, check_hash_version, expiry
 from agent_framework_mongodb.errors import (
+    MongoDBAuthorizationError,
     MongoDBConcurrencyError,
     MongoDBSequenceContentionError,
 )
+from agent_framework_mongodb.indexes import SEQUENCE_INDEX, SIMPLE_COLLATION, sequences_unique
 from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions
 from agent_framework_mongodb.sequences import allocate_sequence
-from agent_framework_mongodb.telemetry import driver_errors
+from agent_framework_mongodb.telemetry import FEATURE, driver_errors, logger
 
 __all__ = ["CheckpointWriter"]
 
@@ -58,6 +69,7 @@ class CheckpointWriter:
         # IDs whose last save here ended without an outcome (a transient error
         # or a cancellation): the write may have landed, so a retry looks first.
         self._unsettled: dict[str, None] = {}
+        self._indexed: bool | None = None  # is the unique sequence index there?
 
     async def write(self, checkpoint: WorkflowCheckpoint, encoded: EncodedPayload) -> None:
         """Store ``checkpoint`` as ``encoded`` unless the run already holds it identically.
@@ -91,6 +103,7 @@ class CheckpointWriter:
         expires_at = None if ttl is None else expiry(created_at, ttl)
         collision: DuplicateKeyError | None = None
         at_least = 0
+        indexed = await self._sequences_indexed()
         for attempt in range(SEQUENCE_ATTEMPTS):
             sequence = await allocate_sequence(
                 self._collection,
@@ -109,7 +122,10 @@ class CheckpointWriter:
             )
             duplicate = await self._insert(document)
             if duplicate is None:
-                return
+                if indexed or await self._sequence_alone(document):
+                    return
+                at_least = sequence + 2 ** (attempt + 1)
+                continue
             if "sequence" not in _key_pattern(duplicate):
                 await self._confirm_identical(document, duplicate)
                 return
@@ -119,6 +135,44 @@ class CheckpointWriter:
         raise MongoDBSequenceContentionError(
             "sequence allocation kept colliding in this run; the same save may be retried"
         ) from collision
+
+    async def _sequences_indexed(self) -> bool:
+        """Whether the collection has the unique sequence index (looked up once)."""
+        if self._indexed is None:
+            try:
+                with driver_errors(write=True):  # part of a save: its outcome is a save's
+                    existing = await self._collection.index_information()
+                self._indexed = sequences_unique(existing)
+            except MongoDBAuthorizationError:
+                self._indexed = False
+            if not self._indexed:
+                logger.warning(
+                    "feature=%s operation=save outcome=unindexed category=configuration: the "
+                    "unique index %s is missing or cannot be listed; each save reads its "
+                    "sequence back to keep it unique. Run ensure_indexes() to provision it",
+                    FEATURE,
+                    SEQUENCE_INDEX,
+                )
+        return self._indexed
+
+    async def _sequence_alone(self, document: dict[str, Any]) -> bool:
+        """Without the unique index: whether the inserted sequence is the run's
+        only one; if not, the document is removed again (its save allocates anew)."""
+        query = {**self._checkpoint_filter, "sequence": document["sequence"]}
+        with driver_errors(write=True):
+            holders = (
+                await self._collection.find(query, {"_id": 1})
+                .collation(SIMPLE_COLLATION)
+                .limit(2)
+                .to_list()
+            )
+            if len(holders) < 2:
+                return True
+            await self._collection.delete_one(
+                {"_id": document["_id"], "sequence": document["sequence"]},
+                collation=SIMPLE_COLLATION,
+            )
+        return False
 
     async def _insert(self, document: dict[str, Any]) -> DuplicateKeyError | None:
         with driver_errors(write=True):
@@ -137,7 +191,9 @@ class CheckpointWriter:
     async def _stored_hash(self, document_id: str) -> dict[str, Any] | None:
         with driver_errors(write=False):
             stored: dict[str, Any] | None = await self._collection.find_one(
-                {"_id": document_id, **self._checkpoint_filter}, _HASH_FIELDS
+                {"_id": document_id, **self._checkpoint_filter},
+                _HASH_FIELDS,
+                collation=SIMPLE_COLLATION,
             )
         if stored is not None:
             check_hash_version(stored)

@@ -38,7 +38,11 @@ from agent_framework_mongodb.canonical import canonical_bytes, canonical_hash
 from agent_framework_mongodb.codec import CheckpointCodec, dumps, loads
 from agent_framework_mongodb.documents import encode_checkpoint
 from tests.agent_framework_mongodb.conftest import make_checkpoint, scope_options
-from tests.agent_framework_mongodb.faults import CollectionProxy
+from tests.agent_framework_mongodb.faults import (
+    CollectionProxy,
+    io_besides_the_refusal,
+    refusal_recorded,
+)
 
 MODULE = __name__
 
@@ -227,7 +231,7 @@ async def test_shared_references_expanding_past_the_limit_are_refused_before_io(
     with pytest.raises(MongoDBMappingError, match="shared references") as caught:
         await storage_on(recording).save(checkpoint)
     assert type(caught.value) is MongoDBMappingError
-    assert recording.calls == []
+    assert io_besides_the_refusal(recording) == [] and refusal_recorded(recording)
 
 
 async def test_copyreg_dispatch_table_cannot_change_stored_bytes_or_hash(
@@ -290,7 +294,7 @@ async def test_copyreg_extension_registry_is_refused_before_io(
     with extension_registered(registered), pytest.raises(MongoDBSerializationError) as caught:
         await storage_on(recording).save(checkpoint)
     assert "remove the registration or migrate the value" in str(caught.value)
-    assert recording.calls == []
+    assert io_besides_the_refusal(recording) == [] and refusal_recorded(recording)
 
 
 def test_naive_values_do_not_need_their_timezone_class() -> None:
@@ -354,7 +358,7 @@ async def test_unsupported_values_are_refused_before_io(
         await storage_on(recording).save(make_checkpoint(state={"nested": [{"v": value}]}))
     if expected is MongoDBMappingError:
         assert type(caught.value) is MongoDBMappingError
-    assert recording.calls == []
+    assert io_besides_the_refusal(recording) == [] and refusal_recorded(recording)
 
 
 @pytest.mark.parametrize("name", ["list", "dict", "object"])
@@ -364,7 +368,7 @@ async def test_cycles_are_mapping_errors_before_io(recording: CollectionProxy, n
     with pytest.raises(MongoDBMappingError, match="reference cycle") as caught:
         await storage_on(recording).save(make_checkpoint(state={"v": cyclic_values()[name]}))
     assert caught.value.category == "mapping"
-    assert recording.calls == []
+    assert io_besides_the_refusal(recording) == [] and refusal_recorded(recording)
 
 
 def test_mapping_guard_runs_before_enum_and_allowlist() -> None:

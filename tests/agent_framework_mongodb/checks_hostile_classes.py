@@ -36,7 +36,11 @@ from agent_framework_mongodb.typepolicy import TypePolicy
 from tests.agent_framework_mongodb import hostile_classes as hc
 from tests.agent_framework_mongodb import hostile_types
 from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint, scope_options
-from tests.agent_framework_mongodb.faults import CollectionProxy
+from tests.agent_framework_mongodb.faults import (
+    CollectionProxy,
+    io_besides_the_refusal,
+    refusal_recorded,
+)
 from tests.agent_framework_mongodb.pickle_ops import (
     EMPTY_DICT,
     MARK,
@@ -209,7 +213,7 @@ async def test_save_refuses_hooked_classes_before_io(
     )
     with pytest.raises(MongoDBSerializationError):
         await storage.save(make_checkpoint(state=state))
-    assert recording.calls == []
+    assert io_besides_the_refusal(recording) == [] and refusal_recorded(recording)
     assert not touched(sentinel)
     del state
     reset(sentinel)  # a Finalizer's own __del__, run by the test's cleanup

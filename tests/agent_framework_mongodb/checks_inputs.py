@@ -32,10 +32,15 @@ from agent_framework_mongodb.indexes import CHECKPOINT_KIND
 from agent_framework_mongodb.paging import encode_cursor
 from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
 from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint, scope_options
-from tests.agent_framework_mongodb.faults import CollectionProxy
+from tests.agent_framework_mongodb.faults import (
+    CollectionProxy,
+    io_besides_the_refusal,
+    refusal_recorded,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LONE = "\ud800"
+MAC_SHAPED = "A" * 22
 
 
 def cursor_of(body: list[Any], *, compact: bool = True, ascii_only: bool = True) -> str:
@@ -44,11 +49,15 @@ def cursor_of(body: list[Any], *, compact: bool = True, ascii_only: bool = True)
 
 
 def noncanonical_cursors(scope: str) -> dict[str, str]:
-    """Name -> a cursor that is not exactly one the storage issues."""
+    """Name -> a cursor that is not exactly one the storage issues.
+
+    Each carries a MAC-shaped suffix: the body is checked before the MAC (and
+    before the collection's secret is read), so none needs a valid one.
+    """
     prefix, position = scope[:16], [7, "~~~"]  # "~~~" puts "-" into the urlsafe base64
     good = encode_cursor(scope, 7, "~~~")
     assert good == cursor_of([1, prefix, *position]) and "-" in good
-    return {
+    bodies = {
         "padded": good + "=" * (-len(good) % 4 or 4),
         "inner junk": good[:4] + "!" + good[4:],
         "line break": good[:8] + "\n" + good[8:],
@@ -61,7 +70,9 @@ def noncanonical_cursors(scope: str) -> dict[str, str]:
         "sequence 0": cursor_of([1, prefix, 0, "~~~"]),
         "sequence true": cursor_of([1, prefix, True, "~~~"]),
         "lone surrogate id": cursor_of([1, prefix, 7, LONE]),
+        "another scope": encode_cursor("f" * 64, 7, "~~~"),
     }
+    return {"unsigned": good, **{name: f"{body}.{MAC_SHAPED}" for name, body in bodies.items()}}
 
 
 @pytest.mark.parametrize("name", sorted(noncanonical_cursors("0" * 64)))
@@ -69,8 +80,9 @@ async def test_cursors_are_accepted_only_in_their_exact_form(
     recording: CollectionProxy, name: str
 ) -> None:
     """Seed: "invalid or unknown-version cursors fail closed": the version is the int 1
-    itself, the base64 and JSON are the canonical ones, the sequence fits a BSON int64 and the
-    ID is storable; anything else is MongoDBInvalidCursorError before any query is sent."""
+    itself, the base64 and JSON are the canonical ones, the scope is this one, the sequence
+    fits a BSON int64, the ID is storable and a MAC follows; anything else is
+    MongoDBInvalidCursorError before any query is sent."""
     storage = MongoDBCheckpointStorage(scope_options(), collection=recording)
     cursor = noncanonical_cursors(storage.options.scope_discriminator)[name]
     with pytest.raises(MongoDBInvalidCursorError):
@@ -92,8 +104,9 @@ async def test_lone_surrogates_are_refused_before_a_sequence_is_spent(
     recording: CollectionProxy,
 ) -> None:
     """A lone surrogate cannot be stored as UTF-8: in a checkpoint's ID or parent it is a
-    MongoDBMappingError before any MongoDB call (no sequence allocated); as an argument to
-    load or delete, or as a scope value, a MongoDBConfigurationError, equally early."""
+    MongoDBMappingError before any MongoDB call (no sequence allocated; only the refusal is
+    recorded, without the ID); as an argument to load or delete, or as a scope value, a
+    MongoDBConfigurationError, equally early."""
     storage = MongoDBCheckpointStorage(scope_options(), collection=recording)
     for checkpoint in (
         make_checkpoint(checkpoint_id=f"id-{LONE}"),
@@ -102,6 +115,8 @@ async def test_lone_surrogates_are_refused_before_a_sequence_is_spent(
         with pytest.raises(MongoDBMappingError) as caught:
             await storage.save(checkpoint)
         assert caught.value.category == "mapping"
+    assert io_besides_the_refusal(recording) == [] and refusal_recorded(recording)
+    recording.calls.clear()
     for call in (storage.load, storage.delete):
         with pytest.raises(MongoDBConfigurationError):
             await call(f"id-{LONE}")

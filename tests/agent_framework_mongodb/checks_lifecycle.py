@@ -134,7 +134,7 @@ async def test_clear_run_is_scoped_retry_safe_and_never_id_only(
 ) -> None:
     """Seed: "clear_run() ... applies the complete constructor-bound scope to a checkpoint
     delete_many followed by the exact deterministic counter delete_one ... It never issues
-    an empty or ID-only delete"."""
+    an empty or ID-only delete". The run's refusal record goes last, as scoped."""
     proxy = CollectionProxy(collection)
     storage, other = make_storage(target=proxy), make_storage(session_id="run-2")
     for _ in range(3):
@@ -147,10 +147,11 @@ async def test_clear_run_is_scoped_retry_safe_and_never_id_only(
     assert len(await other.list_checkpoint_ids(workflow_name=WORKFLOW_NAME)) == 3
     scope = storage.options.scope_filter()
     deletes = [(m, a[0]) for m, a, _ in proxy.calls if m.startswith("delete")]
-    assert [m for m, _ in deletes] == ["delete_many", "delete_one"] * 2
+    assert [m for m, _ in deletes] == ["delete_many", "delete_one", "delete_one"] * 2
     for _, query in deletes:
         assert {k: query[k] for k in scope} == scope and "_kind" in query
     assert deletes[1][1]["_id"] == storage.options.counter_id()
+    assert deletes[2][1]["_id"] == storage.options.refusal_id()
 
 
 async def test_no_operation_touches_indexes_until_ensure(
