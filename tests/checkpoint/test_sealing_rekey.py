@@ -247,7 +247,7 @@ async def test_the_command_resumes_from_its_state_file(tmp_path: Path) -> None:
     result = await rekey_command(opener(store), ROTATED, state_file=state, interval=0)
     assert result.status == 0 and not state.exists()
     assert result.data["threads"] == 6 and result.data["left_count"] == 0
-    assert result.text.startswith("rekey: 6 threads, 18 records; re-sealed 17")
+    assert result.text.startswith("rekey: 6 threads, 18 checkpoints; re-sealed 17")
     assert "left on another key than 'k2': 0" in result.text
     check = await rekey_command(opener(store), ROTATED, check=True)
     assert check.status == 0 and check.data["by_key"] == {"k2": 36}

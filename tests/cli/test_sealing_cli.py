@@ -309,7 +309,8 @@ def test_rekey_plain_moves_pre_envelope_records_into_the_envelope(tmp_path: Path
             )
     assert all(p.startswith(b'{"v":1,') for p in _raw_payloads(db))
     done = af(tmp_path, "rekey", "--plain")
-    assert "rekey: 1 threads, 3 records; re-written 3" in done.stdout
+    assert "rekey: 1 threads, 3 checkpoints; re-written 3" in done.stdout
+    assert "durable records: 1; re-written 1, skipped 0, busy 0" in done.stdout
     assert all(p.startswith(b'[1,"') for p in _raw_payloads(db))
 
 

@@ -89,7 +89,7 @@ async def rekey_command(
             _write_state(state, done.resume)
         if echo is not None:
             echo(
-                f"rekey: {done.threads:,} threads, {done.records:,} records, "
+                f"rekey: {done.threads:,} threads, {done.records:,} checkpoints, "
                 f"re-sealed {done.resealed:,}, skipped {done.skipped:,}; "
                 f"durable records re-sealed {done.runs_resealed:,}, busy {done.busy:,}; "
                 f"events re-sealed {done.events_resealed:,}"
@@ -138,31 +138,34 @@ def _where(left: LeftRecord) -> str:
     return f"thread {left.thread!r} step {left.step}"
 
 
-def _part_lines(
-    name: str, counts: PartCounts, keyring: KeyRing | None, check: bool, extra: str = ""
-) -> list[str]:
+def _part_line(
+    name: str, counts: PartCounts, keyring: KeyRing | None, *, wrote: bool, extra: str = ""
+) -> str:
+    """One line for durable records or events: read, written (when the walk
+    writes them), and by key as found (with keys)."""
     line = f"{name}: {counts.found:,}"
-    if not check:
+    if wrote:
         line += f"; {'re-sealed' if keyring else 're-written'} {counts.resealed:,}{extra}"
-    lines = [line]
     if keyring is not None:
-        lines.append(f"{name} by key as found: {_by_key(counts.by_key)}")
-    return lines
+        line += f" (by key as found: {_by_key(counts.by_key)})"
+    return line
 
 
 def _text(report: RekeyReport, keyring: KeyRing | None, check: bool) -> str:
     verb = "checked" if check else "rekey"
-    lines = [f"{verb}: {report.threads:,} threads, {report.records:,} records"]
+    lines = [f"{verb}: {report.threads:,} threads, {report.records:,} checkpoints"]
     if not check:
         lines[0] += (
             f"; {'re-sealed' if keyring else 're-written'} {report.resealed:,}, "
             f"skipped {report.skipped:,} (written meanwhile; the newer write stands)"
         )
     if keyring is not None:
-        lines.append(f"records by key as found: {_by_key(report.by_key)}")
+        lines.append(f"checkpoints by key as found: {_by_key(report.by_key)}")
     busy = f", skipped {report.runs_skipped:,}, busy {len(report.busy):,}"
-    lines += _part_lines("durable records", report.runs, keyring, check, busy)
-    lines += _part_lines("events", report.events, keyring, check)
+    lines.append(_part_line("durable records", report.runs, keyring, wrote=not check, extra=busy))
+    # Without keys events are only counted: their plain form has no envelope.
+    wrote = not check and keyring is not None
+    lines.append(_part_line("events", report.events, keyring, wrote=wrote))
     if report.busy:
         lines.append("busy (a live lease holds the run; run rekey again once it is released):")
         lines.extend(f"  {thread!r}" for thread in report.busy[:MAX_SHOWN])
