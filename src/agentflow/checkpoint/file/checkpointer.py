@@ -250,6 +250,7 @@ class FileCheckpointer(FileRuns, FileEvents, FileSteps, StoreBase):
         return found, written[0] if written else write.record
 
     async def delete_thread(self, thread: str, *, force: bool = False) -> None:
+        self._check_open()
         check_thread(validate_thread(thread))
         await super().delete_thread(thread, force=force)
 

@@ -250,6 +250,13 @@ class FileParts(abc.ABC):
         """The locks of ``names`` (a record's key is its thread's name), taken together
         once the layout is ready."""
 
+    def _locked_call(
+        self, names: tuple[str, ...], fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """``fn`` under the locks of ``names``: a job for :meth:`_io`."""
+        with self._lock(*names):
+            return fn(*args, **kwargs)
+
     @abc.abstractmethod
     def _within(
         self, parts: tuple[str, ...], create: bool

@@ -249,11 +249,9 @@ class FileEvents(FileParts, EventsBase):
         return found
 
     async def _delete_events(self, run_id: str) -> int:
-        return await self._io("delete", self._locked_drop, run_id)
-
-    def _locked_drop(self, run_id: str) -> int:
-        with self._lock(EVENTS_LOCK):
-            return self._drop_events(run_id)
+        return await self._io(
+            "delete", self._locked_call, (EVENTS_LOCK,), self._drop_events, run_id
+        )
 
     def _drop_events(self, run_id: str) -> int:
         """Delete every event of ``run_id`` (the caller holds the event lock); return

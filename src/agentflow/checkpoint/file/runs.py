@@ -27,7 +27,7 @@ kernel, so the store is for one host (not NFS).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Final, ParamSpec, TypeVar
 
@@ -148,13 +148,6 @@ class FileRuns(FileParts, RunsBase):
 
     async def _delete_run(self, key: str, *, force: bool) -> bool:
         return await self._io("delete", self._locked_call, (key,), self._drop_run, key, force)
-
-    def _locked_call(
-        self, names: tuple[str, ...], fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-    ) -> _T:
-        """``fn`` under the locks of ``names``, for :meth:`_io`."""
-        with self._lock(*names):
-            return fn(*args, **kwargs)
 
     def _drop_run(self, key: str, force: bool) -> bool:
         """Delete the record (under its lock), unless a live lease holds it and not
