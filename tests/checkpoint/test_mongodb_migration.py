@@ -11,6 +11,7 @@ accepted between its parent's two); in the default namespace a finished run.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from agentflow.checkpoint.mongodb import MongoCheckpointer, migration
 from agentflow.checkpoint.sealing import KeyRing
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.durable import OperationState, ReconciliationDecision
+from agentflow.durable.canonical import canonical_json
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.errors import CheckpointCorrupted, IncompatibleSchema
 from tests.backends.mongodb import Doc, MongoStore
@@ -224,3 +226,59 @@ async def test_a_newer_durable_layout_is_refused_and_left_alone(old: MongoStore)
         with pytest.raises(IncompatibleSchema):
             await store.put(make_checkpoint("new", 0))
     assert await _everything(old) == before
+
+
+def _old_event(
+    event_id: str, run: str, rs: int, rc: int, parent: tuple[str, int, int] | None
+) -> Doc:
+    """An event as version 2 stored it: its place in its run and its parent's children,
+    and how far the other sequence had come (a plain payload, as before the envelopes)."""
+    event: Doc = {"type": "note", "run_id": run}
+    doc: Doc = {"_id": {"n": "", "e": event_id}, "r": run, "rs": rs, "rc": rc}
+    if parent is not None:
+        event["parent_run_id"] = parent[0]
+        doc |= {"p": parent[0], "ps": parent[1], "po": parent[2]}
+    body = canonical_json(event, what="event")
+    return doc | {"d": hashlib.sha256(body).hexdigest(), "b": body}
+
+
+async def test_events_of_many_families_keep_every_replay_order(scratch: MongoStore) -> None:
+    """Two parents with interleaved children, one child with two parents' worth of
+    events: each replay, own or with its children, is the order version 2 replayed."""
+    await scratch.raw.insert_one({**_SCHEMA, "v": 2})
+    await scratch.events.insert_many(
+        [
+            _old_event("p1", "P", 1, 0, None),
+            _old_event("c1", "C", 1, 0, ("P", 1, 1)),  # after p1
+            _old_event("d1", "D", 1, 0, ("P", 2, 1)),
+            _old_event("p2", "P", 2, 2, None),  # after c1 and d1
+            _old_event("q1", "Q", 1, 0, None),
+            _old_event("c2", "C", 2, 0, ("P", 3, 2)),  # after p2
+            _old_event("e1", "E", 1, 0, ("Q", 1, 1)),
+            _old_event("p3", "P", 3, 3, None),
+            _old_event("q2", "Q", 2, 1, None),
+        ]
+    )
+    async with scratch.store() as store:
+
+        async def replayed(run: str, family: bool = False) -> list[str]:
+            page = await store.replay(run, include_children=family)
+            return [event.event_id for event in page.events]
+
+        assert await replayed("P", True) == ["p1", "c1", "d1", "p2", "c2", "p3"]
+        assert await replayed("P") == ["p1", "p2", "p3"]
+        assert await replayed("C") == ["c1", "c2"]
+        assert await replayed("Q", True) == ["q1", "e1", "q2"]
+    numbers = sorted(doc["q"] for doc in await scratch.events.find({}).to_list())
+    assert numbers == list(range(1, 10))
+
+
+async def test_old_events_missing_one_are_refused(scratch: MongoStore) -> None:
+    await scratch.raw.insert_one({**_SCHEMA, "v": 2})
+    await scratch.events.insert_many(
+        [_old_event("p1", "P", 1, 0, None), _old_event("p3", "P", 3, 0, None)]
+    )
+    async with scratch.store() as store:
+        with pytest.raises(CheckpointCorrupted, match="no event number 2"):
+            await store.replay("P")
+    assert (await scratch.raw.find_one(_SCHEMA) or {}).get("v") == 2

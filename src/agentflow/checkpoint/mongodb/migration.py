@@ -24,7 +24,7 @@ the older release first (docs/mongodb.md).
 from __future__ import annotations
 
 import contextlib
-import heapq
+import graphlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -113,57 +113,44 @@ def _place(doc: Document, name: str, low: int) -> int:
 
 
 def _numbered(found: list[Document], namespace: str) -> dict[str, tuple[int, int, int]]:
-    """Each event id's (q, rp, pp): a topological order of version 2's constraints
-    (Kahn's, the ready events taken in (run, place, id) order)."""
+    """Each event id's (q, rp, pp): a topological order of version 2's constraints,
+    the events taken in (run, place) order, so every migrator computes the same."""
+    found = sorted(
+        found, key=lambda doc: (doc.get("r") is None, doc.get("r") or "", _place(doc, "rs", 1))
+    )
     own = {(doc.get("r"), _place(doc, "rs", 1)): doc["_id"]["e"] for doc in found}
     kids = {(doc["p"], _place(doc, "ps", 1)): doc["_id"]["e"] for doc in found if "p" in doc}
 
-    def at(index: dict[tuple[Any, int], str], run: Any, place: int, event: str) -> str | None:
+    def at(index: dict[tuple[Any, int], str], run: Any, place: int) -> str | None:
         if place == 0:
             return None
         if (run, place) not in index:
             raise CheckpointCorrupted(
                 f"the events of namespace {namespace!r} are damaged: run {run!r} has no "
-                f"event {place} before {event!r}"
+                f"event number {place}"
             )
         return index[run, place]
 
     links: dict[str, tuple[str | None, str | None]] = {}
-    preds: dict[str, set[str]] = {}
-    rank: dict[str, tuple[bool, str, int, str]] = {}
+    before: dict[str, set[str | None]] = {}
     for doc in found:
-        event, run, place = doc["_id"]["e"], doc.get("r"), _place(doc, "rs", 1)
-        if not isinstance(event, str):
-            raise CheckpointCorrupted(f"the event {doc['_id']!r} of version 2 is damaged")
-        links[event] = (at(own, run, place - 1, event), None)
-        seen = {links[event][0], at(kids, run, _place(doc, "rc", 0), event)}
-        if "p" in doc:
-            parent = doc["p"]
-            links[event] = (links[event][0], at(kids, parent, _place(doc, "ps", 1) - 1, event))
-            seen |= {links[event][1], at(own, parent, _place(doc, "po", 0), event)}
-        preds[event] = {pred for pred in seen if pred is not None}
-        rank[event] = (run is None, run or "", place, event)
-    successors: dict[str, list[str]] = {}
-    waiting = {event: len(before) for event, before in preds.items()}
-    for event, before in preds.items():
-        for pred in before:
-            successors.setdefault(pred, []).append(event)
-    ready = [rank[event] for event, count in waiting.items() if count == 0]
-    heapq.heapify(ready)
-    numbers: dict[str, int] = {}
-    while ready:
-        event = heapq.heappop(ready)[-1]
-        numbers[event] = len(numbers) + 1
-        for successor in successors.get(event, ()):
-            waiting[successor] -= 1
-            if waiting[successor] == 0:
-                heapq.heappush(ready, rank[successor])
-    if len(numbers) != len(found):
-        raise CheckpointCorrupted(f"the events of namespace {namespace!r} order in a cycle")
+        event, run, parent = doc["_id"]["e"], doc.get("r"), doc.get("p")
+        links[event] = (at(own, run, _place(doc, "rs", 1) - 1), None)
+        before[event] = {links[event][0], at(kids, run, _place(doc, "rc", 0))}
+        if parent is not None:
+            links[event] = (links[event][0], at(kids, parent, _place(doc, "ps", 1) - 1))
+            before[event] |= {links[event][1], at(own, parent, _place(doc, "po", 0))}
+        before[event].discard(None)
+    try:
+        order = list(graphlib.TopologicalSorter(before).static_order())
+    except graphlib.CycleError as exc:
+        raise CheckpointCorrupted(
+            f"the events of namespace {namespace!r} order in a cycle"
+        ) from exc
+    numbers = {event: q for q, event in enumerate(order, 1)}
     return {
-        event: (q, numbers.get(run_before or "", 0), numbers.get(parent_before or "", 0))
-        for event, q in numbers.items()
-        for run_before, parent_before in [links[event]]
+        event: (numbers[event], numbers.get(run_before or "", 0), numbers.get(kid_before or "", 0))
+        for event, (run_before, kid_before) in links.items()
     }
 
 
