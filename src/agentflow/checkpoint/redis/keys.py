@@ -15,7 +15,7 @@ gives the reasons)::
     P:{n.b64(N)}:rs         HASH    thread id -> the status letter its record imposes (q, f)
     P:{n.b64(N)}:v          STR     the layout version of everything in N (3)
     P:{r.b64(N).b64(T)}:run HASH    the thread's record: head fields, write_id, body, journals
-    P:{r.b64(N).b64(T)}:gone STR    the write id of the delete that removed it (for a minute)
+    P:{r.b64(N).b64(T)}:gone STR    write id and answer of the delete that removed it (a minute)
     P:{d.b64(N)}:all        ZSET    every record key of N, score 0
     P:{d.b64(N)}:st         ZSET    record status letter + key, score 0
     P:{d.b64(N)}:v          STR     3, so that releases before it refuse N (they kept 1 here)
