@@ -8,8 +8,8 @@ so one child serves every backend.
 * ``resume URL NAMESPACE THREAD``: print ``ready``, wait for a line on stdin, resume
   the thread; exit 0 if it ran, 3 if another process held it, 4 if it had ended;
 * ``worker URL NAMESPACE SECONDS``: print ``ready``, wait for a line on stdin, scan
-  for due ``slow_charge_graph`` runs for SECONDS and print how many runs this
-  worker resumed and was refused.
+  for due ``slow_charge_graph`` runs until the next line on stdin (at most SECONDS)
+  and print how many runs this worker resumed and was refused.
 
 Leases are :data:`LEASE` long, so a dead holder's run is taken over quickly.
 """
@@ -38,8 +38,9 @@ async def main(mode: str, url: str, namespace: str, *rest: str) -> int:
             await worker.due()
             print("ready", flush=True)
             await asyncio.to_thread(sys.stdin.readline)
+            stop = asyncio.create_task(asyncio.to_thread(sys.stdin.readline))
             deadline = time.monotonic() + float(rest[0])
-            while time.monotonic() < deadline:
+            while not stop.done() and time.monotonic() < deadline:
                 outcome = await worker.run_once()
                 resumed, refused = resumed + len(outcome.resumed), refused + len(outcome.taken)
                 await asyncio.sleep(0.02)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,6 +30,8 @@ pytestmark = on_process_backends
 TRIALS = 3
 RUNS = 4
 WORKERS = 3
+#: Seconds the workers may take to finish every run (a generous bound, not a measure).
+DEADLINE = 60.0
 
 
 @pytest.fixture(params=PROCESS_BACKENDS)
@@ -83,16 +86,28 @@ async def _due_runs(store: SharedStore, ledger: Path) -> None:
         assert len(await Worker([compiled]).due()) == RUNS
 
 
+async def _until_done(store: SharedStore) -> None:
+    """Wait until every run is done (at most :data:`DEADLINE` seconds)."""
+    deadline = time.monotonic() + DEADLINE
+    async with opened(*store.args) as watcher:
+        while time.monotonic() < deadline:
+            latest = [await watcher.get(f"run-{i}") for i in range(RUNS)]
+            if all(cp is not None and cp.done for cp in latest):
+                return
+            await asyncio.sleep(LEASE.total_seconds())
+    raise AssertionError(f"the workers did not finish the {RUNS} runs in {DEADLINE} s")
+
+
 @pytest.mark.slow
 async def test_three_worker_processes_on_steps_slower_than_their_lease_charge_once(
     store: SharedStore, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger"
     await _due_runs(store, ledger)
-    seconds = str(12 * LEASE.total_seconds())  # each worker outlives a step
-    workers = [_child(store, "worker", seconds, stdin=True) for _ in range(WORKERS)]
+    workers = [_child(store, "worker", str(DEADLINE), stdin=True) for _ in range(WORKERS)]
     _start_together(workers)
-    reports = [json.loads(worker.communicate(timeout=60)[0]) for worker in workers]
+    await _until_done(store)  # however slow the machine, every run ends before they stop
+    reports = [json.loads(worker.communicate("stop\n", timeout=60)[0]) for worker in workers]
     assert all(worker.returncode == 0 for worker in workers)
     lines = ledger_lines(ledger)
     assert sorted(line.split()[0] for line in lines) == [f"run-{i}" for i in range(RUNS)]
