@@ -21,7 +21,7 @@ from agentflow.durable.errors import DurableError
 from agentflow.durable.events import EventCursor, EventOutboxEntry
 from agentflow.durable.extensions import ExtensionStateEntry, validate_extension_state_size
 from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.record_codec import CHECKPOINT_V2_SCHEMA, KNOWN_FIELDS, record_from_dict
+from agentflow.durable.record_codec import CHECKPOINT_V2_SCHEMA, KNOWN_FIELDS, record_fields
 from agentflow.durable.validators import (
     is_blank,
     validate_checkpoint_key,
@@ -326,7 +326,7 @@ class DurableCheckpoint:
         max_extension_state_bytes: int = DEFAULT_MAX_EXTENSION_STATE_BYTES,
     ) -> DurableCheckpoint:
         """Read and validate the wire object, with the original's codes and order."""
-        record = record_from_dict(cls, payload)
+        record = cls(**record_fields(payload))
         record.validate()
         validate_extension_state_size(record.extension_state, max_extension_state_bytes)
         return record

@@ -7,7 +7,7 @@ the rules between fields. Both run on every read of a stored record.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from agentflow.durable.definition import RUN_DEFINITION_SCHEMA
 from agentflow.durable.enums import CheckpointStatus, parse_enum
@@ -17,10 +17,7 @@ from agentflow.durable.extensions import ExtensionStateEntry
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.validators import CapabilityRef
 
-if TYPE_CHECKING:
-    from agentflow.durable.record import DurableCheckpoint
-
-__all__ = ["CHECKPOINT_V2_SCHEMA", "KNOWN_FIELDS", "record_from_dict"]
+__all__ = ["CHECKPOINT_V2_SCHEMA", "KNOWN_FIELDS", "record_fields"]
 
 CHECKPOINT_V2_SCHEMA = "vv-agent.checkpoint.v2"
 KNOWN_FIELDS = (
@@ -51,7 +48,6 @@ KNOWN_FIELDS = (
     "terminal_result",
     "terminal_acknowledged",
 )
-_R = TypeVar("_R", bound="DurableCheckpoint")
 _FIELD = "checkpoint_field_invalid"
 
 
@@ -117,8 +113,8 @@ def _extensions(value: Any) -> dict[str, ExtensionStateEntry]:
     return {namespace: ExtensionStateEntry.from_dict(entry) for namespace, entry in value.items()}
 
 
-def record_from_dict(cls: type[_R], payload: object) -> _R:
-    """Build ``cls`` from a wire object; raises :class:`DurableError`."""
+def record_fields(payload: object) -> dict[str, Any]:
+    """The fields of a record, read from its wire object; raises :class:`DurableError`."""
     if not isinstance(payload, Mapping):
         raise DurableError("checkpoint_payload_invalid", "checkpoint v2 payload must be an object")
     if payload.get("schema_version") != CHECKPOINT_V2_SCHEMA:
@@ -144,7 +140,7 @@ def record_from_dict(cls: type[_R], payload: object) -> _R:
     acknowledged = payload["terminal_acknowledged"]
     if not isinstance(acknowledged, bool):
         raise DurableError("checkpoint_status_invalid", "terminal_acknowledged must be a boolean")
-    return cls(
+    return dict(
         schema_version=CHECKPOINT_V2_SCHEMA,
         run_definition_schema=RUN_DEFINITION_SCHEMA,
         run_definition=payload["run_definition"],
