@@ -47,6 +47,7 @@ from agentflow.durable import (
 from agentflow.durable.errors import DurableError
 from agentflow.runtime.errors import CallAmbiguous, CallFailed
 from agentflow.runtime.leases import Lease
+from agentflow.runtime.records import SCOPE
 
 __all__ = [
     "CallJournal",
@@ -150,8 +151,12 @@ class CallJournal:
 
     @property
     def idempotency_scope(self) -> tuple[str | None, str]:
-        """The namespace and the run's own id, which every ``idem_`` key of the run names."""
-        return self.lease.store.namespace, self.lease.record.trace_id
+        """The namespace the run was created in and its own id, which every ``idem_``
+        key of the run names (a record older than the scope names the store's)."""
+        record = self.lease.record
+        scope = record.shared_state.get(SCOPE)
+        namespace = scope if isinstance(scope, str) else self.lease.store.namespace
+        return namespace or None, record.trace_id
 
     @property
     def cycle(self) -> int:

@@ -45,10 +45,14 @@ from agentflow.runtime.durability import RunDefinition
 from agentflow.runtime.errors import StepClaimed
 from agentflow.runtime.leases import RELEASE_MS, Lease, StoreUse
 
-__all__ = ["CARRIED", "Records", "carried_of", "carrying", "durable_of", "finished"]
+__all__ = ["CARRIED", "SCOPE", "Records", "carried_of", "carrying", "durable_of", "finished"]
 
 #: ``shared_state`` member holding the settled calls of a suspended step.
 CARRIED = "carried"
+#: ``shared_state`` member naming the namespace the run was created in: its calls'
+#: ``idem_`` keys name it, and keep naming it in a copy to another namespace (the
+#: same run must keep its keys, or a provider that deduplicates would act twice).
+SCOPE = "idempotency_scope"
 #: Claims tried against a record that keeps moving on before giving up.
 _CLAIM_TRIES = 3
 
@@ -130,6 +134,7 @@ class Records:
             task_id=thread,
             root_run_id=thread,
             trace_id=uuid.uuid4().hex,
+            shared_state={SCOPE: self.store.namespace or ""},
         )
 
     async def ensure(self, thread: str) -> DurableCheckpoint:
