@@ -6,6 +6,8 @@ update and listed through O(page) indexes."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from pymongo import AsyncMongoClient
@@ -18,6 +20,7 @@ from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
 from agentflow.errors import CheckpointConflict
+from agentflow.runtime import END, START, Graph, NodeContext
 from tests.backends.mongodb import Commands, Doc, MongoStore
 from tests.backends.mongodb import scratch as scratch_body
 
@@ -217,3 +220,43 @@ async def test_a_status_listing_reads_only_its_page(scratch: MongoStore) -> None
     ]
     assert [op["docsExamined"] for op in queries] == [3, 3, 11]  # a page and one more
     assert all(op["keysExamined"] <= op["docsExamined"] + 1 for op in queries), queries
+
+
+def _calling(idempotent: bool, calls: int, steps: int) -> Graph:
+    """``steps`` graph steps, each making ``calls`` journaled tool calls."""
+
+    async def step(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        for call in range(calls):
+            arguments = {"i": state["i"], "call": call}
+            await ctx.tool("charge", arguments, lambda _: {"ok": True}, idempotent=idempotent)
+        return {"i": state["i"] + 1}
+
+    def again(state: Mapping[str, Any]) -> str:
+        return "step" if state["i"] < steps else END
+
+    graph = Graph(f"calling-{idempotent}-{calls}").add_node("step", step)
+    return graph.add_edge(START, "step").add_conditional_edges("step", again, ["step", END])
+
+
+@pytest.mark.parametrize(
+    ("idempotent", "calls", "least", "most"),
+    [(False, 1, 2.0, 2.4), (True, 1, 1.0, 1.4), (False, 20, 1.05, 1.3)],
+    ids=["at-most-once", "idempotent", "20-calls"],
+)
+async def test_journal_syncs_per_graph_step(
+    scratch: MongoStore, idempotent: bool, calls: int, least: float, most: float
+) -> None:
+    """Through the runtime, per call: an at-most-once call's ``started`` entry and the
+    step's commit (its receipt rides it) are two journal syncs; an idempotent call
+    writes nothing before it goes out, so its step is one; in a node of 20 calls each
+    receipt rides the next call's ``started`` entry and the last the step's commit.
+    The run's claim and end, and the lease's renewals, add the rest."""
+    steps = 20
+    async with scratch.store() as store:
+        await store.setup()
+        compiled = _calling(idempotent, calls, steps).compile(store)
+        before = await _journal_syncs(scratch.client)
+        result = await compiled.run({"i": 0}, thread="t")
+        syncs = await _journal_syncs(scratch.client) - before
+    assert result.status == "done"
+    assert least <= syncs / (steps * calls) <= most, syncs
