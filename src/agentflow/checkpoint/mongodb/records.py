@@ -41,35 +41,6 @@ from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.rows import RunHead, RunRow, RunSummary
 from agentflow.durable.transitions import Guard, JournalReplace, Write
 
-__all__ = [
-    "HEAD_READ",
-    "LEASE",
-    "LISTING_INDEX",
-    "MARKS_READ",
-    "RECORDED",
-    "RECORD_FIELDS",
-    "RECORD_INDEXES",
-    "STATUS_INDEX",
-    "SUMMARY_READ",
-    "UNRECORDED",
-    "check_text",
-    "claim_filter",
-    "claim_update",
-    "guard_filter",
-    "head_from",
-    "holds_record",
-    "intact",
-    "lease_from",
-    "listing_filter",
-    "new_run",
-    "record_fields",
-    "renew_filter",
-    "renew_update",
-    "row_from",
-    "summary_from",
-    "write_update",
-]
-
 LISTING_INDEX: Final = "agentflow_runs"
 STATUS_INDEX: Final = "agentflow_run_status"
 _ROW_INVALID: Final = "checkpoint_row_invalid"
@@ -187,11 +158,6 @@ def record_fields(row: RunRow) -> Document:
     }
     imposed = run_thread_status(row.head.status)
     return values if imposed is None else values | {"rs": imposed}
-
-
-def new_run(row: RunRow) -> Document:
-    """The update ``create`` upserts on a thread document that holds no record."""
-    return {"$set": record_fields(row)}
 
 
 def _count(value: object) -> bool:

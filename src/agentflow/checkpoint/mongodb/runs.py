@@ -44,7 +44,7 @@ from agentflow.checkpoint.mongodb.records import (
     intact,
     lease_from,
     listing_filter,
-    new_run,
+    record_fields,
     renew_filter,
     renew_update,
     row_from,
@@ -100,7 +100,7 @@ class MongoRuns(RunsBase, abc.ABC):
 
         async def upsert() -> bool:
             try:
-                await self._coll.update_one(free, new_run(row), upsert=True)
+                await self._coll.update_one(free, {"$set": record_fields(row)}, upsert=True)
             except DuplicateKeyError:
                 return False
             return True
