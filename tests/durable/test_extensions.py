@@ -78,7 +78,7 @@ def test_restore_hands_back_state_and_blocks_what_is_missing() -> None:
     restore_extensions([audit], stored)
     assert audit.restored == [{"seen": 4}]
     cases = [
-        ([], stored, [], "checkpoint_extension_missing"),
+        ([], stored, [], "checkpoint_required_extension_unavailable"),
         ([Audit(version="2")], stored, [], "checkpoint_extension_version_mismatch"),
         ([Audit()], stored, ["com.example.absent"], "checkpoint_extension_missing"),
     ]

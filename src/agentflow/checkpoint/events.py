@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Final
 from agentflow.checkpoint.cursor import CursorSigner
 from agentflow.checkpoint.validation import check_limit
 from agentflow.durable.canonical import canonical_json
+from agentflow.durable.digests import run_event_identity
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.events import (
     AcceptedEvent,
@@ -111,6 +112,13 @@ class EventsBase(StoredParts, abc.ABC):
         computed = check_append(event_id, payload_digest, event)
         result = await self._append_once(event_id, payload_digest, computed, event)
         return AppendOnceResult(result.inserted, await self._sign("append_once", result.cursor))
+
+    async def append(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        """The original's ``RunEventStore::append``: accept ``event`` under its own
+        ``event_id`` and digest (a repeat is accepted once, silently) and return
+        its cursor, the first one for a repeat."""
+        event_id, digest = run_event_identity(event)
+        return (await self.append_once(event_id, digest, event)).cursor
 
     async def replay(
         self,

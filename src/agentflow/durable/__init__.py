@@ -38,6 +38,7 @@ from agentflow.durable.digests import (
     event_payload_digest,
     model_request_digest,
     operation_request_digest,
+    run_event_identity,
     tool_request,
     tool_request_digest,
 )
@@ -51,6 +52,7 @@ from agentflow.durable.enums import (
     ReconciliationDecisionKind,
     ResumePolicy,
     ToolIdempotency,
+    WireEnum,
 )
 from agentflow.durable.errors import (
     CheckpointAlreadyExists,
@@ -60,6 +62,7 @@ from agentflow.durable.errors import (
     DurableConflict,
     DurableCorrupted,
     DurableError,
+    ErrorCode,
     LeaseLost,
     RecoveryRequired,
     RevisionConflict,
@@ -76,10 +79,17 @@ from agentflow.durable.events import (
 from agentflow.durable.extensions import (
     MAX_EXTENSION_ENTRY_BYTES,
     CheckpointExtension,
+    ExtensionIdentity,
     ExtensionStateEntry,
+    extension_identity,
     restore_extensions,
     snapshot_extensions,
     validate_extension_state_size,
+)
+from agentflow.durable.failures import (
+    AMBIGUOUS_TOOL_ERROR_CODES,
+    DEFINITIVE_MODEL_MARKERS,
+    definitive_failure,
 )
 from agentflow.durable.ids import (
     model_operation_id,
@@ -90,7 +100,19 @@ from agentflow.durable.ids import (
     tool_idempotency_key,
     tool_operation_id,
 )
-from agentflow.durable.journal import ALLOWED_TRANSITIONS, OperationError, OperationJournalEntry
+from agentflow.durable.journal import (
+    ALLOWED_TRANSITIONS,
+    NULL_RECEIPT,
+    OperationError,
+    OperationJournalEntry,
+)
+from agentflow.durable.migration import (
+    LEGACY_NON_TERMINAL,
+    LEGACY_WAIT_USER,
+    V1Migration,
+    decode_checkpoint,
+    migrate_v1,
+)
 from agentflow.durable.pointers import resolve_json_pointer, set_json_pointer, validate_pointer
 from agentflow.durable.reconciliation import (
     MODEL_RISK,
@@ -107,7 +129,13 @@ from agentflow.durable.record import (
     DurableCheckpoint,
 )
 from agentflow.durable.rows import RunSummary
+from agentflow.durable.stability import (
+    BEHAVIOR_METADATA_SLOT,
+    RECONCILIATION_PROVIDER_SLOT,
+    require_stable_producer,
+)
 from agentflow.durable.store import DurableEventStore, DurableStore, RunPage
+from agentflow.durable.v1 import CheckpointV1
 from agentflow.durable.validators import (
     MAX_CHECKPOINT_KEY_BYTES,
     MAX_EXTENSION_NAMESPACE_BYTES,
@@ -120,18 +148,25 @@ from agentflow.durable.validators import (
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
+    "AMBIGUOUS_TOOL_ERROR_CODES",
+    "BEHAVIOR_METADATA_SLOT",
     "CHECKPOINT_V2_SCHEMA",
     "CREDENTIAL_REDACTED",
     "DEFAULT_MAX_EXTENSION_STATE_BYTES",
+    "DEFINITIVE_MODEL_MARKERS",
     "EVENT_CURSOR_SCHEMA",
     "KNOWN_CREDENTIAL_HEADERS",
+    "LEGACY_NON_TERMINAL",
+    "LEGACY_WAIT_USER",
     "MAX_CHECKPOINT_KEY_BYTES",
     "MAX_EXTENSION_ENTRY_BYTES",
     "MAX_EXTENSION_NAMESPACE_BYTES",
     "MAX_WIRE_INTEGER",
     "MODEL_RISK",
+    "NULL_RECEIPT",
     "OPERATION_REQUEST_SCHEMA",
     "OPERATOR_ABORT_CODE",
+    "RECONCILIATION_PROVIDER_SLOT",
     "RUN_DEFINITION_FIELDS",
     "RUN_DEFINITION_SCHEMA",
     "TOOL_RISK",
@@ -146,6 +181,7 @@ __all__ = [
     "CheckpointExtension",
     "CheckpointNotFound",
     "CheckpointStatus",
+    "CheckpointV1",
     "ClaimActive",
     "ClaimMode",
     "CycleConflict",
@@ -155,9 +191,11 @@ __all__ = [
     "DurableError",
     "DurableEventStore",
     "DurableStore",
+    "ErrorCode",
     "EventCursor",
     "EventOutboxEntry",
     "EventPage",
+    "ExtensionIdentity",
     "ExtensionStateEntry",
     "InMemoryRunEventStore",
     "LeaseLost",
@@ -177,12 +215,18 @@ __all__ = [
     "RunSummary",
     "TerminalImmutable",
     "ToolIdempotency",
+    "V1Migration",
+    "WireEnum",
     "admission",
     "canonical_json",
     "canonical_run_definition_bytes",
+    "decode_checkpoint",
+    "definitive_failure",
     "es6_number",
     "event_payload_digest",
+    "extension_identity",
     "live_credentials",
+    "migrate_v1",
     "model_operation_id",
     "model_request_digest",
     "new_checkpoint_key",
@@ -193,9 +237,11 @@ __all__ = [
     "policy_decision",
     "redact_run_definition",
     "require_declared_credential_headers",
+    "require_stable_producer",
     "resolve_json_pointer",
     "restore_extensions",
     "run_definition_digest",
+    "run_event_identity",
     "set_json_pointer",
     "snapshot_extensions",
     "stable_event_id",

@@ -162,6 +162,15 @@ class CheckpointConfig:
                 "required extension namespaces must be sorted",
             )
 
+    @classmethod
+    def new(cls, store: Any) -> CheckpointConfig:
+        """The defaults with a process-local ``store`` (``CheckpointConfig::new``)."""
+        return cls(store=store)
+
+    #: The original's ``with_store``: in Rust it wraps the store in an ``Arc``
+    #: first; a Python object needs no wrapping, so it is ``new``.
+    with_store = new
+
     def capability_ref(self, slot: str) -> CapabilityRef | None:
         """The reference recorded for ``slot``, if any."""
         return self.capability_refs.get(slot)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final, overload
 
 from agentflow.durable.canonical import canonical_json
 from agentflow.durable.enums import OperationKind, parse_enum
@@ -20,6 +20,7 @@ __all__ = [
     "event_payload_digest",
     "model_request_digest",
     "operation_request_digest",
+    "run_event_identity",
     "sha256_canonical",
     "tool_request",
     "tool_request_digest",
@@ -34,6 +35,8 @@ _REQUEST_FIELDS = {
     OperationKind.TOOL: frozenset({"tool_call_id", "tool_name", "arguments", "idempotency_key"}),
 }
 _ENVELOPE = frozenset({"schema_version", "kind", "request"})
+#: Marks "no second positional argument" in :func:`operation_request_digest`.
+_UNSET: Final = object()
 
 
 def sha256_canonical(value: object, what: str) -> str:
@@ -48,9 +51,23 @@ def event_payload_digest(event: object) -> str:
     return sha256_canonical(event, "event payload")
 
 
-def operation_request_digest(request: object, *, kind: OperationKind | str | None = None) -> str:
+@overload
+def operation_request_digest(
+    request: object, /, *, kind: OperationKind | str | None = None
+) -> str: ...
+
+
+@overload
+def operation_request_digest(kind: OperationKind | str, request: object, /) -> str: ...
+
+
+def operation_request_digest(
+    first: object, second: object = _UNSET, /, *, kind: OperationKind | str | None = None
+) -> str:
     """Digest of a closed ``{schema_version, kind, request}`` operation request.
 
+    Called as ``operation_request_digest(request, kind=...)`` or, in the
+    original's argument order, ``operation_request_digest(kind, request)``.
     The envelope must have exactly those three members, the request schema
     ``vv-agent.operation-request.v1``, and a request object with exactly the
     members of its kind (model: model, messages, settings, tools,
@@ -59,6 +76,12 @@ def operation_request_digest(request: object, *, kind: OperationKind | str | Non
     Codes: ``operation_request_invalid``, ``operation_request_schema_unsupported``,
     ``operation_request_not_i_json``.
     """
+    if second is _UNSET:
+        request = first
+    elif kind is None and isinstance(first, str):
+        kind, request = first, second
+    else:
+        raise TypeError("operation_request_digest takes (request, *, kind=) or (kind, request)")
     if not isinstance(request, Mapping):
         raise DurableError(_REQUEST, "operation request must be an object")
     if set(request) != _ENVELOPE:
@@ -85,6 +108,19 @@ def operation_request_digest(request: object, *, kind: OperationKind | str | Non
             raise DurableError("operation_request_not_i_json", exc.message) from exc
         raise
     return hashlib.sha256(data).hexdigest()
+
+
+def run_event_identity(event: object) -> tuple[str, str]:
+    """The accepted-once identity of a run event: its own ``event_id`` and its digest.
+
+    What the original's ``RunEventStore::append`` hands to ``append_once``:
+    an event carries its id, so a plain append of the same event twice is
+    accepted once.
+    """
+    event_id = event.get("event_id") if isinstance(event, Mapping) else None
+    if not isinstance(event_id, str):
+        raise DurableError("event_payload_invalid", "a run event is an object with an event_id")
+    return event_id, event_payload_digest(event)
 
 
 def model_request_digest(request: object) -> str:

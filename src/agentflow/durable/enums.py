@@ -1,4 +1,8 @@
-"""Every enum of the durable protocol, valued by its snake_case wire name."""
+"""Every enum of the durable protocol, valued by its snake_case wire name.
+
+Each member is its wire string (``StrEnum``); :meth:`WireEnum.as_str` is the
+original's spelling of the same thing, for code ported from it.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +21,20 @@ __all__ = [
     "ReconciliationDecisionKind",
     "ResumePolicy",
     "ToolIdempotency",
+    "WireEnum",
     "parse_enum",
 ]
 
 
-class ResumePolicy(StrEnum):
+class WireEnum(StrEnum):
+    """A protocol enum: each member is its snake_case wire name."""
+
+    def as_str(self) -> str:
+        """The wire name (the original's ``as_str()``)."""
+        return self.value
+
+
+class ResumePolicy(WireEnum):
     """What a run does with a key that may already have a record."""
 
     NEW = "new"
@@ -29,21 +42,21 @@ class ResumePolicy(StrEnum):
     REQUIRE_EXISTING = "require_existing"
 
 
-class AmbiguousModelPolicy(StrEnum):
+class AmbiguousModelPolicy(WireEnum):
     """What recovery does with a model call that started and left no receipt."""
 
     REQUIRE_RECONCILIATION = "require_reconciliation"
     RETRY_WITH_DUPLICATE_RISK = "retry_with_duplicate_risk"
 
 
-class AmbiguousToolPolicy(StrEnum):
+class AmbiguousToolPolicy(WireEnum):
     """What recovery does with a tool call that started and left no receipt."""
 
     REQUIRE_RECONCILIATION = "require_reconciliation"
     RETRY_IDEMPOTENT_ONLY = "retry_idempotent_only"
 
 
-class ToolIdempotency(StrEnum):
+class ToolIdempotency(WireEnum):
     """Whether a tool deduplicates repeated calls that carry one idempotency key."""
 
     SUPPORTED = "supported"
@@ -51,12 +64,12 @@ class ToolIdempotency(StrEnum):
     UNKNOWN = "unknown"
 
 
-class OperationKind(StrEnum):
+class OperationKind(WireEnum):
     MODEL = "model"
     TOOL = "tool"
 
 
-class OperationState(StrEnum):
+class OperationState(WireEnum):
     """Journal state of one external call (see ``OperationJournalEntry``)."""
 
     PLANNED = "planned"
@@ -66,14 +79,14 @@ class OperationState(StrEnum):
     AMBIGUOUS = "ambiguous"
 
 
-class ClaimMode(StrEnum):
+class ClaimMode(WireEnum):
     """``continue`` takes the next cycle of a healthy run; ``recovery`` takes over."""
 
     CONTINUE = "continue"
     RECOVERY = "recovery"
 
 
-class CheckpointStatus(StrEnum):
+class CheckpointStatus(WireEnum):
     PENDING = "pending"
     RUNNING = "running"
     WAIT_USER = "wait_user"
@@ -98,7 +111,7 @@ _TERMINAL = frozenset(
 )
 
 
-class ReconciliationDecisionKind(StrEnum):
+class ReconciliationDecisionKind(WireEnum):
     DEFER = "defer"
     RETRY = "retry"
     REPLAY_SUCCESS = "replay_success"

@@ -4,6 +4,10 @@ Every value check of the durable layer raises :class:`DurableError` whose
 instance ``code`` is the string the Rust original (vv-agent) emits for the same
 failure, so a caller, a log search or a cross-language test can branch on it.
 ``str(error)`` is ``"{code}: {message}"`` exactly as the original prints it.
+The original reads the code with the methods ``code()`` and ``error_code()``;
+here ``code`` is an :class:`ErrorCode`, a string that also answers when
+called, so ``error.code == "x"``, ``error.code()`` and ``error.error_code()``
+all agree and code ported from the original reads it unchanged.
 
 A store that refuses a conditional write raises one of the subclasses of
 :class:`DurableConflict` below. Their codes come from the language-neutral
@@ -22,6 +26,7 @@ __all__ = [
     "DurableConflict",
     "DurableCorrupted",
     "DurableError",
+    "ErrorCode",
     "LeaseLost",
     "RecoveryRequired",
     "RevisionConflict",
@@ -29,22 +34,31 @@ __all__ = [
 ]
 
 
+class ErrorCode(str):
+    """A stable error code; calling it returns the plain string (the original's ``code()``)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> str:
+        return str.__str__(self)
+
+
 class DurableError(AgentflowError):
     """A durable-layer value or state was refused; ``code`` says which rule."""
 
-    code: str = "durable_error"
+    code: ErrorCode = ErrorCode("durable_error")
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(code, message)
-        self.code = code
+        self.code = ErrorCode(code)
         self.message = message
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
     def error_code(self) -> str:
-        """The code, under the name the original's API uses."""
-        return self.code
+        """The code, under the name the original's API uses (always equal to ``code``)."""
+        return self.code()
 
 
 class DurableCorrupted(DurableError, CheckpointCorrupted):
@@ -53,6 +67,8 @@ class DurableCorrupted(DurableError, CheckpointCorrupted):
     ``code`` is the rule the stored bytes broke (for example
     ``checkpoint_json_invalid``); the decoding error is the ``__cause__``.
     """
+
+    code: ErrorCode = ErrorCode("checkpoint_corrupted")
 
 
 class _FixedCode(DurableError):
@@ -67,7 +83,7 @@ class _FixedCode(DurableError):
 class CheckpointNotFound(_FixedCode):
     """No durable record exists under the key in this store's namespace."""
 
-    code = "checkpoint_not_found"
+    code = ErrorCode("checkpoint_not_found")
 
 
 class DurableConflict(_FixedCode):
@@ -77,25 +93,25 @@ class DurableConflict(_FixedCode):
     says which precondition failed.
     """
 
-    code = "checkpoint_store_conflict"
+    code = ErrorCode("checkpoint_store_conflict")
 
 
 class CheckpointAlreadyExists(DurableConflict):
     """``create`` found a record under the key already."""
 
-    code = "checkpoint_already_exists"
+    code = ErrorCode("checkpoint_already_exists")
 
 
 class RevisionConflict(DurableConflict):
     """The stored revision moved on since the caller read it (same claim)."""
 
-    code = "checkpoint_revision_conflict"
+    code = ErrorCode("checkpoint_revision_conflict")
 
 
 class ClaimActive(DurableConflict):
     """Another holder's live lease (or any claim, for an unclaimed write) is in the way."""
 
-    code = "checkpoint_claim_active"
+    code = ErrorCode("checkpoint_claim_active")
 
 
 class LeaseLost(DurableConflict):
@@ -105,22 +121,22 @@ class LeaseLost(DurableConflict):
     external call under that claim.
     """
 
-    code = "checkpoint_lease_lost"
+    code = ErrorCode("checkpoint_lease_lost")
 
 
 class TerminalImmutable(DurableConflict):
     """The record is terminal; only event delivery and acknowledgement may follow."""
 
-    code = "checkpoint_terminal_immutable"
+    code = ErrorCode("checkpoint_terminal_immutable")
 
 
 class CycleConflict(DurableConflict):
     """The claimed cycle is not the one after the record's committed cycle."""
 
-    code = "checkpoint_cycle_conflict"
+    code = ErrorCode("checkpoint_cycle_conflict")
 
 
 class RecoveryRequired(DurableConflict):
     """Only a recovery claim may take this record (ambiguity, reconciliation, or a lapsed lease)."""
 
-    code = "checkpoint_recovery_required"
+    code = ErrorCode("checkpoint_recovery_required")

@@ -6,11 +6,18 @@ resumed run makes its first call. Its entry is bounded (64 KiB canonical) and
 so is the total (``max_extension_state_bytes``). Entries of extensions this
 process does not register are kept as opaque JSON; a *required* one that is
 missing here blocks the resume rather than being silently dropped.
+
+The original's trait declares ``namespace()``, ``version()`` and
+``required()`` as methods; here each may be a property, a plain attribute or
+such a zero-argument method. :func:`extension_identity` reads them once when
+an extension is registered and refuses anything else with
+``checkpoint_extension_invalid`` (or the namespace and version codes),
+naming the member, instead of failing later on a bound method.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,7 +28,9 @@ from agentflow.durable.validators import is_blank, validate_extension_namespace
 __all__ = [
     "MAX_EXTENSION_ENTRY_BYTES",
     "CheckpointExtension",
+    "ExtensionIdentity",
     "ExtensionStateEntry",
+    "extension_identity",
     "restore_extensions",
     "snapshot_extensions",
     "validate_extension_state_size",
@@ -36,17 +45,17 @@ class CheckpointExtension(Protocol):
     """A plugin whose state is saved with the run and restored on resume."""
 
     @property
-    def namespace(self) -> str:
+    def namespace(self) -> str | Callable[[], str]:
         """Reverse-DNS name, unique per run (``com.example.audit``)."""
         ...
 
     @property
-    def version(self) -> str:
+    def version(self) -> str | Callable[[], str]:
         """Version of the state layout; a resume refuses a different one."""
         ...
 
     @property
-    def required(self) -> bool:
+    def required(self) -> bool | Callable[[], bool]:
         """True when a resume without this extension must fail."""
         ...
 
@@ -90,6 +99,59 @@ class ExtensionStateEntry:
         return entry
 
 
+@dataclass(frozen=True, slots=True)
+class ExtensionIdentity:
+    """What an extension declares about itself, read once at registration."""
+
+    namespace: str
+    version: str
+    required: bool
+
+
+def _declared(extension: object, member: str, kind: type) -> Any:
+    if not hasattr(extension, member):
+        raise DurableError(
+            "checkpoint_extension_invalid",
+            f"{type(extension).__name__} is not a CheckpointExtension: it has no {member}",
+        )
+    value = getattr(extension, member)
+    if callable(value):
+        value = value()
+    if not isinstance(value, kind):
+        raise DurableError(
+            "checkpoint_extension_invalid",
+            f"{type(extension).__name__}.{member} must be a {kind.__name__} (a property, an "
+            f"attribute or a method returning one), not {type(value).__name__}",
+        )
+    return value
+
+
+def extension_identity(extension: object) -> ExtensionIdentity:
+    """Read ``namespace``, ``version`` and ``required`` (properties, attributes or methods).
+
+    Refuses, before any state is written: a member that is missing or of
+    another type (``checkpoint_extension_invalid``), a malformed namespace
+    (``checkpoint_extension_namespace_invalid``), a blank version
+    (``checkpoint_extension_version_invalid``, the original's code), and an
+    extension without ``snapshot``/``restore`` methods.
+    """
+    namespace = validate_extension_namespace(_declared(extension, "namespace", str))
+    version = _declared(extension, "version", str)
+    if is_blank(version):
+        raise DurableError(
+            "checkpoint_extension_version_invalid",
+            f"checkpoint extension {namespace} has an empty version",
+        )
+    required = _declared(extension, "required", bool)
+    for method in ("snapshot", "restore"):
+        if not callable(getattr(extension, method, None)):
+            raise DurableError(
+                "checkpoint_extension_invalid",
+                f"checkpoint extension {namespace} has no {method}() method",
+            )
+    return ExtensionIdentity(namespace, version, required)
+
+
 def validate_extension_state_size(
     entries: Mapping[str, ExtensionStateEntry], max_total: int = MAX_WIRE_INTEGER
 ) -> int:
@@ -115,16 +177,18 @@ def validate_extension_state_size(
     return total
 
 
-def _registry(extensions: Iterable[CheckpointExtension]) -> dict[str, CheckpointExtension]:
-    registry: dict[str, CheckpointExtension] = {}
+def _registry(
+    extensions: Iterable[CheckpointExtension],
+) -> dict[str, tuple[ExtensionIdentity, CheckpointExtension]]:
+    registry: dict[str, tuple[ExtensionIdentity, CheckpointExtension]] = {}
     for extension in extensions:
-        namespace = validate_extension_namespace(extension.namespace)
-        if namespace in registry:
+        identity = extension_identity(extension)
+        if identity.namespace in registry:
             raise DurableError(
                 "checkpoint_extension_namespace_duplicate",
                 "checkpoint extension namespaces must be unique",
             )
-        registry[namespace] = extension
+        registry[identity.namespace] = (identity, extension)
     return registry
 
 
@@ -141,10 +205,10 @@ def snapshot_extensions(
     lists its namespace.
     """
     snapshot: dict[str, ExtensionStateEntry] = {}
-    for namespace, extension in _registry(extensions).items():
+    for namespace, (identity, extension) in _registry(extensions).items():
         entry = ExtensionStateEntry(
-            version=extension.version,
-            required=extension.required or namespace in required_namespaces,
+            version=identity.version,
+            required=identity.required or namespace in required_namespaces,
             state=extension.snapshot(),
         )
         entry.validate()
@@ -163,22 +227,26 @@ def restore_extensions(
 ) -> None:
     """Hand every registered extension its stored state before a resume.
 
-    ``checkpoint_extension_missing`` when a required stored entry has no
-    extension here, or a namespace the config requires has no stored state;
-    ``checkpoint_extension_version_mismatch`` when versions differ.
+    ``checkpoint_required_extension_unavailable`` (the contract's code; the
+    Rust original says ``checkpoint_extension_missing``) when a required
+    stored entry has no extension registered here;
+    ``checkpoint_extension_missing`` when a namespace the config requires has
+    no stored state; ``checkpoint_extension_version_mismatch`` when versions
+    differ.
     """
     registry = _registry(extensions)
     for namespace in sorted(stored):
         entry = stored[namespace]
-        extension = registry.get(namespace)
-        if extension is None:
+        registered = registry.get(namespace)
+        if registered is None:
             if entry.required:
                 raise DurableError(
-                    "checkpoint_extension_missing",
-                    f"required checkpoint extension {namespace!r} is unavailable",
+                    "checkpoint_required_extension_unavailable",
+                    f"required checkpoint extension {namespace!r} is not registered",
                 )
             continue
-        if extension.version != entry.version:
+        identity, extension = registered
+        if identity.version != entry.version:
             raise DurableError(
                 "checkpoint_extension_version_mismatch",
                 f"checkpoint extension {namespace!r} version mismatch",

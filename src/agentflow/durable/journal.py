@@ -10,12 +10,22 @@ values; every transition returns a new entry and refuses illegal moves with
     planned   -> started | failed
     started   -> succeeded | failed | ambiguous
     ambiguous -> planned (a retry: attempt + 1) | succeeded | failed
+
+A call may legitimately return JSON ``null`` (a tool that acts and answers
+nothing). The wire cannot say so directly: a ``null`` member reads as absent,
+so a succeeded entry with ``result: null`` is ``operation_receipt_required``
+in the contract. Such a receipt is therefore stored as the object
+:data:`NULL_RECEIPT`, and a receipt that happens to look like the marker is
+stored wrapped (``{"agentflow.receipt": "escaped", "value": ...}``), so every
+stored entry stays valid for the original and :attr:`OperationJournalEntry.receipt`
+gives back exactly what the call returned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from agentflow.durable.canonical import validate_i_json
@@ -24,7 +34,14 @@ from agentflow.durable.enums import OperationKind, OperationState, ToolIdempoten
 from agentflow.durable.errors import DurableError
 from agentflow.durable.validators import is_blank, require_positive, validate_sha256
 
-__all__ = ["ALLOWED_TRANSITIONS", "OperationError", "OperationJournalEntry"]
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "NULL_RECEIPT",
+    "OperationError",
+    "OperationJournalEntry",
+    "decode_receipt",
+    "encode_receipt",
+]
 
 _S = OperationState
 #: Every legal (from, to) pair of journal states.
@@ -43,6 +60,30 @@ ALLOWED_TRANSITIONS = frozenset(
 _JOURNAL = "operation_journal_invalid"
 _FIELDS = "operation_kind_fields_invalid"
 _TOOL_FIELDS = ("tool_call_id", "tool_name", "arguments", "idempotency_support", "result")
+_MARK = "agentflow.receipt"
+#: The stored form of a receipt that is JSON null.
+NULL_RECEIPT: Mapping[str, str] = MappingProxyType({_MARK: "null"})
+#: ``transition_to`` was given no receipt (``None`` is a receipt: JSON null).
+_NO_RECEIPT: Any = object()
+
+
+def encode_receipt(receipt: Any) -> Any:
+    """The stored form of a success receipt: itself, unless it is null or looks like the marker."""
+    if receipt is None:
+        return dict(NULL_RECEIPT)
+    if isinstance(receipt, Mapping) and _MARK in receipt:
+        return {_MARK: "escaped", "value": receipt}
+    return receipt
+
+
+def decode_receipt(stored: Any) -> Any:
+    """What :func:`encode_receipt` was given (a stored receipt without the marker is itself)."""
+    if isinstance(stored, Mapping) and _MARK in stored:
+        if dict(stored) == NULL_RECEIPT:
+            return None
+        if stored.keys() == {_MARK, "value"} and stored[_MARK] == "escaped":
+            return stored["value"]
+    return stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +192,9 @@ class OperationJournalEntry:
 
     @property
     def receipt(self) -> Any:
-        """The success receipt: the model response or the tool result."""
-        return self.response if self.kind is OperationKind.MODEL else self.result
+        """The success receipt as the call returned it (None for a null receipt, or no receipt)."""
+        stored = self.response if self.kind is OperationKind.MODEL else self.result
+        return decode_receipt(stored)
 
     def validate(self) -> None:
         """Raise the original's code for the first inconsistency of this entry."""
@@ -191,7 +233,8 @@ class OperationJournalEntry:
 
     def _validate_receipts(self) -> None:
         if self.state is OperationState.SUCCEEDED:
-            if self.receipt is None or self.error is not None:
+            stored = self.response if self.kind is OperationKind.MODEL else self.result
+            if stored is None or self.error is not None:
                 raise DurableError(
                     "operation_receipt_required", "succeeded operation requires one success receipt"
                 )
@@ -206,13 +249,19 @@ class OperationJournalEntry:
             )
 
     def transition_to(
-        self, state: OperationState, *, receipt: Any = None, error: OperationError | None = None
+        self,
+        state: OperationState,
+        *,
+        receipt: Any = _NO_RECEIPT,
+        error: OperationError | None = None,
     ) -> OperationJournalEntry:
         """The entry moved to ``state``, with the receipt or error that state needs.
 
-        ``receipt`` is the model response or tool result for ``succeeded``;
-        ``error`` is required for ``failed``. Moving an ambiguous entry back to
-        ``planned`` is a retry and bumps ``attempt``.
+        ``receipt`` is the model response or tool result for ``succeeded``
+        (``None`` is a receipt, JSON null: see :data:`NULL_RECEIPT`); without
+        one, ``succeeded`` is ``operation_receipt_required``. ``error`` is
+        required for ``failed``. Moving an ambiguous entry back to ``planned``
+        is a retry and bumps ``attempt``.
         """
         if (self.state, state) not in ALLOWED_TRANSITIONS:
             raise DurableError(
@@ -221,12 +270,13 @@ class OperationJournalEntry:
             )
         is_model = self.kind is OperationKind.MODEL
         succeeded = state is OperationState.SUCCEEDED
+        stored = None if receipt is _NO_RECEIPT else encode_receipt(receipt)
         entry = replace(
             self,
             state=state,
             attempt=self.attempt + 1 if state is OperationState.PLANNED else self.attempt,
-            response=receipt if succeeded and is_model else None,
-            result=receipt if succeeded and not is_model else None,
+            response=stored if succeeded and is_model else None,
+            result=stored if succeeded and not is_model else None,
             error=error if state is OperationState.FAILED else None,
         )
         entry.validate()
@@ -236,6 +286,7 @@ class OperationJournalEntry:
         return self.transition_to(OperationState.STARTED)
 
     def succeed(self, receipt: Any) -> OperationJournalEntry:
+        """Settle with the call's receipt (``None`` included: a null receipt)."""
         return self.transition_to(OperationState.SUCCEEDED, receipt=receipt)
 
     def fail(self, error: OperationError) -> OperationJournalEntry:
