@@ -28,6 +28,7 @@ from agent_framework_mongodb.errors import (
     MongoDBStaleCheckpointError,
     MongoDBTransientPersistenceError,
     MongoDBTransientRetrievalError,
+    MongoDBTypeNotPermittedError,
 )
 from agent_framework_mongodb.options import MongoDBCheckpointStorageOptions
 from agent_framework_mongodb.paging import MongoDBCheckpointClearResult, MongoDBCheckpointPage
@@ -55,4 +56,5 @@ __all__ = [
     "MongoDBStaleCheckpointError",
     "MongoDBTransientPersistenceError",
     "MongoDBTransientRetrievalError",
+    "MongoDBTypeNotPermittedError",
 ]

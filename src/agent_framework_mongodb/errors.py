@@ -41,6 +41,7 @@ __all__ = [
     "MongoDBStaleCheckpointError",
     "MongoDBTransientPersistenceError",
     "MongoDBTransientRetrievalError",
+    "MongoDBTypeNotPermittedError",
 ]
 
 
@@ -98,6 +99,19 @@ class MongoDBSerializationError(MongoDBMappingError, TypeError):
 
     code = "mongodb_checkpoint_serialization"
     category = "serialization"
+
+
+class MongoDBTypeNotPermittedError(MongoDBSerializationError):
+    """A checkpoint names a class this storage does not permit, at save or at load.
+
+    Not listed in ``allowed_checkpoint_types``, or listed but refused because
+    building, hashing or saving it would run its own code (pickle hooks,
+    attribute hooks, a custom metaclass). Nothing of the class ran. At load
+    this is a refusal, not damage: list the class, or migrate the value.
+    """
+
+    code = "mongodb_checkpoint_type_not_permitted"
+    category = "type_not_permitted"
 
 
 class MongoDBConcurrencyError(MongoDBCheckpointStorageError):

@@ -49,6 +49,7 @@ from agent_framework_mongodb.errors import (
     MongoDBConfigurationError,
     MongoDBMappingError,
     MongoDBSerializationError,
+    MongoDBTypeNotPermittedError,
 )
 from agent_framework_mongodb.typeforms import BUILDERS, Builder
 
@@ -217,9 +218,9 @@ class TypePolicy:
             raise _not_permitted(key)
         refusal = refusal or class_refusal(cls)
         if refusal is not None:
-            raise MongoDBSerializationError(
-                f"{key} is refused because loading or saving could run its code ({refusal}); "
-                "checkpoint types must be plain data classes"
+            raise MongoDBTypeNotPermittedError(
+                f"{key} is not permitted because loading or saving could run its code "
+                f"({refusal}); checkpoint types must be plain data classes"
             )
         hooks = pickle_hooks(cls)
         is_enum = issubclass(cls, enum.Enum)
@@ -227,9 +228,9 @@ class TypePolicy:
         if framework and not is_enum:
             hooks = [h for h in ("__reduce__", "__reduce_ex__") if h in hooks]
         if hooks:
-            raise MongoDBSerializationError(
-                f"{key} defines pickle hooks {hooks}; checkpoint types must use default "
-                "object serialization"
+            raise MongoDBTypeNotPermittedError(
+                f"{key} defines pickle hooks {hooks}, so it is not permitted; checkpoint "
+                "types must use default object serialization"
             )
         if inspect.isabstract(cls):
             raise MongoDBMappingError(f"{key} is abstract and cannot be checkpointed")
@@ -241,8 +242,8 @@ class TypePolicy:
         )
 
 
-def _not_permitted(key: str) -> MongoDBMappingError:
-    return MongoDBMappingError(
+def _not_permitted(key: str) -> MongoDBTypeNotPermittedError:
+    return MongoDBTypeNotPermittedError(
         f"type {key} is not permitted in checkpoints; list it in "
         "allowed_checkpoint_types or migrate the value to plain data"
     )

@@ -51,7 +51,10 @@ from tests.agent_framework_mongodb import (
     checks_hostile_pickles,
     checks_inputs,
     checks_lifecycle,
+    checks_refusals,
+    checks_seed_gaps,
     checks_sequences,
+    checks_type_hints,
     checks_workflows,
 )
 from tests.agent_framework_mongodb.af_workflows import WORKFLOW_NAME
@@ -62,7 +65,10 @@ from tests.agent_framework_mongodb.checks_hostile_classes import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_hostile_pickles import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_inputs import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_lifecycle import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_refusals import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_seed_gaps import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_sequences import *  # noqa: F403
+from tests.agent_framework_mongodb.checks_type_hints import *  # noqa: F403
 from tests.agent_framework_mongodb.checks_workflows import *  # noqa: F403
 from tests.agent_framework_mongodb.conftest import StorageFactory, make_checkpoint
 from tests.agent_framework_mongodb.faults import CollectionProxy
@@ -71,7 +77,8 @@ PACKAGE = Path(agent_framework_mongodb.__file__).parent
 REPO = Path(__file__).resolve().parents[2]
 CHECKS = (
     checks_codec, checks_failures, checks_hostile_classes, checks_hostile_pickles, checks_inputs,
-    checks_lifecycle, checks_sequences, checks_workflows,
+    checks_lifecycle, checks_refusals, checks_seed_gaps, checks_sequences, checks_type_hints,
+    checks_workflows,
 )  # fmt: skip
 
 
