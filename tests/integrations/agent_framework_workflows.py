@@ -16,9 +16,18 @@ from agent_framework import WorkflowRunState
 from agentflow.checkpoint.base import Checkpointer
 from agentflow.checkpoint.testing.harness import open_from_recipe
 from agentflow.integrations.agent_framework import AgentflowCheckpointStorage
+from tests.agent_framework_mongodb import af_request_workflows as requests
 from tests.agent_framework_mongodb.af_workflows import ALLOWED_TYPES, WORKFLOW_NAME, build_workflow
 
-__all__ = ["EXPECTED", "WORKFLOW_NAME", "pause", "resume", "resume_in_child", "storage_on"]
+__all__ = [
+    "EXPECTED",
+    "WORKFLOW_NAME",
+    "in_child",
+    "pause",
+    "resume",
+    "resume_in_child",
+    "storage_on",
+]
 
 #: The approval workflow's output when every kind of state survived the restore.
 EXPECTED = "budget:600:approve|drafted budget|drafts=1"
@@ -67,3 +76,17 @@ def resume_in_child(
             return await resume(storage_on(checkpointer, session), answer)
 
     return asyncio.run(run())
+
+
+async def _in_store(recipe: Recipe, namespace: str, mode: str) -> dict[str, Any]:
+    async with open_from_recipe(recipe, namespace=namespace) as checkpointer:
+        storage = AgentflowCheckpointStorage(checkpointer)
+        if mode == "resume dict":
+            return await requests.resume_dict_workflow(storage)
+        return await requests.latest_of_refused_workflow(storage)
+
+
+def in_child(recipe: Recipe, namespace: str, mode: str) -> dict[str, Any]:
+    """In this (child) process: ``resume dict`` answers the dict workflow from
+    ``get_latest``; ``latest refused`` says what ``get_latest`` gives the refused one."""
+    return asyncio.run(_in_store(recipe, namespace, mode))

@@ -24,7 +24,7 @@ from agent_framework import WorkflowMessage as Message
 from agent_framework_mongodb import MongoDBSerializationError
 from agentflow.checkpoint.testing import BackendHarness
 from agentflow.errors import CheckpointNotSerializable
-from agentflow.integrations.agent_framework import AgentflowCheckpointStorage
+from agentflow.integrations.agent_framework import AgentflowCheckpointStorage, CheckpointStale
 
 ALLOWED = (f"{__name__}:RefusesDeepcopy", f"{__name__}:ReducesItself")
 
@@ -187,5 +187,8 @@ async def test_a_class_with_its_own_reduce_is_refused_by_design(
     with pytest.raises(CheckpointNotSerializable, match="wf") as refused:
         await storage.save(_checkpoint(state={"custom": ReducesItself("x")}))
     assert isinstance(refused.value.__cause__, MongoDBSerializationError)
-    assert await storage.get_latest(workflow_name="wf") is None
-    assert await storage.checkpointer.list_threads() == []
+    # Nothing of it is stored; the refusal is, so the latest read says so.
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == []
+    with pytest.raises(CheckpointStale) as stale:
+        await storage.get_latest(workflow_name="wf")
+    assert stale.value.latest is None

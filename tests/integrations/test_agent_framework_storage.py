@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from agent_framework import WorkflowCheckpoint, WorkflowEvent, WorkflowMessage
+from agent_framework.exceptions import WorkflowCheckpointException
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.testing import BackendHarness
@@ -25,7 +26,9 @@ from agentflow.errors import (
 from agentflow.integrations.agent_framework import (
     AgentflowCheckpointStorage,
     CheckpointIdConflict,
+    CheckpointLoadFailed,
     CheckpointNotFound,
+    CheckpointTypeNotPermitted,
 )
 from agentflow.integrations.agent_framework.records import INDEX_THREAD, KEY
 from tests.agent_framework_mongodb.hostile_types import SENTINEL_ENV, touch
@@ -155,10 +158,9 @@ async def test_bad_input_is_a_typed_error_and_stores_nothing(recording: Recordin
         _checkpoint(checkpoint_id=""),
         _checkpoint(checkpoint_id=7),
         _checkpoint(previous_checkpoint_id=3),
-        _checkpoint(state={"when": object()}),
     ]
     for value in bad:
-        with pytest.raises((InvalidArgument, CheckpointNotSerializable)):
+        with pytest.raises(InvalidArgument):
             await storage.save(value)
     for name in ("", "a\x1fb"):
         with pytest.raises(InvalidArgument):
@@ -173,16 +175,36 @@ async def test_bad_input_is_a_typed_error_and_stores_nothing(recording: Recordin
     assert await recording.list_threads() == []
 
 
+async def test_a_refused_checkpoint_stores_none_of_it_only_the_refusal(
+    recording: Recording,
+) -> None:
+    storage = AgentflowCheckpointStorage(recording)
+    refused = _checkpoint(state={"when": object()})
+    with pytest.raises(CheckpointNotSerializable, match="not permitted"):
+        await storage.save(refused)
+    assert recording.calls["put"] == 1
+    (record,) = [cp async for cp in recording.history("wf")]
+    assert record.extra[KEY]["kind"] == "refused" and "payload" not in record.extra[KEY]
+    assert record.state == {
+        "refused_checkpoint_id": refused.checkpoint_id,
+        "code": "checkpoint_not_serializable",
+    }
+    assert await storage.list_checkpoint_ids(workflow_name="wf") == []
+
+
 async def test_a_thread_of_another_framework_is_refused_not_overwritten(
     recording: Recording,
 ) -> None:
     await recording.put(Checkpoint(thread="wf", step=0, state={"runtime": True}))
     storage = AgentflowCheckpointStorage(recording)
-    with pytest.raises(CheckpointCorrupted, match="not an Agent Framework checkpoint"):
+    with pytest.raises(CheckpointLoadFailed, match="not an Agent Framework checkpoint") as read:
         await storage.get_latest(workflow_name="wf")
+    assert read.value.code == "checkpoint_corrupted"
+    assert isinstance(read.value, WorkflowCheckpointException)
+    assert isinstance(read.value.__cause__, CheckpointCorrupted)
     with pytest.raises(CheckpointCorrupted):
         await storage.save(_checkpoint())
-    with pytest.raises(CheckpointCorrupted):
+    with pytest.raises(CheckpointLoadFailed):
         await storage.list_checkpoints(workflow_name="wf")
     assert [cp.state async for cp in recording.history("wf")] == [{"runtime": True}]
 
@@ -193,10 +215,13 @@ async def test_damaged_stored_bytes_raise(harness: BackendHarness, recording: Re
     checkpoint = _checkpoint()
     await storage.save(checkpoint)
     await harness.corrupt("tenant-a", "wf", 0)
-    with pytest.raises(CheckpointCorrupted):
-        await AgentflowCheckpointStorage(recording).load(checkpoint.checkpoint_id)
-    with pytest.raises(CheckpointCorrupted):
-        await storage.get_latest(workflow_name="wf")
+    for read in (
+        AgentflowCheckpointStorage(recording).load(checkpoint.checkpoint_id),
+        storage.get_latest(workflow_name="wf"),
+    ):
+        with pytest.raises(CheckpointLoadFailed) as refused:
+            await read
+        assert refused.value.code == "checkpoint_corrupted" and not refused.value.retryable
 
 
 class _Hostile:
@@ -217,9 +242,10 @@ async def test_a_hostile_stored_payload_runs_nothing(
     public = {**checkpoint.to_dict(), "state": {"boom": _Hostile()}}
     fields = {**stored.extra[KEY], "payload": base64.b64encode(pickle.dumps(public)).decode()}
     await recording.put(Checkpoint(thread="wf", step=0, state={}, extra={KEY: fields}))
-    with pytest.raises(CheckpointCorrupted, match="does not load") as refused:
+    with pytest.raises(CheckpointTypeNotPermitted, match="not permitted") as refused:
         await AgentflowCheckpointStorage(recording).load(checkpoint.checkpoint_id)
-    assert refused.value.__cause__ is not None
+    assert refused.value.__cause__ is not None and "corrupt" not in str(refused.value)
+    assert refused.value.code == "checkpoint_type_not_permitted"
     assert not sentinel.exists()
 
 

@@ -14,7 +14,6 @@ from typing import Any
 from langgraph.types import Command
 
 from agentflow.checkpoint import open_store
-from agentflow.durable.stores import open_durable_store
 from agentflow.integrations.langgraph import AgentflowSaver
 from agentflow.runtime import END, START, Graph, NodeContext, append
 from tests.integrations import agent_framework_workflows as flows
@@ -47,11 +46,8 @@ def refund_graph() -> Graph:
 
 async def pause_all(url: str, namespace: str) -> None:
     """Start the three runs in ``namespace`` of the store at ``url``; each waits for a human."""
-    async with (
-        open_store(url, namespace=namespace) as checkpointer,
-        open_durable_store(url, namespace=namespace) as durable,
-    ):
-        refunds = refund_graph().compile(checkpointer, durable=durable)
+    async with open_store(url, namespace=namespace) as checkpointer:
+        refunds = refund_graph().compile(checkpointer)
         result = await refunds.run({"order": "A-1", "log": []}, thread=RUNTIME_THREAD)
         assert result.status == "interrupted", result.status
         graph = langgraph_graphs.approval_graph(AgentflowSaver(checkpointer))

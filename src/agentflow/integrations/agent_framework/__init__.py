@@ -9,13 +9,26 @@ See docs/agent_framework.md.
 
 from __future__ import annotations
 
-from agentflow.integrations.agent_framework.errors import CheckpointIdConflict, CheckpointNotFound
+from agentflow.integrations.agent_framework.errors import (
+    CheckpointIdConflict,
+    CheckpointLoadFailed,
+    CheckpointNotFound,
+    CheckpointStale,
+    CheckpointTypeNotPermitted,
+    InvalidCheckpointArgument,
+)
 from agentflow.integrations.agent_framework.migrate import copy_checkpoints
+from agentflow.integrations.agent_framework.refusals import REFUSED_SAVES
 from agentflow.integrations.agent_framework.storage import AgentflowCheckpointStorage
 
 __all__ = [
+    "REFUSED_SAVES",
     "AgentflowCheckpointStorage",
     "CheckpointIdConflict",
+    "CheckpointLoadFailed",
     "CheckpointNotFound",
+    "CheckpointStale",
+    "CheckpointTypeNotPermitted",
+    "InvalidCheckpointArgument",
     "copy_checkpoints",
 ]

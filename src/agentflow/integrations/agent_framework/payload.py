@@ -7,9 +7,12 @@ load back, through the restricted loader, to the same canonical graph;
 ``decode`` verifies the opcode stream before loading and runs no code of any
 class involved. This module adds base64 (records are JSON) and maps the
 codec's refusals onto agentflow's errors: a value that cannot be stored is
-:class:`~agentflow.errors.CheckpointNotSerializable`, stored bytes that do not
-load are :class:`~agentflow.errors.CheckpointCorrupted`, each with the
-codec's error as ``__cause__``.
+:class:`~agentflow.errors.CheckpointNotSerializable`; stored bytes naming a
+class the storage does not permit are
+:class:`~agentflow.integrations.agent_framework.CheckpointTypeNotPermitted`
+(a refusal, not damage); other stored bytes that do not load are
+:class:`~agentflow.errors.CheckpointCorrupted`; each with the codec's error
+as ``__cause__``.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from typing import NamedTuple
 from agent_framework import WorkflowCheckpoint, WorkflowCheckpointException
 
 from agent_framework_mongodb import CheckpointCodec
-from agent_framework_mongodb.errors import MongoDBMappingError
+from agent_framework_mongodb.errors import MongoDBMappingError, MongoDBTypeNotPermittedError
 from agentflow.errors import CheckpointCorrupted, CheckpointNotSerializable
+from agentflow.integrations.agent_framework.errors import CheckpointTypeNotPermitted
 from agentflow.integrations.agent_framework.records import SEPARATOR, Stored
 
 __all__ = ["Encoded", "PayloadCodec"]
@@ -60,6 +64,8 @@ class PayloadCodec:
         try:
             data = base64.b64decode(stored.fields["payload"], validate=True)
             checkpoint = WorkflowCheckpoint.from_dict(self._codec.decode(data))
+        except MongoDBTypeNotPermittedError as exc:
+            raise CheckpointTypeNotPermitted(f"{where}: {exc}") from exc
         except (binascii.Error, ValueError, MongoDBMappingError) as exc:
             raise CheckpointCorrupted(f"{where}: the checkpoint does not load: {exc}") from exc
         except WorkflowCheckpointException as exc:

@@ -12,6 +12,10 @@
   their places, so a load by id is two ``get`` calls, with no scan.
 - A deleted checkpoint becomes a small ``deleted`` record that points at the
   live checkpoint below it, because the protocol deletes only prefixes.
+- A refused save leaves a ``refused`` record on top of the run, pointing the
+  same way and naming the refused id and the refusal's code, so that
+  ``get_latest`` can tell that the checkpoint below is stale (Agent Framework
+  itself only logs a warning and runs on).
 
 Everything the adapter needs is in ``extra["agent_framework"]``; the
 checkpoint itself is the restricted codec's bytes (base64). ``state`` holds a
@@ -34,6 +38,7 @@ __all__ = [
     "FORMAT",
     "INDEX_THREAD",
     "KEY",
+    "POINTERS",
     "SEPARATOR",
     "Place",
     "Stored",
@@ -54,8 +59,10 @@ SEPARATOR: Final = "\x1f"
 #: The namespace's checkpoint id index.
 INDEX_THREAD: Final = f"{SEPARATOR}{KEY}"
 
-Kind = Literal["checkpoint", "deleted", "index"]
-_KINDS: Final = frozenset({"checkpoint", "deleted", "index"})
+Kind = Literal["checkpoint", "deleted", "refused", "index"]
+_KINDS: Final = frozenset({"checkpoint", "deleted", "refused", "index"})
+#: Records that hold no checkpoint and point at the live one below (``live``).
+POINTERS: Final = frozenset({"deleted", "refused"})
 
 
 class Place(NamedTuple):
@@ -140,9 +147,11 @@ def stored_record(cp: Checkpoint) -> Stored | None:
             raise CheckpointCorrupted(damaged)
     elif cp.thread == INDEX_THREAD or type(fields.get("id")) is not str or not fields["id"]:
         raise CheckpointCorrupted(damaged)
-    elif kind == "deleted":
+    elif kind in POINTERS:
         live = fields.get("live")
         if not (live is None or (type(live) is int and 0 <= live < cp.step)):
+            raise CheckpointCorrupted(damaged)
+        if kind == "refused" and type(fields.get("code")) is not str:
             raise CheckpointCorrupted(damaged)
     elif type(fields.get("hash")) is not str or type(fields.get("payload")) is not str:
         raise CheckpointCorrupted(damaged)

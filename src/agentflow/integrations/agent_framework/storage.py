@@ -8,26 +8,46 @@ Costs, in protocol calls (each one round trip):
   costs a ``get``, a re-point of the index entry and another ``put``.
 - ``load``: two ``get`` calls (index entry, checkpoint); one for an id this
   storage saved or loaded recently.
-- ``get_latest``: one ``get``; one more per deleted checkpoint on top.
+- ``get_latest``: one ``get``; one more per deleted checkpoint (or refused
+  save) on top.
 - ``list_checkpoints`` / ``list_checkpoint_ids``: one ``history`` of the
   workflow's thread, read in the backend's bounded batches.
 - ``delete``: the ``load`` lookup, a ``get`` of the step below, a conditional
   ``put`` of the ``deleted`` record and one of the index entry.
+- a refused ``save``: two ``get`` calls and a conditional ``put`` of the
+  ``refused`` record (:mod:`~agentflow.integrations.agent_framework.refusals`).
+
+Every failure of a read is a ``WorkflowCheckpointException``
+(:mod:`~agentflow.integrations.agent_framework.errors`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Final, NamedTuple
 
 from agent_framework import CheckpointID, CheckpointStorage, WorkflowCheckpoint
+from agent_framework.exceptions import WorkflowCheckpointException
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer, with_defaults
-from agentflow.errors import CheckpointConflict, CheckpointCorrupted, InvalidArgument
-from agentflow.integrations.agent_framework.errors import CheckpointIdConflict, CheckpointNotFound
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointConflict,
+    CheckpointCorrupted,
+    InvalidArgument,
+)
+from agentflow.integrations.agent_framework.errors import (
+    CheckpointIdConflict,
+    CheckpointLoadFailed,
+    CheckpointNotFound,
+    CheckpointStale,
+    InvalidCheckpointArgument,
+)
 from agentflow.integrations.agent_framework.index import IdIndex
 from agentflow.integrations.agent_framework.payload import Encoded, PayloadCodec
 from agentflow.integrations.agent_framework.records import (
+    POINTERS,
     SEPARATOR,
     Place,
     Stored,
@@ -37,6 +57,7 @@ from agentflow.integrations.agent_framework.records import (
     run_thread,
     stored_record,
 )
+from agentflow.integrations.agent_framework.refusals import log_refusal, logger, refused_record
 from agentflow.integrations.agent_framework.view import checkpoint_view
 
 __all__ = ["AgentflowCheckpointStorage"]
@@ -59,6 +80,19 @@ class _Save(NamedTuple):
         fields = {"id": self.checkpoint_id, "hash": self.encoded.payload_hash}
         fields["payload"] = self.encoded.payload
         return record(self.thread, step, "checkpoint", fields, **self.view)
+
+
+@contextmanager
+def _read_errors() -> Iterator[None]:
+    """A store's error during a read, as the ``WorkflowCheckpointException`` AF expects."""
+    try:
+        yield
+    except AgentflowError as exc:
+        if isinstance(exc, WorkflowCheckpointException):
+            raise
+        if isinstance(exc, InvalidArgument):
+            raise InvalidCheckpointArgument(str(exc)) from exc
+        raise CheckpointLoadFailed(exc) from exc
 
 
 def _remember(cache: dict[str, Place] | dict[str, int], key: str, value: object) -> None:
@@ -108,8 +142,17 @@ class AgentflowCheckpointStorage(CheckpointStorage):
         It is encoded before the first await, so later changes by the caller
         never reach the store. Saving the same checkpoint again returns its
         id and stores nothing; other content under a stored id raises
-        :class:`CheckpointIdConflict`.
+        :class:`CheckpointIdConflict`. A refused save is logged at ERROR,
+        counted and recorded, so ``get_latest`` raises :class:`CheckpointStale`
+        until a later save succeeds (Agent Framework only warns and runs on).
         """
+        try:
+            return await self._save(checkpoint)
+        except AgentflowError as exc:
+            await self._refused(checkpoint, exc)
+            raise
+
+    async def _save(self, checkpoint: WorkflowCheckpoint) -> CheckpointID:
         save = self._prepare(checkpoint)
         thread, cid = save.thread, save.checkpoint_id
         step = self._next_steps.get(thread)
@@ -139,26 +182,29 @@ class AgentflowCheckpointStorage(CheckpointStorage):
 
     async def load(self, checkpoint_id: CheckpointID) -> WorkflowCheckpoint:
         """A fresh copy of the checkpoint; :class:`CheckpointNotFound` when it is absent."""
-        found = await self._locate(check_checkpoint_id(checkpoint_id))
-        if found is None:
-            raise CheckpointNotFound(f"no checkpoint {checkpoint_id!r} in this storage")
-        return self._payloads.decode(found[1])
+        with _read_errors():
+            found = await self._locate(check_checkpoint_id(checkpoint_id))
+            if found is None:
+                raise CheckpointNotFound(checkpoint_id)
+            return self._payloads.decode(found[1])
 
     async def list_checkpoints(self, *, workflow_name: str) -> list[WorkflowCheckpoint]:
         """The workflow's checkpoints in the order they were saved."""
-        return [
-            self._payloads.decode(stored)
-            async for stored in self._records(self.thread_of(workflow_name))
-            if stored.kind == "checkpoint"
-        ]
+        with _read_errors():
+            return [
+                self._payloads.decode(stored)
+                async for stored in self._records(self.thread_of(workflow_name))
+                if stored.kind == "checkpoint"
+            ]
 
     async def list_checkpoint_ids(self, *, workflow_name: str) -> list[CheckpointID]:
         """The workflow's checkpoint ids in the order they were saved, decoding none."""
-        return [
-            stored.checkpoint_id
-            async for stored in self._records(self.thread_of(workflow_name))
-            if stored.kind == "checkpoint"
-        ]
+        with _read_errors():
+            return [
+                stored.checkpoint_id
+                async for stored in self._records(self.thread_of(workflow_name))
+                if stored.kind == "checkpoint"
+            ]
 
     async def delete(self, checkpoint_id: CheckpointID) -> bool:
         """Delete one checkpoint; False when it is not there (or another delete won)."""
@@ -185,14 +231,25 @@ class AgentflowCheckpointStorage(CheckpointStorage):
             return True
 
     async def get_latest(self, *, workflow_name: str) -> WorkflowCheckpoint | None:
-        """The checkpoint saved last, or None when the workflow has none."""
-        thread = self.thread_of(workflow_name)
-        stored = await self._read(thread, None)
-        while stored is not None and stored.kind == "deleted":
-            live = stored.fields["live"]
-            below = None if live is None else await self._read(thread, live)
-            stored = await self._last_live(thread) if below is None else below
-        return None if stored is None else self._payloads.decode(stored)
+        """The checkpoint saved last, or None when the workflow has none.
+
+        Raises :class:`CheckpointStale` (holding that checkpoint as ``latest``)
+        when the workflow's last save was refused after it was stored.
+        """
+        with _read_errors():
+            thread = self.thread_of(workflow_name)
+            top = await self._read(thread, None)
+            stored = top
+            while stored is not None and stored.kind in POINTERS:
+                live = stored.fields["live"]
+                below = None if live is None else await self._read(thread, live)
+                stored = await self._last_live(thread) if below is None else below
+            latest = None if stored is None else self._payloads.decode(stored)
+            if top is not None and top.kind == "refused":
+                refused_id = top.fields["id"]
+                if stored is None or not stored.holds(refused_id):  # else it landed after all
+                    raise CheckpointStale(workflow_name, refused_id, top.fields["code"], latest)
+            return latest
 
     # -- reading ---------------------------------------------------------------
 
@@ -263,6 +320,28 @@ class AgentflowCheckpointStorage(CheckpointStorage):
         return last
 
     # -- writing ---------------------------------------------------------------
+
+    async def _refused(self, checkpoint: object, error: AgentflowError) -> None:
+        """Log, count and record one refused save (see :mod:`.refusals`)."""
+        name = getattr(checkpoint, "workflow_name", None)
+        cid = getattr(checkpoint, "checkpoint_id", None)
+        log_refusal(error.code, name, cid, str(error))
+        if not isinstance(checkpoint, WorkflowCheckpoint) or isinstance(error, InvalidArgument):
+            return  # nothing to place it under
+        try:
+            thread, cid = self.thread_of(checkpoint.workflow_name), check_checkpoint_id(cid)
+            for _ in range(_ATTEMPTS):
+                top = await self._top(thread)
+                live = await self._live_below(Place(thread, top + 1))
+                try:
+                    refused = refused_record(thread, top + 1, cid, error.code, live)
+                    await self.checkpointer.put(refused, if_revision=0)
+                except CheckpointConflict:
+                    continue  # another writer took the step: record above it
+                _remember(self._next_steps, thread, top + 2)
+                return
+        except AgentflowError as failure:
+            logger.error("the refused save could not be recorded (%s): %s", failure.code, failure)
 
     def _prepare(self, checkpoint: WorkflowCheckpoint) -> _Save:
         if not isinstance(checkpoint, WorkflowCheckpoint):
