@@ -5,8 +5,11 @@ from typing import Any
 import pytest
 
 from agentflow.durable import (
+    CheckpointExtension,
     DurableError,
+    ExtensionIdentity,
     ExtensionStateEntry,
+    extension_identity,
     restore_extensions,
     snapshot_extensions,
     validate_extension_state_size,
@@ -96,3 +99,56 @@ def test_entry_wire_form() -> None:
         with pytest.raises(DurableError) as caught:
             ExtensionStateEntry.from_dict(bad)
         assert caught.value.code == "checkpoint_extension_state_invalid"
+
+
+class MethodAudit:
+    """An extension written as the original's trait: namespace(), version(), required()."""
+
+    def __init__(self) -> None:
+        self.restored: list[Any] = []
+
+    def namespace(self) -> str:
+        return "com.example.methods"
+
+    def version(self) -> str:
+        return "2"
+
+    def required(self) -> bool:
+        return True
+
+    def snapshot(self) -> Any:
+        return {"n": 1}
+
+    def restore(self, state: Any) -> None:
+        self.restored.append(state)
+
+
+def test_an_extension_written_with_methods_works_everywhere() -> None:
+    extension = MethodAudit()
+    assert isinstance(extension, CheckpointExtension)
+    assert extension_identity(extension) == ExtensionIdentity("com.example.methods", "2", True)
+    snapshot = snapshot_extensions([extension], {})
+    assert snapshot == {"com.example.methods": ExtensionStateEntry("2", True, {"n": 1})}
+    restore_extensions([extension], snapshot)
+    assert extension.restored == [{"n": 1}]
+
+
+def test_a_malformed_extension_is_refused_at_registration_naming_the_member() -> None:
+    def with_member(name: str, value: Any) -> Any:
+        extension = Audit()
+        setattr(extension, name, value)
+        return extension
+
+    cases = [
+        (with_member("namespace", 7), "checkpoint_extension_invalid", "namespace must be a str"),
+        (with_member("version", lambda: 2), "checkpoint_extension_invalid", "version must be"),
+        (with_member("required", "yes"), "checkpoint_extension_invalid", "required must be"),
+        (with_member("version", " "), "checkpoint_extension_version_invalid", "empty version"),
+        (with_member("snapshot", None), "checkpoint_extension_invalid", "snapshot()"),
+        (with_member("namespace", "NoDots"), "checkpoint_extension_namespace_invalid", ""),
+        (object(), "checkpoint_extension_invalid", "it has no namespace"),
+    ]
+    for extension, code, words in cases:
+        with pytest.raises(DurableError) as caught:
+            snapshot_extensions([extension], {})
+        assert caught.value.code == code and words in caught.value.message

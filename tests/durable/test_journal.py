@@ -6,6 +6,7 @@ import pytest
 
 from agentflow.durable import (
     ALLOWED_TRANSITIONS,
+    NULL_RECEIPT,
     DurableError,
     OperationError,
     OperationJournalEntry,
@@ -148,3 +149,31 @@ def test_verify_request_refuses_another_request() -> None:
         entry.verify_request(changed)
     assert caught.value.code == "checkpoint_journal_integrity_mismatch"
     assert entry.kind is OperationKind.MODEL
+
+
+@pytest.mark.parametrize("kind", ["tool", "model"])
+def test_a_null_receipt_is_a_receipt(kind: str) -> None:
+    planned = (
+        make_tool_entry("ledger/7", 1)
+        if kind == "tool"
+        else OperationJournalEntry.model("op_model_1", 1, DIGEST)
+    )
+    done = planned.start().succeed(None)
+    stored = done.to_dict()
+    assert stored["result" if kind == "tool" else "response"] == dict(NULL_RECEIPT)
+    again = OperationJournalEntry.from_dict(stored)  # valid on the wire, for the original too
+    assert (again.state, again.receipt) == (S.SUCCEEDED, None)
+    marker_like = {"agentflow.receipt": "null"}
+    echoed = OperationJournalEntry.from_dict(planned.start().succeed(marker_like).to_dict())
+    assert echoed.receipt == marker_like  # a receipt shaped like the marker is kept apart
+    assert OperationJournalEntry.from_dict(planned.start().succeed(0).to_dict()).receipt == 0
+
+
+def test_succeeded_without_any_receipt_is_still_refused() -> None:
+    started = make_tool_entry("ledger/7", 1).start()
+    with pytest.raises(DurableError) as given_none:
+        started.transition_to(S.SUCCEEDED)
+    wire = {**started.to_dict(), "state": "succeeded", "result": None}
+    with pytest.raises(DurableError) as null_member:
+        OperationJournalEntry.from_dict(wire)  # the contract's succeeded_without_receipt
+    assert given_none.value.code == null_member.value.code == "operation_receipt_required"
