@@ -50,7 +50,8 @@ class DurableError(AgentflowError):
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(code, message)
-        self.code = ErrorCode(code)
+        # Narrower than AgentflowError's ``str``: every code of this class is an ErrorCode.
+        self.code = ErrorCode(code)  # pyright: ignore[reportIncompatibleVariableOverride]
         self.message = message
 
     def __str__(self) -> str:

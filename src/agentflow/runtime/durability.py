@@ -12,6 +12,14 @@ rebuild it. Credentials sit in ``model`` at the declared ``credential_slots``;
 the stored definition holds ``<credential-redacted>`` there, so the secret is
 never persisted, rotating it keeps the digest, and a resume must be given the
 live value (a placeholder is refused with ``checkpoint_credential_not_supplied``).
+
+The original's producer stability rules apply here, where the definition is
+built (:func:`~agentflow.durable.stability.require_stable_producer`): a
+reconciliation provider and non-empty metadata steer the run from process-local
+code, so each needs a stable reference in ``capability_refs`` (slots
+``reconciliation_provider`` and ``behavior_affecting_run_metadata``), else the
+graph does not compile (``checkpoint_definition_unstable``); so does a callable
+inside the metadata.
 """
 
 from __future__ import annotations
@@ -26,15 +34,22 @@ from agentflow.durable import (
     RUN_DEFINITION_SCHEMA,
     AmbiguousModelPolicy,
     AmbiguousToolPolicy,
+    CapabilityRef,
     CheckpointConfig,
     CheckpointExtension,
     ReconciliationProvider,
+    extension_identity,
     live_credentials,
     normalize_run_definition,
     require_declared_credential_headers,
     run_definition_digest,
 )
 from agentflow.durable.errors import DurableError
+from agentflow.durable.stability import (
+    BEHAVIOR_METADATA_SLOT,
+    RECONCILIATION_PROVIDER_SLOT,
+    require_stable_producer,
+)
 
 __all__ = ["Durability", "ExtensionFactory", "RunDefinition"]
 
@@ -65,7 +80,8 @@ class Durability:
       ``idempotent=True`` is made again, under the same ``idem_`` key);
     * ``reconciliation``: a :class:`~agentflow.durable.ReconciliationProvider`
       that settles ambiguous calls by asking the outside world; it decides
-      before, and instead of, the policies;
+      before, and instead of, the policies; it needs a stable reference
+      ``capability_refs={"reconciliation_provider": CapabilityRef(id, version)}``;
     * ``extensions``: factories of :class:`~agentflow.durable.CheckpointExtension`,
       one fresh instance per run, whose state is saved with every step and
       restored before a resumed run calls anything; ``required_extensions``
@@ -74,7 +90,11 @@ class Durability:
       id, settings), with secrets at ``credential_slots`` (JSON pointers into
       the definition, such as ``/model/settings/extra_headers/authorization``);
     * ``metadata``: free JSON recorded in the definition (a deployment version,
-      say: changing it refuses to resume older runs).
+      say: changing it refuses to resume older runs); when not empty it needs
+      a stable reference under ``behavior_affecting_run_metadata``;
+    * ``capability_refs``: stable ``{id, version}`` references of the
+      process-local code that steers the run, by slot; recorded in the
+      definition, so changing one refuses to resume older runs.
     """
 
     ambiguous_model_policy: AmbiguousModelPolicy | str = AmbiguousModelPolicy.REQUIRE_RECONCILIATION
@@ -86,6 +106,7 @@ class Durability:
     model: Mapping[str, Any] = field(default_factory=dict)
     credential_slots: Sequence[str] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    capability_refs: Mapping[str, CapabilityRef] = field(default_factory=dict)
 
     @cached_property
     def config(self) -> CheckpointConfig:
@@ -97,6 +118,7 @@ class Durability:
             required_extension_namespaces=list(self.required_extensions),
             max_extension_state_bytes=self.max_extension_state_bytes,
             credential_slots=list(self.credential_slots),
+            capability_refs=dict(self.capability_refs),
         )
         config.validate()
         return config
@@ -124,15 +146,22 @@ class Durability:
     def definition(self, graph_name: str) -> RunDefinition:
         """The run definition of ``graph_name`` under these settings (validated)."""
         config = self.config
+        configured = [RECONCILIATION_PROVIDER_SLOT] if self.reconciliation is not None else []
+        if self.metadata:
+            configured.append(BEHAVIOR_METADATA_SLOT)
+        require_stable_producer(
+            configured, config.capability_refs, recorded={"run_metadata": self.metadata}
+        )
+        identities = [extension_identity(extension) for extension in self.new_extensions()]
         extensions = sorted(
             (
                 {
-                    "namespace": extension.namespace,
-                    "version": extension.version,
-                    "required": extension.required
-                    or extension.namespace in config.required_extension_namespaces,
+                    "namespace": identity.namespace,
+                    "version": identity.version,
+                    "required": identity.required
+                    or identity.namespace in config.required_extension_namespaces,
                 }
-                for extension in self.new_extensions()
+                for identity in identities
             ),
             key=lambda item: str(item["namespace"]),
         )
@@ -160,7 +189,9 @@ class Durability:
             "workspace_ref": None,
             "session_ref": None,
             "extensions": extensions,
-            "capability_refs": {},
+            "capability_refs": {
+                slot: reference.to_dict() for slot, reference in config.capability_refs.items()
+            },
         }
         require_declared_credential_headers(live, config.credential_slots)
         stored = normalize_run_definition(live, config.credential_slots)
