@@ -69,13 +69,14 @@ def _one_node(calls: int) -> Graph:
 @pytest.mark.parametrize(
     ("graph", "expected"),
     [
-        # put of the input, create, claim; per step the call's started entry and the
-        # step's commit (its receipt riding it); the finalize.
-        (_steps(idempotent=False), 3 + 2 * STEPS + 1),
+        # the run's start (the input's put, the record's create and claim: one
+        # transaction); per step the call's started entry and the step's commit (its
+        # receipt riding it); the finalize.
+        (_steps(idempotent=False), 1 + 2 * STEPS + 1),
         # An idempotent call writes nothing before it goes out: one commit per step.
-        (_steps(idempotent=True), 3 + STEPS + 1),
+        (_steps(idempotent=True), 1 + STEPS + 1),
         # 20 calls in one node: 20 started entries (each receipt riding the next), one step.
-        (_one_node(STEPS), 3 + STEPS + 1 + 1),
+        (_one_node(STEPS), 1 + STEPS + 1 + 1),
     ],
     ids=["at-most-once", "idempotent", "twenty-calls-one-node"],
 )

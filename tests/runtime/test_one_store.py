@@ -55,6 +55,7 @@ LEASE = timedelta(seconds=0.3)
 #: The store methods that write (a read, a listing or a renewal is not counted).
 WRITES = (
     "put",
+    "start_run",
     "create",
     "claim",
     "progress",
@@ -442,9 +443,7 @@ async def test_twenty_at_most_once_calls_in_one_node_cost_twenty_writes_and_one_
     calls, result = await _counted(store, _charging(tool, calls=20))
     assert result.status == "done" and len(tool.calls) == 20
     assert calls.names() == [
-        "put",  # step 0, the input, before the record exists
-        "create",
-        "claim",
+        "start_run",  # step 0 (the input), its record and the claim, as one write
         *["record_operations"] * 20,  # each call's started entry, the receipt before it riding
         "commit_step",  # the step with the last receipt
         "finalize_claimed",
@@ -461,7 +460,7 @@ async def test_twenty_idempotent_calls_in_one_node_cost_one_commit() -> None:
     store, tool = MemoryCheckpointer(), Tool()
     calls, result = await _counted(store, _charging(tool, calls=20, idempotent=True))
     assert result.status == "done" and len(tool.calls) == 20
-    assert calls.names() == ["put", "create", "claim", "commit_step", "finalize_claimed"]
+    assert calls.names() == ["start_run", "commit_step", "finalize_claimed"]
     [entries] = calls.entries("commit_step")
     succeeded = [e for e in entries if e.state is OperationState.SUCCEEDED]
     assert len({e.operation_id for e in succeeded}) == 20
@@ -477,9 +476,7 @@ async def test_a_step_of_one_call_is_one_started_write_and_one_step_commit() -> 
     calls, result = await _counted(MemoryCheckpointer(), graph)
     assert result.status == "done" and result.state["i"] == 20
     assert calls.names() == [
-        "put",
-        "create",
-        "claim",
+        "start_run",
         *["record_operations", "commit_step"] * 20,
         "finalize_claimed",
     ]

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from agentflow.checkpoint.cursor import CursorSigner
 from agentflow.checkpoint.validation import check_limit
-from agentflow.durable.enums import CheckpointStatus
+from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.events import EventCursor
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.parts import StoredParts
@@ -58,6 +58,25 @@ class RunsBase(StoredParts, abc.ABC):
 
     @abc.abstractmethod
     async def _cursors(self, operation: str) -> CursorSigner: ...
+
+    @abc.abstractmethod
+    async def create(self, checkpoint: DurableCheckpoint) -> None:
+        """As :meth:`~agentflow.durable.store.DurableStore.create`: one insert-if-absent."""
+
+    @abc.abstractmethod
+    async def load(self, key: str) -> DurableCheckpoint | None:
+        """As :meth:`~agentflow.durable.store.DurableStore.load`."""
+
+    @abc.abstractmethod
+    async def claim(
+        self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
+    ) -> DurableCheckpoint:
+        """As :meth:`~agentflow.durable.store.DurableStore.claim`: one conditional write
+        decided on the store's clock (:func:`~agentflow.durable.leases.claim_refusal`)."""
+
+    @abc.abstractmethod
+    async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
+        """As :meth:`~agentflow.durable.store.DurableStore.renew_claim`."""
 
     @abc.abstractmethod
     async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:

@@ -12,6 +12,8 @@ methods, whose run is the thread id). Every agentflow backend is a ``Store``;
 What makes the parts one thing is the operations that cross them, specified
 here and checked on every backend by the conformance suite:
 
+* :meth:`Store.start_run` stores a new thread's first step, creates its record
+  and claims it together (one transaction on SQLite and PostgreSQL);
 * :meth:`Store.commit_step` stores a step's checkpoint and its calls' receipts
   under the run's claim together: one transaction on SQLite and PostgreSQL,
   one script on Redis; elsewhere the record first, then the checkpoint (so a
@@ -67,6 +69,25 @@ class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
         operation_id)`` in ``checkpoint`` or earlier in ``entries`` (a receipt
         and the next call's ``started`` entry ride one write). Guarded and
         refused as :meth:`~agentflow.durable.store.DurableStore.record_operation`.
+        """
+        ...
+
+    async def start_run(
+        self,
+        cp: Checkpoint,
+        checkpoint: DurableCheckpoint,
+        *,
+        claim_token: str,
+        lease_ms: int,
+    ) -> DurableCheckpoint:
+        """Store a new thread's first step ``cp``, create its record ``checkpoint`` and
+        claim the record's next cycle for ``lease_ms``, together; return the claimed record.
+
+        Raises :class:`~agentflow.errors.CheckpointConflict` when the step exists and
+        :class:`~agentflow.durable.CheckpointAlreadyExists` when a record does, writing
+        nothing. One transaction on SQLite and PostgreSQL; elsewhere the three writes
+        are made in that order after reading both, so only two starters racing for one
+        new thread can leave one's step beside the other's record.
         """
         ...
 

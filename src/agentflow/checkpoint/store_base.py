@@ -23,13 +23,14 @@ from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.checkpoint.validation import check_checkpoint, check_prune_bounds, validate_thread
-from agentflow.durable.enums import CheckpointStatus
-from agentflow.durable.errors import DurableError
+from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
 from agentflow.durable.journal import OperationJournalEntry
+from agentflow.durable.leases import check_claim_request
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.transitions import Write, plan_record_operations
 from agentflow.durable.validators import validate_checkpoint_key
-from agentflow.errors import CheckpointConflict
+from agentflow.errors import CheckpointConflict, InvalidArgument
 
 __all__ = ["RUN_STATUSES", "StoreBase", "run_thread_status"]
 
@@ -92,6 +93,43 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, abc.ABC):
         record = await self._apply("commit_step", write)
         return await self._write_step(thread, step, encode, 0), record
 
+    async def _start_run(
+        self,
+        thread: str,
+        encode: Callable[[], EncodedCheckpoint],
+        checkpoint: DurableCheckpoint,
+        claim_token: str,
+        lease_ms: int,
+    ) -> tuple[int | None, DurableCheckpoint | None]:
+        """Store ``encode()`` at (thread, 0), create the record ``checkpoint`` and claim
+        its next cycle; return the stored revision that conflicted (None when written)
+        and the claimed record (None when the step or a record was already there).
+
+        The default reads first (a stored step or record refuses, writing nothing),
+        then makes the three writes in turn, each atomic on its own: only a racing
+        starter can leave a step stored beside another's record.
+        """
+        stored = await self._read_step(thread, 0)
+        if stored is not None:
+            return (stored.revision, None)
+        if await self.load(thread) is not None:
+            return None, None
+        found = await self._write_step(thread, 0, encode, 0)
+        if found is not None:
+            return found, None
+        try:
+            await self.create(checkpoint)
+        except CheckpointAlreadyExists:
+            return None, None
+        claimed = await self.claim(
+            thread,
+            cycle_index=checkpoint.cycle_index + 1,
+            claim_token=claim_token,
+            lease_ms=lease_ms,
+            mode=ClaimMode.CONTINUE,
+        )
+        return None, claimed
+
     async def _delete_thread(self, thread: str, force: bool) -> bool:
         """Delete the record (refusing a live lease), then the events and checkpoints;
         True when anything was stored."""
@@ -102,6 +140,34 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, abc.ABC):
         return await self._delete_steps(thread, None, None) > 0 or found
 
     # -- the operations that cross the parts ----------------------------------
+
+    async def start_run(
+        self,
+        cp: Checkpoint,
+        checkpoint: DurableCheckpoint,
+        *,
+        claim_token: str,
+        lease_ms: int,
+    ) -> DurableCheckpoint:
+        self._check_open()
+        check_checkpoint(cp)
+        if cp.step != 0 or cp.thread != checkpoint.checkpoint_key:
+            raise InvalidArgument("a run starts at step 0 of its own record's thread")
+        check_claim_request(checkpoint.cycle_index + 1, claim_token, lease_ms)
+        checkpoint.validate()
+        if self._binds_store and not self._store_id:
+            await self._bind_store("start_run")
+        try:
+            found, claimed = await self._start_run(
+                cp.thread, lambda: self._encode(cp), checkpoint, claim_token, lease_ms
+            )
+        except Exception as exc:
+            self._reraise(exc, "start_run")
+        if found is not None:
+            raise CheckpointConflict(cp.thread, 0, 0, found)
+        if claimed is None:
+            raise CheckpointAlreadyExists(f"a record exists under {cp.thread!r}")
+        return claimed
 
     async def commit_step(
         self,

@@ -22,6 +22,7 @@ from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
 from agentflow.checkpoint.validation import validate_thread
 from agentflow.durable import (
     Admission,
+    CheckpointAlreadyExists,
     CheckpointStatus,
     DurableStore,
     ReconciliationDecision,
@@ -31,7 +32,7 @@ from agentflow.durable import (
 )
 from agentflow.durable.enums import parse_enum
 from agentflow.durable.errors import DurableError
-from agentflow.errors import InvalidArgument
+from agentflow.errors import CheckpointConflict, InvalidArgument
 from agentflow.runtime.cycles import Cycles
 from agentflow.runtime.errors import (
     GraphInvalid,
@@ -44,7 +45,7 @@ from agentflow.runtime.errors import (
 )
 from agentflow.runtime.events import RunEvent, Sink, no_events, stream_of
 from agentflow.runtime.fork import fork_checkpoint
-from agentflow.runtime.leases import StoreUse, instant_us, lease_ms_of
+from agentflow.runtime.leases import Lease, StoreUse, instant_us, lease_ms_of
 from agentflow.runtime.records import Records, durable_of
 from agentflow.runtime.recovery import (
     record_decision,
@@ -316,10 +317,21 @@ class CompiledGraph:
             extra=extra,
             revision=1,
         )
-        await self._steps.store(first, [("input", input)], sink)
-        record = await self._records.ensure(thread)
-        lease = await self._records.claim(record, first.step)
-        return await self._cycles.run(lease, first, {}, {}, sink)
+        if not self._records.use.together:  # a third party's checkpointer: step, then record
+            await self._steps.store(first, [("input", input)], sink)
+            record = await self._records.ensure(thread)
+            lease = await self._records.claim(record, first.step)
+            return await self._cycles.run(lease, first, {}, {}, sink)
+        started: list[Lease] = []
+
+        async def start(cp: Checkpoint) -> None:
+            started.append(await self._records.start(cp))
+
+        try:
+            await self._steps.store(first, [("input", input)], sink, start)
+        except (CheckpointConflict, CheckpointAlreadyExists) as raced:
+            raise ThreadExists(f"thread {thread!r} was just started by another caller") from raced
+        return await self._cycles.run(started[0], first, {}, {}, sink)
 
     async def _continue(self, latest: Checkpoint) -> RunResult:
         """Resume ``latest`` if that needs no answer and no waiting, else say where it is."""

@@ -231,6 +231,45 @@ class Lease:
             raise await step_claimed(
                 store, record.checkpoint_key, step, record.revision, active
             ) from active
+        return cls._beating(
+            store, claimed, lease_ms, sent, recovery=recovery, released=released, use=use
+        )
+
+    @classmethod
+    async def start(
+        cls,
+        store: Store,
+        first: Checkpoint,
+        record: DurableCheckpoint,
+        *,
+        owner: str,
+        lease_ms: int,
+        released: set[str] | None = None,
+        use: StoreUse,
+    ) -> Lease:
+        """Store a new run's first step ``first`` with its record ``record``, claimed:
+        one :meth:`~agentflow.checkpoint.store.Store.start_run`."""
+        sent = time.monotonic()
+        claimed = await store.start_run(
+            first, record, claim_token=claim_token(owner), lease_ms=lease_ms
+        )
+        return cls._beating(
+            store, claimed, lease_ms, sent, recovery=False, released=released, use=use
+        )
+
+    @classmethod
+    def _beating(
+        cls,
+        store: DurableStore,
+        claimed: DurableCheckpoint,
+        lease_ms: int,
+        sent: float,
+        *,
+        recovery: bool,
+        released: set[str] | None,
+        use: StoreUse,
+    ) -> Lease:
+        """The lease of a claim sent at ``sent`` (monotonic), its heartbeat started."""
         lease = cls(store, claimed, lease_ms, recovery=recovery, released=released, use=use)
         lease.live_until = sent + lease_ms / 1000
         lease._heartbeat = asyncio.create_task(lease._beat())

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import uuid
 from dataclasses import replace
+from typing import cast
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.store import Store
@@ -135,6 +136,19 @@ class Records:
             root_run_id=thread,
             trace_id=uuid.uuid4().hex,
             shared_state={SCOPE: self.store.namespace or ""},
+        )
+
+    async def start(self, first: Checkpoint) -> Lease:
+        """Store a new run's first step with its new record, claimed (the store is an
+        agentflow :class:`Store` holding the steps: :attr:`use` says ``together``)."""
+        return await Lease.start(
+            cast(Store, self.store),
+            first,
+            self._new(first.thread),
+            owner=self.owner,
+            lease_ms=self.lease_ms,
+            released=self.released,
+            use=self.use,
         )
 
     async def ensure(self, thread: str) -> DurableCheckpoint:

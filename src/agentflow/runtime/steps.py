@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -157,18 +157,29 @@ class StepRunner:
         self.clock = clock
 
     async def store(
-        self, cp: Checkpoint, updates: Updates, sink: Sink, lease: Lease | None = None
+        self,
+        cp: Checkpoint,
+        updates: Updates,
+        sink: Sink,
+        write: Callable[[Checkpoint], Awaitable[object]] | None = None,
     ) -> None:
-        """Write the new step ``cp`` (with the receipts ``lease`` noted, under its
-        claim); a refusal to encode names the node and key."""
+        """Write the new step ``cp`` (with ``write``: under a lease, with what it
+        carries; else a plain conditional put); a refusal to encode names the node and key."""
         try:
-            if lease is None:
+            if write is None:
                 await self.checkpointer.put(cp, if_revision=0)
             else:
-                await lease.commit_step(cp, self.checkpointer)
+                await write(cp)
         except CheckpointNotSerializable as refused:
             raise _culprit(cp.thread, updates, cp.state, refused) from refused
         sink(RunEvent("step_stored", cp.thread, cp.step, checkpoint=cp))
+
+    def _commit(self, env: StepEnv) -> Callable[[Checkpoint], Awaitable[object]] | None:
+        """How a step is stored under ``env``'s lease: with the receipts it noted."""
+        lease = env.lease
+        if lease is None:
+            return None
+        return lambda cp: lease.commit_step(cp, self.checkpointer)
 
     def _extra(self, env: StepEnv, step: int, section: dict[str, Any]) -> dict[str, Any]:
         extra: dict[str, Any] = {RUNTIME_KEY: env.runtime(step, section)}
@@ -222,7 +233,7 @@ class StepRunner:
                 ),
                 revision=1,
             )
-            await self.store(new, list(done.items()), sink, env.lease)
+            await self.store(new, list(done.items()), sink, self._commit(env))
             return new
         updates: Updates = [(n, done[n]) for n in cp.next]
         state = self.merge(cp.state, updates, cp.thread, cp.step)
@@ -236,7 +247,7 @@ class StepRunner:
             extra=self._extra(env, cp.step + 1, {"graph": name}),
             revision=1,
         )
-        await self.store(new, updates, sink, env.lease)
+        await self.store(new, updates, sink, self._commit(env))
         return new
 
     async def _call_all(

@@ -102,7 +102,9 @@ class MemoryRuns(RunsBase, abc.ABC):
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
         self._check_open()
-        row = self._parts.encode_row(checkpoint)
+        self._insert(self._parts.encode_row(checkpoint))
+
+    def _insert(self, row: RunRow) -> None:
         if row.key in self._runs.rows:
             raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
         self._put_row(row)
@@ -115,7 +117,17 @@ class MemoryRuns(RunsBase, abc.ABC):
         self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
     ) -> DurableCheckpoint:
         check_claim_request(cycle_index, claim_token, lease_ms)
-        row = self._row(key)
+        return self._claimed(self._row(key), cycle_index, claim_token, lease_ms, mode)
+
+    def _claimed(
+        self,
+        row: RunRow | None,
+        cycle_index: int,
+        claim_token: str,
+        lease_ms: int,
+        mode: ClaimMode,
+    ) -> DurableCheckpoint:
+        """Claim ``row`` now (as :meth:`claim` does), without awaiting: atomic on the loop."""
         now = self._clock()
         error = claim_refusal(None if row is None else row.head, cycle_index, now, mode)
         if error is not None:

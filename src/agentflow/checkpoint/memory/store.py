@@ -16,6 +16,7 @@ from agentflow.checkpoint.memory.events import MemoryEvents, StoredEvents
 from agentflow.checkpoint.memory.runs import MemoryRuns, StoredRuns
 from agentflow.checkpoint.store_base import StoreBase, run_thread_status
 from agentflow.checkpoint.timestamps import wall_clock_ms
+from agentflow.durable.enums import ClaimMode
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.rows import RunHead
 from agentflow.durable.transitions import Write
@@ -177,6 +178,26 @@ class MemoryCheckpointer(MemoryRuns, MemoryEvents, StoreBase):
             return existing.revision, write.record
         record = await self._apply("commit_step", write)
         return await self._write_step(thread, step, encode, 0), record
+
+    async def _start_run(
+        self,
+        thread: str,
+        encode: Callable[[], EncodedCheckpoint],
+        checkpoint: DurableCheckpoint,
+        claim_token: str,
+        lease_ms: int,
+    ) -> tuple[int | None, DurableCheckpoint | None]:
+        """Atomic on the event loop: both refusals are decided before anything is written."""
+        existing = self._data.threads.get(thread, {}).get(0)
+        if existing is not None:
+            return existing.revision, None
+        if thread in self._runs.rows:
+            return None, None
+        row = self._parts.encode_row(checkpoint)
+        await self._write_step(thread, 0, encode, 0)
+        self._insert(row)
+        cycle = checkpoint.cycle_index + 1
+        return None, self._claimed(row, cycle, claim_token, lease_ms, ClaimMode.CONTINUE)
 
     async def _read_step(self, thread: str, step: int | None) -> StoredRow | None:
         steps = self._data.threads.get(thread)

@@ -32,7 +32,7 @@ from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.postgres.connections import KeptConnections
 from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
 from agentflow.checkpoint.postgres.events import PostgresEvents
-from agentflow.checkpoint.postgres.rows import step_params, write_params
+from agentflow.checkpoint.postgres.rows import decode_run, row_params, step_params, write_params
 from agentflow.checkpoint.postgres.runs import PostgresRuns
 from agentflow.checkpoint.postgres.runs_sql import Statement, Statements
 from agentflow.checkpoint.postgres.schema import prepare
@@ -63,6 +63,10 @@ def _info(row: Any) -> ThreadInfo:
     if row[6] not in _RUN_STATUSES:
         raise CheckpointCorrupted(f"thread {row[0]!r}: the stored run status is damaged")
     return ThreadInfo(*row)
+
+
+class _RecordExists(Exception):
+    """Rolls back a run's start whose record was there first (its step with it)."""
 
 
 class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
@@ -225,6 +229,39 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
         if not applied:
             raise await self._refusal("commit_step", write)
         return None, replace(write.record, lease_expires_at_ms=lease)
+
+    async def _start_run(
+        self,
+        thread: str,
+        encode: Callable[[], EncodedCheckpoint],
+        checkpoint: DurableCheckpoint,
+        claim_token: str,
+        lease_ms: int,
+    ) -> tuple[int | None, DurableCheckpoint | None]:
+        """The step's put, the record's insert and its claim in one transaction: one
+        commit, nothing written when the step or a record was there first."""
+        enc, sql, ns = encode(), self._sql.cp, self._namespace
+        row = self._parts.encode_row(checkpoint)
+        columns = (enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at, enc.payload)
+        create, claim = self._sql.runs["create"], self._sql.runs["claim"]
+        claim_params = {
+            **self._run(thread),
+            "cycle_index": checkpoint.cycle_index + 1,
+            "claim_token": claim_token,
+            "lease_ms": lease_ms,
+            "recovery": 0,
+        }
+        try:
+            async with self._connections.lease() as conn, conn.transaction():
+                put = (ns, thread, 0, *columns, enc.wake_us)
+                if await conn.fetchval(sql["put_create"], *put) is None:
+                    return (await conn.fetchval(sql["revision"], ns, thread, 0)) or 0, None
+                if not await conn.fetchval(create.text, *create.args(row_params(ns, row))):
+                    raise _RecordExists
+                _now, _seen, *claimed = await conn.fetchrow(claim.text, *claim.args(claim_params))
+        except _RecordExists:
+            return None, None
+        return None, decode_run(self._parts, thread, claimed)
 
     async def _delete_thread(self, thread: str, force: bool) -> bool:
         """Record (refused on a live lease), events, steps and summary in one transaction."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
@@ -224,8 +224,8 @@ class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
     def _run(self, key: str) -> dict[str, Any]:
         return {"namespace": self._namespace, "key": key}
 
-    async def create(self, checkpoint: DurableCheckpoint) -> None:
-        self._check_open()
+    def _inserted(self, checkpoint: DurableCheckpoint) -> Callable[[sqlite3.Connection], bool]:
+        """The job that inserts ``checkpoint`` unless a record has its key: True if it did."""
         row = self._parts.encode_row(checkpoint)
         run = self._run(row.key)
         params = {
@@ -239,15 +239,19 @@ class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
             for index, entry in enumerate(row.journal(kind))
         )
 
-        def apply(conn: sqlite3.Connection) -> int:
-            inserted: int = conn.execute(INSERT_RUN, params).rowcount
-            if inserted:
-                _put_journal(conn, run, journal)
-                _set_run_status(conn, run, row.head.status)
-            return inserted
+        def apply(conn: sqlite3.Connection) -> bool:
+            if not conn.execute(INSERT_RUN, params).rowcount:
+                return False
+            _put_journal(conn, run, journal)
+            _set_run_status(conn, run, row.head.status)
+            return True
 
-        if not await self._write("create", apply):
-            raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
+        return apply
+
+    async def create(self, checkpoint: DurableCheckpoint) -> None:
+        self._check_open()
+        if not await self._write("create", self._inserted(checkpoint)):
+            raise CheckpointAlreadyExists(f"a record exists under {checkpoint.checkpoint_key!r}")
 
     async def load(self, key: str) -> DurableCheckpoint | None:
         self._check_open()
@@ -256,12 +260,11 @@ class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
         row = _loaded(key, rows)
         return None if row is None else self._parts.decode_row(row)
 
-    async def claim(
-        self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
-    ) -> DurableCheckpoint:
-        self._check_open()
-        check_claim_request(cycle_index, claim_token, lease_ms)
-        run = self._run(validate_checkpoint_key(key))
+    def _claiming(
+        self, key: str, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
+    ) -> Callable[[sqlite3.Connection], tuple[int, bool, list[Any]]]:
+        """The job that claims ``key``: (now, claimed, the record re-read or its head)."""
+        run = self._run(key)
         recovery = int(mode is ClaimMode.RECOVERY)
         params = {**run, "cycle_index": cycle_index, "claim_token": claim_token}
         params.update(lease_ms=lease_ms, recovery=recovery)
@@ -273,7 +276,20 @@ class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
             _set_run_status(conn, run, CheckpointStatus.RUNNING)
             return now, True, conn.execute(LOAD, run).fetchall()  # the claimed record
 
-        now, claimed, found = await self._write("claim", apply)
+        return apply
+
+    def _claimed(
+        self,
+        key: str,
+        outcome: tuple[int, bool, list[Any]],
+        *,
+        cycle_index: int,
+        claim_token: str,
+        lease_ms: int,
+        mode: ClaimMode,
+    ) -> DurableCheckpoint:
+        """The record a claim job claimed, or the refusal it met, raised."""
+        now, claimed, found = outcome
         if claimed:
             row = _loaded(key, found)
             assert row is not None  # the claim changed it in this transaction
@@ -283,6 +299,23 @@ class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
         if error is None and head is not None:  # only an overflow is left: raise it
             claimed_head(head, cycle_index, claim_token, now_ms=now, lease_ms=lease_ms, mode=mode)
         raise error or DurableConflict("the claim matched nothing")
+
+    async def claim(
+        self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
+    ) -> DurableCheckpoint:
+        self._check_open()
+        check_claim_request(cycle_index, claim_token, lease_ms)
+        validate_checkpoint_key(key)
+        job = self._claiming(key, cycle_index, claim_token, lease_ms, mode)
+        outcome = await self._write("claim", job)
+        return self._claimed(
+            key,
+            outcome,
+            cycle_index=cycle_index,
+            claim_token=claim_token,
+            lease_ms=lease_ms,
+            mode=mode,
+        )
 
     async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
         self._check_open()

@@ -39,6 +39,7 @@ from agentflow.checkpoint.sqlite.runs import SqliteRuns, apply_write, delete_run
 from agentflow.checkpoint.sqlite.sql import DELETE_EVENTS, DELETE_STEPS, DELETE_SUMMARY, REVISION
 from agentflow.checkpoint.sqlite.workers import PairKey
 from agentflow.checkpoint.store_base import StoreBase
+from agentflow.durable.enums import ClaimMode
 from agentflow.durable.errors import ClaimActive
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.transitions import Write
@@ -148,6 +149,49 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteRuns, SqliteEvents, StoreBase)
         if found is not None:
             raise refused(write, found)
         return None, replace(write.record, lease_expires_at_ms=lease)
+
+    async def _start_run(
+        self,
+        thread: str,
+        encode: Callable[[], EncodedCheckpoint],
+        checkpoint: DurableCheckpoint,
+        claim_token: str,
+        lease_ms: int,
+    ) -> tuple[int | None, DurableCheckpoint | None]:
+        """One writer job, so one transaction and one commit: the step and the record
+        must both be new, then the record's insert, its claim and the step's put."""
+        namespace = self._namespace
+        cycle = checkpoint.cycle_index + 1
+        insert = self._inserted(checkpoint)
+        claim = self._claiming(thread, cycle, claim_token, lease_ms, ClaimMode.CONTINUE)
+
+        def prepare() -> Callable[[sqlite3.Connection], tuple[Any, Any]]:
+            encoded = checked_size(encode())
+
+            def apply(conn: sqlite3.Connection) -> tuple[Any, Any]:
+                existing = conn.execute(REVISION, (namespace, thread, 0)).fetchall()
+                if existing:
+                    return existing[0][0], None
+                if not insert(conn):
+                    return None, None
+                outcome = claim(conn)  # a fresh record: this claim cannot be refused
+                put_rows(conn, namespace, encoded)
+                return None, outcome
+
+            return apply
+
+        existing, outcome = await self._prepared("start_run", prepare)
+        if outcome is None:
+            return (None if existing is None else int(existing)), None
+        claimed = self._claimed(
+            thread,
+            outcome,
+            cycle_index=cycle,
+            claim_token=claim_token,
+            lease_ms=lease_ms,
+            mode=ClaimMode.CONTINUE,
+        )
+        return None, claimed
 
     async def _delete_thread(self, thread: str, force: bool) -> bool:
         """Record, journal, events, checkpoints and summary in one transaction, refused

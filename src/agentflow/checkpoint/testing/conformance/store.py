@@ -9,7 +9,7 @@ from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.testing.harness import BackendHarness, make_checkpoint
 from agentflow.durable.digests import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
-from agentflow.durable.errors import ClaimActive, LeaseLost
+from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, LeaseLost
 from agentflow.durable.record import DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse
@@ -51,6 +51,51 @@ class StoreConformance:
             assert store.namespace == "tenant-a" and other.namespace is None
             assert store.database == other.database and store.database
             assert "***" not in store.database
+
+    async def test_start_run_stores_the_first_step_and_the_claimed_record(
+        self, harness: BackendHarness
+    ) -> None:
+        async with harness.open() as store:
+            record = make_record("t")
+            claimed = await store.start_run(
+                make_checkpoint("t", 0), record, claim_token="owner-a", lease_ms=LIVE_MS
+            )
+            assert (claimed.claim_token, claimed.claimed_cycle) == ("owner-a", 1)
+            assert claimed.revision == 1 and claimed.lease_expires_at_ms is not None
+            step = await store.get("t")
+            loaded = await store.load("t")
+            assert step is not None and (step.step, step.revision) == (0, 1)
+            assert loaded is not None and loaded.claim_token == "owner-a"
+            written = await store.commit_step(
+                make_checkpoint("t", 1), claimed, [], claim_token="owner-a"
+            )
+            assert written.revision == 2
+
+    async def test_start_run_refuses_a_thread_that_exists(self, harness: BackendHarness) -> None:
+        async with harness.open() as store:
+            await store.put(make_checkpoint("stepped", 0, state={"first": True}))
+            with pytest.raises(CheckpointConflict):
+                await store.start_run(
+                    make_checkpoint("stepped", 0),
+                    make_record("stepped"),
+                    claim_token="owner-a",
+                    lease_ms=LIVE_MS,
+                )
+            kept = await store.get("stepped")
+            assert kept is not None and kept.state == {"first": True}
+            assert await store.load("stepped") is None
+            await store.create(make_record("recorded"))
+            with pytest.raises(CheckpointAlreadyExists):
+                await store.start_run(
+                    make_checkpoint("recorded", 0),
+                    make_record("recorded", trace_id="another"),
+                    claim_token="owner-a",
+                    lease_ms=LIVE_MS,
+                )
+            held = await store.load("recorded")
+            assert held is not None and held.trace_id == "trace-1" and held.claim_token is None
+            if harness.atomic_steps:
+                assert await store.get("recorded") is None
 
     async def test_commit_step_stores_the_step_and_the_receipts_together(
         self, harness: BackendHarness
