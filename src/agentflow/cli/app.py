@@ -29,8 +29,9 @@ from agentflow.cli.session import Session, StoreTarget, command_line, open_cli_s
 from agentflow.cli.text import inert
 from agentflow.errors import AgentflowError, CheckpointConflict, StoreNotFound, StoreUnavailable
 from agentflow.runtime import NodeFailed, NotDue, StepClaimed
+from agentflow.ui.command import ui
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "without_passwords"]
 
 Command = Callable[[Session], Awaitable[int]]
 #: What a command may create: the store, or nothing.
@@ -50,6 +51,7 @@ COMMANDS: dict[str, tuple[Command, Creates]] = {
     "fork": (run_commands.fork, "nothing"),
     "worker": (run_commands.worker, "store"),
     "demo": (run_commands.demo, "store"),
+    "ui": (ui, "nothing"),
 }
 
 
@@ -129,12 +131,17 @@ def _message(args: argparse.Namespace, exc: BaseException) -> str:
     elif isinstance(exc, StoreNotFound) and not _is_local(args):
         message = f"{message} (in {_where(args)})"
     message += _hint(args, exc)
-    for flag in ("store", "source", "destination"):  # a driver may quote the URL
-        url = getattr(args, flag, None)
-        if isinstance(url, str) and has_password(url):
+    urls = (getattr(args, flag, None) for flag in ("store", "source", "destination"))
+    return inert(without_passwords(message, [url for url in urls if isinstance(url, str)]))
+
+
+def without_passwords(message: str, urls: Sequence[str]) -> str:
+    """``message`` with the password of each of ``urls`` masked (a driver may quote a URL)."""
+    for url in urls:
+        if has_password(url):
             password = url.split("://", 1)[-1].rpartition("@")[0].partition(":")[2]
             message = message.replace(password, "***")
-    return inert(message)
+    return message
 
 
 def _fail(args: argparse.Namespace, exc: BaseException, code: str, status: int) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli import render
@@ -21,7 +22,7 @@ from agentflow.runtime import ThreadNotFound, status_of
 from agentflow.runtime.engine import read_checkpoint
 from agentflow.runtime.section import runtime_of
 
-__all__ = ["delete", "diff", "history", "history_of", "prune", "show", "threads"]
+__all__ = ["delete", "delete_whole", "diff", "history", "history_of", "prune", "show", "threads"]
 
 
 async def history_of(store: Checkpointer, thread: str) -> list[Checkpoint]:
@@ -68,7 +69,7 @@ async def history(s: Session) -> int:
 async def show(s: Session) -> int:
     cp = await read_checkpoint(s.store, s.args.thread, s.args.step)
     latest = cp if s.args.step is None else await read_checkpoint(s.store, s.args.thread)
-    record = await record_of(s, s.args.thread) if cp.step == latest.step else None
+    record = await record_of(s.store, s.args.thread) if cp.step == latest.step else None
     lease = lease_of(record)
     imposed = run_thread_status(record.status) if record is not None else None
     resumed_by = None
@@ -167,21 +168,27 @@ async def prune(s: Session) -> int:
     return 0
 
 
-async def delete(s: Session) -> int:
-    await read_checkpoint(s.store, s.args.thread)
+async def delete_whole(store: Store, thread: str, *, force: bool, forced: str) -> None:
+    """Delete ``thread`` whole; while a process holds its lease (unless ``force``),
+    :class:`ThreadHeld` naming the holder, with ``forced`` saying how to delete anyway."""
+    await read_checkpoint(store, thread)
     try:
-        await s.store.delete_thread(s.args.thread, force=s.args.force)
+        await store.delete_thread(thread, force=force)
     except ClaimActive:
-        record = await s.store.load(s.args.thread)
-        lease = lease_of(record)
+        lease = lease_of(await store.load(thread))
         holder = f" by {lease['by']} until {lease['until']}" if lease else ""
         raise ThreadHeld(
-            f"thread {s.args.thread!r} is held{holder}; deleting it now would make that "
-            f"process fail, perhaps after a call it made went out. Wait for it, or: "
-            f"{s.command('delete', s.args.thread, '--force')}"
+            f"thread {thread!r} is held{holder}; deleting it now would make that "
+            f"process fail, perhaps after a call it made went out. Wait for it, or: {forced}"
         ) from None
+
+
+async def delete(s: Session) -> int:
+    thread = s.args.thread
+    forced = s.command("delete", thread, "--force")
+    await delete_whole(s.store, thread, force=s.args.force, forced=forced)
     if s.json:
-        s.emit({"thread": s.args.thread, "deleted": True})
+        s.emit({"thread": thread, "deleted": True})
     else:
-        s.say("deleted ", s.args.thread)
+        s.say("deleted ", thread)
     return 0

@@ -79,6 +79,7 @@ STEP = _number(int, "a step", 0, 2**63 - 1)
 CONCURRENCY = _number(int, "the concurrency", 1, MAX_CONCURRENCY)
 HOLD = _number(float, "--hold", 0.0)
 INTERVAL = _number(float, "--interval", 0.0, low_allowed=False)
+PORT = _number(int, "the port", 0, 65535)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -243,6 +244,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--recover",
         action="store_true",
         help="also take over runs whose process died (their lease lapsed)",
+    )
+
+    p = add(
+        "ui",
+        "serve the operator's console: a local web page over the store",
+        epilog="open the URL it prints (it carries the launch's token); Ctrl-C stops it",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=PORT, default=8765, help="port to listen on; 0 picks one (8765)")
+    p.add_argument(
+        "--read-only", action="store_true", help="show everything, offer no action, accept no write"
     )
 
     p = add("rekey", "re-seal every record with the current sealing key (online, resumable)")

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from rich.text import Text
 
+from agentflow.checkpoint.store import Store
 from agentflow.cli import render
 from agentflow.cli.errors import UsageError
 from agentflow.cli.session import Session
@@ -35,21 +36,24 @@ from agentflow.runtime.recovery import pending_observations
 from agentflow.runtime.section import runtime_of
 
 __all__ = [
+    "decision_of",
     "durable_line",
     "journal",
     "lease_of",
+    "operations_of",
     "reconcile",
+    "reconcile_call",
     "record_of",
 ]
 
 _D = ReconciliationDecisionKind
 
 
-async def record_of(s: Session, thread: str) -> DurableCheckpoint | None:
+async def record_of(store: Store, thread: str) -> DurableCheckpoint | None:
     """``thread``'s durable record; None when it has none (a thread id no record can
     have, or a thread not run since records were kept)."""
     try:
-        return await s.store.load(thread)
+        return await store.load(thread)
     except DurableError as exc:
         if exc.code == "checkpoint_key_invalid":
             return None
@@ -79,7 +83,7 @@ def durable_line(s: Session, record: DurableCheckpoint | None) -> str | None:
     return None
 
 
-def _operations(steps: list[Any], record: DurableCheckpoint | None) -> list[dict[str, Any]]:
+def operations_of(steps: list[Any], record: DurableCheckpoint | None) -> list[dict[str, Any]]:
     """Every journaled call: those of stored steps, then the journal in flight."""
     rows: list[dict[str, Any]] = []
     for cp in steps:
@@ -114,8 +118,8 @@ async def journal(s: Session) -> int:
     steps = [cp async for cp in s.store.history(thread)]
     if not steps:
         raise ThreadNotFound(f"thread {thread!r} not found")
-    record = await record_of(s, thread)
-    operations = _operations(steps, record)
+    record = await record_of(s.store, thread)
+    operations = operations_of(steps, record)
     pending = [o.to_dict() for o in pending_observations(record)] if record is not None else []
     lease = lease_of(record)
     if s.json:
@@ -186,42 +190,65 @@ async def journal(s: Session) -> int:
     return 0
 
 
-def _decision(s: Session, kind: OperationKind) -> ReconciliationDecision:
-    chosen = _D(s.args.decision)
-    receipt_text = s.args.receipt
+def decision_of(
+    kind: OperationKind,
+    decision: str,
+    *,
+    receipt: str | None = None,
+    error_code: str | None = None,
+    message: str | None = None,
+) -> ReconciliationDecision:
+    """The decision ``reconcile`` records, from its flags' values (``receipt`` as JSON text)."""
+    try:
+        chosen = _D(decision)
+    except ValueError:
+        known = ", ".join(d.value for d in _D)
+        raise UsageError(f"the decision must be one of {known}, got {decision!r}") from None
     if chosen is _D.REPLAY_SUCCESS:
-        if receipt_text is None:
+        if receipt is None:
             raise UsageError(
                 "--decision replay_success needs --receipt JSON (what the call returned)"
             )
         try:
-            receipt = orjson.loads(receipt_text)
+            value = orjson.loads(receipt)
         except orjson.JSONDecodeError as exc:
             raise UsageError(f"--receipt must be JSON: {exc}") from exc
         if kind is OperationKind.MODEL:
-            return ReconciliationDecision.replay_response(receipt)
-        return ReconciliationDecision.replay_result(receipt)
-    if receipt_text is not None:
+            return ReconciliationDecision.replay_response(value)
+        return ReconciliationDecision.replay_result(value)
+    if receipt is not None:
         raise UsageError("--receipt goes with --decision replay_success only")
     if chosen in (_D.RECORD_FAILURE, _D.ABORT):
         default = (
             "operator_recorded_failure" if chosen is _D.RECORD_FAILURE else OPERATOR_ABORT_CODE
         )
         error = ReconciliationError(
-            s.args.error_code or default, s.args.message or f"{chosen.value} by an operator"
+            error_code or default, message or f"{chosen.value} by an operator"
         )
         if chosen is _D.ABORT:
             return ReconciliationDecision.abort(error)
         return ReconciliationDecision.record_failure(error)
-    if s.args.error_code is not None or s.args.message is not None:
+    if error_code is not None or message is not None:
         raise UsageError("--error-code and --message go with record_failure or abort only")
     return ReconciliationDecision.defer() if chosen is _D.DEFER else ReconciliationDecision.retry()
 
 
-async def reconcile(s: Session) -> int:
-    thread, operation = s.args.thread, s.args.operation
-    latest = await read_checkpoint(s.store, thread)
-    record = await record_of(s, thread)
+async def reconcile_call(
+    store: Store,
+    thread: str,
+    operation: str,
+    decision: str,
+    *,
+    receipt: str | None = None,
+    error_code: str | None = None,
+    message: str | None = None,
+    tool: str = "agentflow-reconcile",
+) -> tuple[ReconciliationDecision, DurableCheckpoint]:
+    """Record an operator's decision on ``thread``'s journaled call ``operation``;
+    ``tool`` names what recorded it (the owner written is ``tool:host:pid``).
+    Returns the decision and the record as stored."""
+    latest = await read_checkpoint(store, thread)
+    record = await record_of(store, thread)
     entry = next(
         (
             e
@@ -234,10 +261,24 @@ async def reconcile(s: Session) -> int:
     )
     if entry is None:
         raise UnknownOperation(f"thread {thread!r} has no journaled call {operation!r}")
-    decision = _decision(s, entry.kind)
-    owner = f"agentflow-reconcile:{socket.gethostname()}:{os.getpid()}"
-    stored = await record_decision(
-        s.store, thread, operation, decision, owner=owner, step=latest.step
+    chosen = decision_of(
+        entry.kind, decision, receipt=receipt, error_code=error_code, message=message
+    )
+    owner = f"{tool}:{socket.gethostname()}:{os.getpid()}"
+    stored = await record_decision(store, thread, operation, chosen, owner=owner, step=latest.step)
+    return chosen, stored
+
+
+async def reconcile(s: Session) -> int:
+    thread, operation = s.args.thread, s.args.operation
+    decision, stored = await reconcile_call(
+        s.store,
+        thread,
+        operation,
+        s.args.decision,
+        receipt=s.args.receipt,
+        error_code=s.args.error_code,
+        message=s.args.message,
     )
     waiting = [o.to_dict() for o in pending_observations(stored)]
     if s.json:

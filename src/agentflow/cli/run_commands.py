@@ -11,7 +11,7 @@ import contextlib
 import secrets
 import signal
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from rich.prompt import Prompt
@@ -23,6 +23,7 @@ from agentflow.cli.commands import history_of
 from agentflow.cli.demo import DEMO_GRAPH, demo_input
 from agentflow.cli.drive import Decide, continue_commands, countdown, drive
 from agentflow.cli.errors import EXIT_INTERRUPTED, AnswerNeeded, UsageError
+from agentflow.cli.registry import GraphRegistry
 from agentflow.cli.session import Session
 from agentflow.cli.text import inert
 from agentflow.runtime import RunResult, Worker, status_of
@@ -30,13 +31,23 @@ from agentflow.runtime.section import runtime_of
 from agentflow.runtime.settle import settle
 from agentflow.runtime.worker import WorkerPass
 
-__all__ = ["demo", "fork", "resume", "worker"]
+__all__ = [
+    "MAX_INLINE_WAIT",
+    "demo",
+    "fork",
+    "Forked",
+    "fork_thread",
+    "parse_json",
+    "resume",
+    "worker",
+]
 
 #: Timers due within this many seconds are counted down instead of left to a worker.
 MAX_INLINE_WAIT = 60.0
 
 
-def _parse_json(text: str, flag: str) -> Any:
+def parse_json(text: str, flag: str) -> Any:
+    """``text`` as JSON, or a :class:`UsageError` naming ``flag``."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -145,7 +156,7 @@ async def resume(s: Session) -> int:
     step = latest.step if latest.interrupted else None
     decide = _prompt_decide(s)
     if s.args.value is not None:
-        result = await graph.resume(thread, _parse_json(s.args.value, "--value"), step=step)
+        result = await graph.resume(thread, parse_json(s.args.value, "--value"), step=step)
     elif latest.interrupted and latest.wake_at is None:
         answered, value = decide(RunResult(latest))
         if not answered:
@@ -159,20 +170,48 @@ async def resume(s: Session) -> int:
     return 0
 
 
-async def fork(s: Session) -> int:
-    graph = await s.registry.for_thread(s.args.thread)
-    new_thread = s.args.to or f"{s.args.thread}-fork-{secrets.token_hex(3)}"
-    update = _parse_json(s.args.update, "--update") if s.args.update is not None else None
-    if update is not None and not isinstance(update, dict):
+class Forked(NamedTuple):
+    """What :func:`fork_thread` made: the new thread's checkpoint, the one it
+    was forked from, and the update folded in (None without one)."""
+
+    checkpoint: Checkpoint
+    source: Checkpoint
+    update: dict[str, Any] | None
+
+
+async def fork_thread(
+    registry: GraphRegistry,
+    thread: str,
+    step: int,
+    *,
+    to: str | None = None,
+    update: str | None = None,
+    keep_route: bool = False,
+) -> Forked:
+    """Fork ``thread`` at ``step`` into ``to`` (default ``THREAD-fork-RANDOM``),
+    ``update`` (JSON object text) folded in and re-routed unless ``keep_route``."""
+    graph = await registry.for_thread(thread)
+    new_thread = to or f"{thread}-fork-{secrets.token_hex(3)}"
+    changes = parse_json(update, "--update") if update is not None else None
+    if changes is not None and not isinstance(changes, dict):
         raise UsageError("--update must be a JSON object")
-    source = await graph.get_state(s.args.thread, s.args.step)
+    source = await graph.get_state(thread, step)
     cp = await graph.fork(
+        thread, step, new_thread=new_thread, update=changes, reroute=not keep_route
+    )
+    return Forked(cp, source, changes)
+
+
+async def fork(s: Session) -> int:
+    cp, source, update = await fork_thread(
+        s.registry,
         s.args.thread,
         s.args.step,
-        new_thread=new_thread,
-        update=update,
-        reroute=not s.args.keep_route,
+        to=s.args.to,
+        update=s.args.update,
+        keep_route=s.args.keep_route,
     )
+    new_thread = cp.thread
     rerouted = cp.next != source.next
     if s.json:
         s.emit(render.checkpoint_json(cp, cp.step) | {"source_next": list(source.next)})
