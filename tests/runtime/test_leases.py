@@ -49,9 +49,11 @@ async def test_a_step_slower_than_its_lease_with_three_workers_has_one_effect(
 
         async def scan(worker: Worker) -> None:
             deadline = time.monotonic() + 60  # a bound for a loaded machine, not a measure
-            while not await all_done() and time.monotonic() < deadline:
+            while True:  # the first passes of all three race for the same due runs
                 outcome = await worker.run_once()
                 taken.extend(thread for thread, _ in outcome.taken)
+                if await all_done() or time.monotonic() > deadline:
+                    return
                 await asyncio.sleep(0.02)
 
         await asyncio.gather(*(scan(worker) for worker in workers))
@@ -59,7 +61,7 @@ async def test_a_step_slower_than_its_lease_with_three_workers_has_one_effect(
     lines = ledger_lines(ledger)
     assert sorted(line.split()[0] for line in lines) == [f"run-{i}" for i in range(runs)]
     assert all(cp is not None and cp.done for cp in done)
-    assert taken, "the other workers were refused while the slow step held its lease"
+    assert taken, "the workers that lost a race for a run were refused"
 
 
 async def test_the_heartbeat_renews_the_lease_while_a_step_runs(
