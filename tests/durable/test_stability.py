@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -16,6 +16,7 @@ from agentflow.durable import (
     require_stable_producer,
 )
 from agentflow.runtime import Durability
+from agentflow.runtime.durability import ExtensionFactory
 from tests.durable.test_extensions import MethodAudit
 
 REF = CapabilityRef("ledger.reconciler", "3")
@@ -87,5 +88,7 @@ def test_a_graph_pins_its_provider_and_metadata_by_reference() -> None:
 
 
 def test_a_graph_declares_extensions_written_with_methods() -> None:
-    declared = Durability(extensions=[MethodAudit]).definition("g").stored["extensions"]
+    # The protocol types the members as properties; methods are accepted at run time.
+    factory = cast(ExtensionFactory, MethodAudit)
+    declared = Durability(extensions=[factory]).definition("g").stored["extensions"]
     assert declared == [{"namespace": "com.example.methods", "version": "2", "required": True}]

@@ -17,7 +17,7 @@ naming the member, instead of failing later on a bound method.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -44,18 +44,21 @@ _STATE = "checkpoint_extension_state_invalid"
 class CheckpointExtension(Protocol):
     """A plugin whose state is saved with the run and restored on resume."""
 
+    # Typed as properties, the Pythonic form; zero-argument methods of the same
+    # names (the original's trait) are accepted too (see extension_identity).
+
     @property
-    def namespace(self) -> str | Callable[[], str]:
+    def namespace(self) -> str:
         """Reverse-DNS name, unique per run (``com.example.audit``)."""
         ...
 
     @property
-    def version(self) -> str | Callable[[], str]:
+    def version(self) -> str:
         """Version of the state layout; a resume refuses a different one."""
         ...
 
     @property
-    def required(self) -> bool | Callable[[], bool]:
+    def required(self) -> bool:
         """True when a resume without this extension must fail."""
         ...
 
