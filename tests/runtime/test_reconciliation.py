@@ -10,6 +10,7 @@ import pytest
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.durable import (
     OPERATOR_ABORT_CODE,
+    CapabilityRef,
     CheckpointStatus,
     DurableError,
     OperationState,
@@ -124,9 +125,15 @@ class Ledger:
         return self.decision
 
 
+def _asking(provider: Ledger) -> Durability:
+    """Settings whose ambiguous calls ``provider`` settles (under a stable reference)."""
+    ref = CapabilityRef("tests.ledger", "1")
+    return Durability(reconciliation=provider, capability_refs={"reconciliation_provider": ref})
+
+
 async def test_a_provider_replays_the_receipt_the_outside_world_reports() -> None:
     system, ledger = Flaky(), Ledger(ReconciliationDecision.replay_result({"ok": "from ledger"}))
-    compiled, _ = await _ambiguous(_charging(system, Durability(reconciliation=ledger)))
+    compiled, _ = await _ambiguous(_charging(system, _asking(ledger)))
     result = await compiled.resume("t")
     assert result.state["receipt"] == {"ok": "from ledger"} and len(system.calls) == 1
     assert [o.risk for o in ledger.asked] == ["unknown_tool_side_effect"]
@@ -136,9 +143,7 @@ async def test_a_provider_replays_the_receipt_the_outside_world_reports() -> Non
 async def test_a_provider_records_a_failure_the_node_then_sees() -> None:
     error = ReconciliationError("not_charged", "the ledger has no such charge")
     compiled, _ = await _ambiguous(
-        _charging(
-            Flaky(), Durability(reconciliation=Ledger(ReconciliationDecision.record_failure(error)))
-        )
+        _charging(Flaky(), _asking(Ledger(ReconciliationDecision.record_failure(error))))
     )
     assert (await compiled.resume("t")).state["failed"] == "not_charged"
 
@@ -146,7 +151,7 @@ async def test_a_provider_records_a_failure_the_node_then_sees() -> None:
 async def test_a_provider_that_aborts_ends_the_run_keeping_the_ambiguity() -> None:
     error = ReconciliationError("unknown", "cannot tell")
     ledger = Ledger(ReconciliationDecision.abort(error))
-    compiled, store = await _ambiguous(_charging(Flaky(), Durability(reconciliation=ledger)))
+    compiled, store = await _ambiguous(_charging(Flaky(), _asking(ledger)))
     result = await compiled.resume("t")
     assert result.status == "failed" and result.terminal is not None
     assert result.terminal["error_code"] == OPERATOR_ABORT_CODE
@@ -159,7 +164,7 @@ async def test_a_provider_that_aborts_ends_the_run_keeping_the_ambiguity() -> No
 
 async def test_a_provider_that_defers_leaves_the_run_waiting() -> None:
     ledger = Ledger(ReconciliationDecision.defer())
-    compiled, _ = await _ambiguous(_charging(Flaky(), Durability(reconciliation=ledger)))
+    compiled, _ = await _ambiguous(_charging(Flaky(), _asking(ledger)))
     result = await compiled.resume("t")
     assert result.status == "reconciliation_required" and len(ledger.asked) == 1
 
