@@ -54,8 +54,19 @@ async def prepare(
     *,
     create: bool = True,
 ) -> None:
-    """Check the collations, create the indexes, and bring the layout to this version;
-    with ``create=False`` a missing checkpoints collection raises StoreNotFound instead."""
+    """Bring the database to this version: at it, one read (and with ``ttl`` the TTL
+    indexes, which a store opened without it never made); below it, check the
+    collations, create the indexes and migrate, or with ``create=False`` raise
+    StoreNotFound for a missing collection.
+
+    The version is written last, after every index (the events' unique sequence
+    among them), so a store at this version has them all.
+    """
+    version = await _version(coll)
+    if version == SCHEMA_VERSION:
+        if ttl:
+            await coll.create_indexes(indexes(ttl))
+        return
     names = [coll.name, events.name]
     listing = await coll.database.list_collections(filter={"name": {"$in": names}})
     info = {found["name"]: found for found in await listing.to_list()}
@@ -68,9 +79,7 @@ async def prepare(
                 f"collection {name!r} has a default collation; "
                 "agentflow needs the simple (binary) collation"
             )
-    version = await _version(coll)
-    if version < SCHEMA_VERSION:
-        await check_durable_layout(coll)
+    await check_durable_layout(coll)
     await coll.create_indexes([*indexes(ttl), *RECORD_INDEXES])
     token = os.urandom(12).hex()
     while version < SCHEMA_VERSION:
@@ -78,6 +87,8 @@ async def prepare(
             if version < 2:
                 await _summarize_every_thread(coll, token)
             await absorb_durable(coll, events, lambda: _renew(coll, token))
+            # after the migration: events of version 2 had no number in the sequence
+            await events.create_indexes(EVENT_INDEXES)
             await coll.update_one(
                 {"_id": _SCHEMA_ID, "owner": token},
                 {"$set": {"v": SCHEMA_VERSION}, "$unset": {"owner": "", "lease": ""}},
@@ -85,8 +96,6 @@ async def prepare(
         else:
             await asyncio.sleep(_POLL_S)
         version = await _version(coll)
-    # after the migration: events of version 2 have no number in the namespace's sequence
-    await events.create_indexes(EVENT_INDEXES)
 
 
 async def _version(coll: AsyncCollection[Document]) -> int:
