@@ -13,10 +13,11 @@ is a local tool with a lock, as Jupyter is:
   refused when it listens on loopback (DNS rebinding: a page on another
   site that resolves its own name to 127.0.0.1);
 * a write (any method but GET and HEAD) also needs ``Origin`` to be the
-  console's own (or, without ``Origin``, ``Sec-Fetch-Site: same-origin``):
+  console's own (or, without one or with ``null``, ``Sec-Fetch-Site:
+  same-origin``):
   a form on another site cannot post here even in a browser that holds the
   cookie;
-* every answer forbids inline script, framing, caching and referrers.
+* every answer forbids inline script, framing, caching and referrers to other sites.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ _HEADERS = {
     ),
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    # not no-referrer: under it a browser sends ``Origin: null`` with a form's post
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
@@ -106,7 +108,7 @@ class Guard:
     @staticmethod
     def _same_origin(request: Request, host: str) -> bool:
         origin = request.headers.get("origin")
-        if origin is not None:
+        if origin is not None and origin != "null":
             return origin.lower() == f"http://{host}"
         return request.headers.get("sec-fetch-site") == "same-origin"
 

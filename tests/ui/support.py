@@ -1,0 +1,143 @@
+"""A real ``agentflow ui`` process, and plain HTTP requests to it.
+
+The console is started as a user starts it (``python -m agentflow.cli ... ui
+--port 0``) and found by the first line it prints that starts with ``http``.
+Requests use :mod:`http.client`, so a test says exactly which headers
+(``Host``, ``Origin``, the cookie) go out and nothing follows a redirect.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tests.cli.support import command, env
+
+#: How long a console may take to print its address.
+_START_S = 30.0
+
+
+@dataclass
+class RunningConsole:
+    """A console process: its printed address (with the token) and its output."""
+
+    process: subprocess.Popen[str]
+    url: str
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        """``http://host:port`` without the token."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.url).netloc
+
+    @property
+    def token(self) -> str:
+        return urlsplit(self.url).query.removeprefix("token=")
+
+    @property
+    def cookie(self) -> str:
+        """The ``Cookie`` header the console's own redirect sets."""
+        answer = request(self, "GET", f"/?token={self.token}")
+        jar: SimpleCookie = SimpleCookie(answer.headers["set-cookie"])
+        [(name, morsel)] = jar.items()
+        return f"{name}={morsel.value}"
+
+    def output(self) -> str:
+        """Everything printed so far."""
+        return "".join(self.lines)
+
+
+def _read(process: subprocess.Popen[str], lines: list[str], found: threading.Event) -> None:
+    """Keep every line the console prints (a full pipe would stall it); ``found``
+    is set at the first that starts with ``http``, or when output ends."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("http"):
+            found.set()
+    found.set()
+
+
+@contextmanager
+def console(
+    cwd: Path, *args: str, extra_env: Mapping[str, str] | None = None
+) -> Iterator[RunningConsole]:
+    """``agentflow *args ui --port 0`` in ``cwd`` (extra flags of ``ui`` may follow
+    in ``args`` after ``"ui"``; without it, ``ui --port 0`` is added)."""
+    words = list(args) if "ui" in args else [*args, "ui", "--port", "0"]
+    if "--port" not in words:
+        words += ["--port", "0"]
+    process = subprocess.Popen(
+        command(*words),
+        cwd=cwd,
+        env=env(**(extra_env or {})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    found = threading.Event()
+    reader = threading.Thread(target=_read, args=(process, lines, found), daemon=True)
+    reader.start()
+    urls = (
+        [line.strip() for line in lines if line.startswith("http")] if found.wait(_START_S) else []
+    )
+    if not urls:
+        process.kill()
+        reader.join(timeout=5)
+        raise AssertionError(f"the console printed no address: {''.join(lines)}")
+    running = RunningConsole(process, urls[0], lines)
+    try:
+        yield running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait()
+        reader.join(timeout=5)
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: str
+
+
+def request(
+    running: RunningConsole,
+    method: str,
+    path: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    body: str | None = None,
+) -> Answer:
+    """One request to the console, headers as given (``Host`` defaults to its own)."""
+    parts = urlsplit(running.base)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        sent = {"Host": running.host, **(headers or {})}
+        if body is not None:
+            sent.setdefault("Content-Type", "application/x-www-form-urlencoded")
+        conn.request(method, path, body=body, headers=sent)
+        answer = conn.getresponse()
+        received = {k.lower(): v for k, v in answer.getheaders()}
+        return Answer(answer.status, received, answer.read().decode())
+    finally:
+        conn.close()
