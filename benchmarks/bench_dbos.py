@@ -45,6 +45,7 @@ STEPS = 20
 #: The store methods that are one write transaction each.
 _WRITES = (
     "put",
+    "start_run",
     "create",
     "claim",
     "renew_claim",
