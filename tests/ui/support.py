@@ -8,17 +8,21 @@ Requests use :mod:`http.client`, so a test says exactly which headers
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from http.cookies import SimpleCookie
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from tests.cli.support import command, env
 
@@ -48,7 +52,7 @@ class RunningConsole:
     def token(self) -> str:
         return urlsplit(self.url).query.removeprefix("token=")
 
-    @property
+    @cached_property
     def cookie(self) -> str:
         """The ``Cookie`` header the console's own redirect sets."""
         answer = request(self, "GET", f"/?token={self.token}")
@@ -113,6 +117,20 @@ def console(
         reader.join(timeout=5)
 
 
+def run_apart(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a coroutine to its end on a thread of its own: once a browser test has
+    started the sync Playwright driver, an event loop runs on the main thread."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: asyncio.run(make())).result()
+
+
+def store_path(cwd: Path) -> Path:
+    """The default store's file under ``cwd`` (``sqlite:///.runs/checkpoints.db``)."""
+    db = cwd / ".runs" / "checkpoints.db"
+    db.parent.mkdir(mode=0o700, exist_ok=True)
+    return db
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
@@ -141,3 +159,24 @@ def request(
         return Answer(answer.status, received, answer.read().decode())
     finally:
         conn.close()
+
+
+def post(
+    running: RunningConsole,
+    path: str,
+    fields: Mapping[str, str],
+    *,
+    origin: str | None = "own",
+    cookie: str | None = None,
+) -> Answer:
+    """A form's post, from the console's own page unless ``origin`` says another
+    (None: no ``Origin`` header at all), with the console's cookie unless given."""
+    headers = {"Cookie": cookie if cookie is not None else running.cookie}
+    if origin is not None:
+        headers["Origin"] = running.base if origin == "own" else origin
+    return request(running, "POST", path, headers=headers, body=urlencode(fields))
+
+
+def get(running: RunningConsole, path: str) -> Answer:
+    """A GET with the console's cookie."""
+    return request(running, "GET", path, headers={"Cookie": running.cookie})

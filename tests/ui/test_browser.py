@@ -8,11 +8,8 @@ another process reading the same store.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from playwright.sync_api import Locator, Page, expect
 
@@ -21,7 +18,7 @@ from agentflow.cli.text import inert
 from tests.cli import hostile
 from tests.cli.support import af, af_json
 from tests.runtime.graphs import ledger_lines, lost_reply_graph
-from tests.ui.support import console
+from tests.ui.support import console, run_apart, store_path
 
 Shot = Callable[[Page, str], Path]
 #: What the live script may take to show a change (it polls every 2 s).
@@ -34,37 +31,24 @@ HOSTILE_ID = (
 )
 
 
-def _run_apart(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Run a coroutine to its end on a thread of its own: the sync Playwright
-    driver keeps an event loop running on this one."""
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(lambda: asyncio.run(make())).result()
-
-
-def _store(cwd: Path) -> Path:
-    db = cwd / ".runs" / "checkpoints.db"
-    db.parent.mkdir(mode=0o700, exist_ok=True)
-    return db
-
-
 def _lost_reply(cwd: Path, thread: str) -> Path:
     """``thread`` waits for reconciliation: its charge went out, the reply was lost."""
     ledger = cwd / "ledger"
 
     async def run() -> None:
-        async with SqliteCheckpointer(_store(cwd)) as store:
+        async with SqliteCheckpointer(store_path(cwd)) as store:
             result = (
                 await lost_reply_graph().compile(store).run({"ledger": str(ledger)}, thread=thread)
             )
             assert result.status == "reconciliation_required"
 
-    _run_apart(run)
+    run_apart(run)
     return ledger
 
 
 def _hostile_question(cwd: Path) -> None:
     async def run() -> None:
-        async with SqliteCheckpointer(_store(cwd)) as store:
+        async with SqliteCheckpointer(store_path(cwd)) as store:
             result = (
                 await hostile.graph()
                 .compile(store)
@@ -72,7 +56,7 @@ def _hostile_question(cwd: Path) -> None:
             )
             assert result.status == "interrupted"
 
-    _run_apart(run)
+    run_apart(run)
 
 
 def _status(page: Page) -> Locator:

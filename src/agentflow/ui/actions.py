@@ -101,7 +101,9 @@ class Console:
             _log.warning("resuming a timer failed: %s", task.exception())
         elif not task.cancelled():
             result = task.result()
-            self.session.say("resumed ", result.thread, f" -> {result.status} at step {result.step}")
+            self.session.say(
+                "resumed ", result.thread, f" -> {result.status} at step {result.step}"
+            )
 
     async def stop(self) -> None:
         """Stop waiting for timers (the runs stay waiting, for a worker)."""

@@ -76,9 +76,8 @@ async def ui(s: Session) -> int:
         from agentflow.ui.pages import Frame
         from agentflow.ui.security import new_token
     except ImportError as exc:
-        raise ConsoleUnavailable(
-            f"the console needs the ui extra ({exc.name} is missing): {_INSTALL}"
-        ) from None
+        missing = f" ({exc.name} is missing)" if exc.name else ""
+        raise ConsoleUnavailable(f"the console needs the ui extra{missing}: {_INSTALL}") from None
     if s.graph_specs:
         _ = s.registry  # a bad --graph fails now, not at the first action
     host, read_only = s.args.host, s.args.read_only
