@@ -316,9 +316,43 @@ async def test_a_long_run_commits_its_journal_as_it_goes_and_replays_across_the_
     assert record.tool_journal == []
 
 
-async def test_a_call_that_returns_none_is_ambiguous_not_recorded_as_a_success() -> None:
-    async def notify(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
-        return {"sent": await ctx.tool("notify", {}, lambda call: None)}
+async def test_a_call_that_returns_none_succeeds_and_replays_none() -> None:
+    """A JSON ``null`` is a receipt (the original's rule): recorded, then replayed as None."""
+    made: list[int] = []
 
-    result = await _one_node("none", notify).compile(MemoryCheckpointer()).run({}, thread="t")
-    assert result.status == "reconciliation_required"
+    def notify_once(call: ToolCall) -> None:
+        made.append(call.attempt)
+
+    async def notify(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        sent = await ctx.tool("notify", {}, notify_once)
+        answer = ctx.interrupt({"question": "ok?"})
+        return {"sent": sent, "answer": answer}
+
+    store = MemoryCheckpointer()
+    compiled = _one_node("none", notify).compile(store)
+    paused = await compiled.run({}, thread="t")
+    assert paused.status == "interrupted"
+    done = await compiled.resume("t", "yes")  # the node runs again: the call is replayed
+    assert done.status == "done" and done.state == {"sent": None, "answer": "yes"}
+    assert made == [1]
+
+
+async def test_a_definitive_failure_is_recorded_failed_not_ambiguous() -> None:
+    """An error the original calls definitive (a context-length refusal) failed for certain."""
+
+    class ContextTooLong(Exception):
+        def __str__(self) -> str:
+            return "context_length_exceeded: the prompt is too long"
+
+    def refuse(call: ModelCall) -> Any:
+        raise ContextTooLong()
+
+    async def ask(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
+        try:
+            await ctx.model({"model": "m-1", "messages": []}, refuse)
+        except CallFailed as failed:
+            return {"failed": failed.failure}
+        return {"failed": None}
+
+    result = await _one_node("m", ask).compile(MemoryCheckpointer()).run({}, thread="t")
+    assert result.status == "done" and result.state["failed"] == "model_request_failed"

@@ -40,6 +40,7 @@ from agentflow.durable import (
     OperationKind,
     OperationState,
     ToolIdempotency,
+    definitive_failure,
     operation_request_digest,
     run_idempotency_key,
     tool_request_digest,
@@ -318,23 +319,31 @@ class NodeCalls:
             outcome = invoke(started)
             if inspect.isawaitable(outcome):
                 outcome = await outcome
-            if outcome is None:  # it ran, but a receipt cannot be null: record nothing false
-                raise TypeError(f"{name} returned None; a journaled call returns JSON, not null")
             settled = started.succeed(outcome)  # refuses a receipt that is not I-JSON
         except CallFailed as failed:
             error = OperationError(failed.failure, failed.message, failed.retryable)
-            settled = started.fail(error)
-            journal.settle((*moves, settled))
-            journal.note(self.step, settled, name, replayed=False)
+            self._settle(moves, started.fail(error), name)
             raise
-        except Exception as exc:  # sent or not, nobody knows: never guessed
-            settled = started.mark_ambiguous()
-            journal.settle((*moves, settled))
-            journal.note(self.step, settled, name, replayed=False)
-            raise CallAmbiguous(started.operation_id, name) from exc
-        journal.settle((*moves, settled))
-        journal.note(self.step, settled, name, replayed=False)
+        except Exception as exc:
+            definitive = definitive_failure(entry.kind, exc)
+            if definitive is None:  # sent or not, nobody knows: never guessed
+                self._settle(moves, started.mark_ambiguous(), name)
+                raise CallAmbiguous(started.operation_id, name) from exc
+            # the original's definitive failures (a context-length refusal, a tool's
+            # typed error): nothing happened outside, so the call failed for certain
+            self._settle(moves, started.fail(definitive), name)
+            raise CallFailed(
+                definitive.code, definitive.message, retryable=definitive.retryable
+            ) from exc
+        self._settle(moves, settled, name)
         return outcome
+
+    def _settle(
+        self, moves: tuple[OperationJournalEntry, ...], settled: OperationJournalEntry, name: str
+    ) -> None:
+        """Note a call's outcome (after ``moves``) in the journal and in its step's calls."""
+        self.journal.settle((*moves, settled))
+        self.journal.note(self.step, settled, name, replayed=False)
 
 
 def _diverged(name: str) -> DurableError:

@@ -24,6 +24,7 @@ from agentflow.durable import (
     OperationKind,
     OperationState,
     ReconciliationDecision,
+    extension_identity,
     restore_extensions,
 )
 from agentflow.runtime.calls import CallJournal, carried_key, operation_step
@@ -104,7 +105,7 @@ class Cycles:
         return StepEnv(
             journal=journal,
             durability=self.durability,
-            extensions={extension.namespace: extension for extension in extensions},
+            extensions={extension_identity(e).namespace: e for e in extensions},
             stored=stored,
             credentials=self.definition.credentials,
         )
