@@ -20,7 +20,7 @@ import pytest
 from agentflow.checkpoint.memory import MemoryCheckpointer
 from agentflow.checkpoint.store import Store
 from agentflow.errors import StoreUnavailable
-from agentflow.runtime import START, Graph, NodeContext, StepClaimed, ThreadNotFound, Worker
+from agentflow.runtime import START, Graph, NodeContext, StepClaimed, Worker
 from tests.runtime.conftest import RuntimeBackend
 from tests.runtime.graphs import ledger_entry, ledger_lines, slow_charge_graph
 
@@ -121,19 +121,25 @@ async def test_a_stalled_holder_is_fenced_and_its_call_never_goes_out(
         compiled = graph.compile(store, claim_ttl=LEASE)
         deadline = time.monotonic() + 20 * LEASE.total_seconds()
         while time.monotonic() < deadline:
+            record = await store.load("t")
+            if record is None or record.claim_token is None:  # the holder has not started
+                await asyncio.sleep(LEASE.total_seconds() / 10)
+                continue
             try:
                 outcomes.append(await compiled.resume("t"))
                 return
-            except (StepClaimed, ThreadNotFound):  # not started yet, or still held
+            except StepClaimed:  # still held
                 await asyncio.sleep(LEASE.total_seconds() / 3)
         raise AssertionError("the stalled holder's lease never lapsed")
 
     async with durable_backend.open() as store:
         compiled = graph.compile(store, claim_ttl=LEASE)
         taker = _in_another_process(durable_backend, take_over)
-        with pytest.raises(StepClaimed) as fenced:
-            await compiled.run({}, thread="t")
-        await asyncio.to_thread(taker.join)
+        try:
+            with pytest.raises(StepClaimed) as fenced:
+                await compiled.run({}, thread="t")
+        finally:
+            await asyncio.to_thread(taker.join)  # never left running past the test
         latest = await store.get("t")
     assert len(ledger_lines(ledger)) == 1
     assert fenced.value.holder != compiled.owner

@@ -49,6 +49,7 @@ from agentflow.runtime import (
     ToolCall,
 )
 from tests.runtime.conftest import RuntimeBackend, needs_sqlite
+from tests.runtime.holders import hold
 
 #: Short, so a dead holder's run is taken over quickly.
 LEASE = timedelta(seconds=0.3)
@@ -539,3 +540,31 @@ async def test_calls_made_in_parallel_keep_every_receipt_on_every_backend(
         result = await compiled.resume("t")
     assert result.status == "done" and len(tool.calls) == 5
     assert [r["charged"] for r in result.state["receipts"]] == [0, 1, 2, 3, 4]
+
+
+async def test_a_run_whose_new_thread_is_claimed_while_it_starts_names_the_holder(
+    runtime_backend: RuntimeBackend,
+) -> None:
+    """Where a store starts a run in several writes (step, record, claim), another
+    process may claim the new record in between: ``run`` then raises StepClaimed
+    naming it, and that process runs the thread (on the atomic stores nobody can)."""
+    racer, tool = "racing-host:7:resumer", Tool()
+    async with runtime_backend.open() as store, runtime_backend.open() as other:
+        claim = store.claim
+        raced: list[DurableCheckpoint] = []
+
+        async def claimed_first(key: str, **options: Any) -> DurableCheckpoint:
+            if not raced:  # the other process sees the new record and claims it first
+                raced.append(await hold(other, key, racer, lease_ms=30_000))
+            return await claim(key, **options)
+
+        setattr(store, "claim", claimed_first)  # noqa: B010
+        compiled = _charging(tool).compile(store)
+        try:
+            result = await compiled.run({}, thread="t")
+        except StepClaimed as claimed:
+            assert claimed.holder == racer and tool.calls == []
+            stored = await other.load("t")
+            assert stored is not None and [r.claim_token for r in raced] == [stored.claim_token]
+        else:  # one write (SQLite, PostgreSQL, memory): there was no moment to race in
+            assert raced == [] and result.status == "done" and len(tool.calls) == 1

@@ -38,6 +38,7 @@ from agentflow.runtime.errors import (
     GraphInvalid,
     NotDue,
     NothingToResume,
+    StepClaimed,
     StepNotFound,
     ThreadExists,
     ThreadNotFound,
@@ -329,6 +330,8 @@ class CompiledGraph:
 
         try:
             await self._steps.store(first, [("input", input)], sink, start)
+        except StepClaimed:  # stored, but another process claimed it first: it runs it
+            raise
         except (CheckpointConflict, CheckpointAlreadyExists) as raced:
             raise ThreadExists(f"thread {thread!r} was just started by another caller") from raced
         return await self._cycles.run(started[0], first, {}, {}, sink)

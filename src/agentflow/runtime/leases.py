@@ -248,11 +248,16 @@ class Lease:
         use: StoreUse,
     ) -> Lease:
         """Store a new run's first step ``first`` with its record ``record``, claimed:
-        one :meth:`~agentflow.checkpoint.store.Store.start_run`."""
+        one :meth:`~agentflow.checkpoint.store.Store.start_run`. A store that starts
+        a run in several writes may see another process claim the new record in
+        between: that is a :class:`StepClaimed` naming it, as in :meth:`take`."""
         sent = time.monotonic()
-        claimed = await store.start_run(
-            first, record, claim_token=claim_token(owner), lease_ms=lease_ms
-        )
+        try:
+            claimed = await store.start_run(
+                first, record, claim_token=claim_token(owner), lease_ms=lease_ms
+            )
+        except ClaimActive as active:
+            raise await step_claimed(store, first.thread, first.step, 0, active) from active
         return cls._beating(
             store, claimed, lease_ms, sent, recovery=False, released=released, use=use
         )
