@@ -113,6 +113,11 @@ class ConsoleApp:
 
         return Route(path, endpoint, methods=[method])
 
+    def _note(self, request: Request) -> str | None:
+        """The note an action left for the page it redirected to (``?note=KEY``)."""
+        key = request.query_params.get("note")
+        return self.console.notes.get(key) if key else None
+
     def _error(self, request: Request, status: int, message: str, back: str) -> Response:
         return self._answer(request, "not done", error_main(self._hide(message), back), status)
 
@@ -132,7 +137,9 @@ class ConsoleApp:
             )
         except AgentflowError as exc:
             return self._failed(request, exc, "/")
-        main = threads_main(listing, status=status, prefix=prefix, limit=limit)
+        main = threads_main(
+            listing, status=status, prefix=prefix, limit=limit, note=self._note(request)
+        )
         return self._answer(request, "threads", main)
 
     async def thread(self, request: Request) -> Response:
@@ -142,14 +149,13 @@ class ConsoleApp:
             view = await load_thread(self.console.session.store, thread)
         except AgentflowError as exc:
             return self._failed(request, exc, "/")
-        key = request.query_params.get("note")
         main = thread_main(
             view,
             step=_number(request, "step"),
             diff=(a, b) if a is not None and b is not None else None,
             fork=_number(request, "fork"),
             read_only=self.frame.read_only,
-            note=self.console.notes.get(key) if key else None,
+            note=self._note(request),
         )
         return self._answer(request, thread, main)
 

@@ -56,7 +56,14 @@ def _thread_link(thread: str) -> Html:
     return link(el("code", thread), "/thread", id=thread)
 
 
-def threads_main(listing: Listing, *, status: str | None, prefix: str, limit: int) -> Html:
+def _note(note: str | None) -> Html | None:
+    """What the last action did, on the page it redirected to."""
+    return el("p", note, class_="note", role="status") if note else None
+
+
+def threads_main(
+    listing: Listing, *, status: str | None, prefix: str, limit: int, note: str | None
+) -> Html:
     """The threads list: filters, one keyset page, and the link to the next."""
     options = [el("option", "any status", value="")] + [
         el("option", s, value=s, selected=s == status) for s in STATUSES
@@ -100,7 +107,7 @@ def threads_main(listing: Listing, *, status: str | None, prefix: str, limit: in
         link("next page", "/", cursor=listing.next_cursor, **query) if listing.next_cursor else None
     )
     pager = el("nav", link("first page", "/", **query), " ", more, class_="pager")
-    return el("section", el("h1", "threads"), filters, searched, found, pager)
+    return el("section", el("h1", "threads"), _note(note), filters, searched, found, pager)
 
 
 def _summary(view: ThreadView) -> Html:
@@ -259,7 +266,7 @@ def thread_main(
     return el(
         "section",
         el("h1", el("code", view.thread)),
-        el("p", note, class_="note", role="status") if note else None,
+        _note(note),
         _summary(view),
         None if read_only else forms.actions(view, fork),
         _timeline(view, shown, read_only),
