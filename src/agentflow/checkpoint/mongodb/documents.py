@@ -17,8 +17,10 @@ One collection holds three kinds of document, told apart by their ``_id``
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final, get_args
 
 from bson import MaxKey, MinKey
@@ -102,6 +104,17 @@ IMPOSED: Final = frozenset(RUN_STATUSES.values())
 def indexes(ttl: bool) -> list[IndexModel]:
     """The indexes ``setup()`` creates."""
     return [*_INDEXES, *_TTL_INDEXES] if ttl else list(_INDEXES)
+
+
+#: Expiry times are rounded up to this many seconds (or the ttl if shorter), so
+#: every write of a thread within one bucket finds its older documents refreshed.
+_TTL_BUCKET_S: Final = 60.0
+
+
+def expiry(ttl: float) -> datetime:
+    """When a thread written now expires, rounded up to its bucket."""
+    bucket = min(ttl, _TTL_BUCKET_S)
+    return datetime.fromtimestamp(math.ceil((time.time() + ttl) / bucket) * bucket, UTC)
 
 
 def check_size(enc: EncodedCheckpoint, namespace: str) -> None:

@@ -31,7 +31,8 @@ from dataclasses import fields
 from typing import Any, Final
 
 from bson.int64 import Int64
-from pymongo import IndexModel
+from pymongo import IndexModel, UpdateOne
+from pymongo.errors import BulkWriteError
 
 from agentflow.checkpoint.mongodb.documents import Document, plain, summary_key
 from agentflow.checkpoint.store_base import run_thread_status
@@ -106,6 +107,11 @@ HEAD_READ: Final = {
     },
 }
 LEASE: Final = {"_id": 0, "lease_expires_at_ms": 1}
+#: What a planned write sets on an insert as the first statement of an ordered
+#: command: an upsert whose guard does not hold attempts one and fails on it
+#: (ImmutableField; DuplicateKey on a server that looks for the _id first).
+_REFUSED: Final = {"_id": "refused"}
+_REFUSED_CODES: Final = frozenset({66, 11000})
 _CLAIMABLE: Final = [CheckpointStatus.RUNNING.value, CheckpointStatus.RECONCILIATION_REQUIRED.value]
 
 
@@ -291,6 +297,19 @@ def write_update(write: Write) -> tuple[Document, Document]:
             written.add((kind, index))
         reaches = {f"journal.{kind}.{index}": {"$exists": True} for kind, index in needed.items()}
     return reaches, _status_update(write.head.status, {"$set": values})
+
+
+def first_statement(found: Document, update: Document) -> UpdateOne:
+    """A planned write (its filter and update) as the first statement of an ordered
+    command: it matches when the guard holds and fails when it does not, so the
+    command stops before its other statements."""
+    return UpdateOne(found, update | {"$setOnInsert": _REFUSED}, upsert=True)
+
+
+def refused_first(exc: BulkWriteError) -> bool:
+    """Whether an ordered command failed on its :func:`first_statement`'s guard."""
+    errors = exc.details.get("writeErrors") or [{}]
+    return errors[0].get("index") == 0 and errors[0].get("code") in _REFUSED_CODES
 
 
 def claim_filter(

@@ -18,9 +18,8 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from bson import Binary
@@ -39,6 +38,7 @@ from agentflow.checkpoint.mongodb.documents import (
     Document,
     check_size,
     checkpoint_key,
+    expiry,
     new_checkpoint,
     plain,
     rewrite,
@@ -47,7 +47,7 @@ from agentflow.checkpoint.mongodb.documents import (
 )
 from agentflow.checkpoint.mongodb.errors import driver_error
 from agentflow.checkpoint.mongodb.events import MongoEvents
-from agentflow.checkpoint.mongodb.records import LEASE
+from agentflow.checkpoint.mongodb.records import LEASE, first_statement, refused_first
 from agentflow.checkpoint.mongodb.runs import MongoRuns
 from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.checkpoint.store_base import StoreBase
@@ -65,19 +65,10 @@ T = TypeVar("T")
 
 #: Checkpoints per history round trip: bounds memory, amortizes the round trip.
 _HISTORY_BATCH: Final = 256
-#: Expiry times are rounded up to this many seconds (or the ttl if shorter), so
-#: every write of a thread within one bucket finds its older documents refreshed.
-_TTL_BUCKET_S: Final = 60.0
 #: Threads whose expiry this checkpointer refreshed in the current bucket; the
 #: memo is dropped when it grows past this, costing one refresh per thread.
 _REFRESH_MEMO: Final = 10_000
 _CURSOR_SECRET_ID: Final = {"m": "cursor"}
-#: What ``commit_step``'s record statement sets on an insert: an upsert of a record
-#: whose guard does not hold fails on it, which stops the ordered command there.
-_REFUSED: Final = {"_id": "refused"}
-#: The write errors of that insert (ImmutableField; DuplicateKey on servers that
-#: look for the document's _id first).
-_REFUSED_CODES: Final = frozenset({66, 11000})
 
 
 class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
@@ -213,7 +204,7 @@ class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
         await self._ready()
         enc = encode()
         check_size(enc, self._namespace)
-        expires = self._expiry() if self._ttl is not None else None
+        expires = None if self._ttl is None else expiry(self._ttl)
         if if_revision:
             # A compare-and-set rewrites a stored step: its next revision is known,
             # but the summary may follow only once the write is known to have won.
@@ -282,12 +273,6 @@ class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
         stored = await self._coll.find_one({"_id": self._key(thread, step)}, {"rev": 1})
         return 0 if stored is None else _revision_of(stored, thread, step)
 
-    def _expiry(self) -> datetime:
-        assert self._ttl is not None
-        bucket = min(self._ttl, _TTL_BUCKET_S)
-        deadline = math.ceil((time.time() + self._ttl) / bucket) * bucket
-        return datetime.fromtimestamp(deadline, UTC)
-
     async def _commit_step(
         self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
     ) -> tuple[int | None, DurableCheckpoint]:
@@ -305,14 +290,13 @@ class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
         await self._ready()
         enc = encode()
         check_size(enc, self._namespace)
-        expires = self._expiry() if self._ttl is not None else None
-        found, update = self._statement(write)
-        record = UpdateOne(found, update | {"$setOnInsert": _REFUSED}, upsert=True)
+        expires = None if self._ttl is None else expiry(self._ttl)
         try:
-            created, summarized = await self._create(enc, expires, record)
+            created, summarized = await self._create(
+                enc, expires, first_statement(*self._statement(write))
+            )
         except BulkWriteError as exc:
-            errors = exc.details.get("writeErrors") or [{}]
-            if errors[0].get("index") != 0 or errors[0].get("code") not in _REFUSED_CODES:
+            if not refused_first(exc):
                 raise
             raise await self._refused("commit_step", write) from None
         lease = {"lease_expires_at_ms": write.head.lease_expires_at_ms}
