@@ -219,7 +219,9 @@ class Session:
                 else:
                     decision = ReconciliationDecision.replay_result({"effect": landed})
                 try:
-                    await self.graph.reconcile(run.key, entry.operation_id, decision)
+                    await self.graph.reconcile(
+                        run.key, entry.operation_id, decision, attempt=entry.attempt
+                    )
                 except (NothingToReconcile, StepClaimed, UnknownOperation):
                     # a worker that read the run before it was suspended claimed it
                     # meanwhile (it finds the same call ambiguous and suspends again)

@@ -122,7 +122,9 @@ async def test_the_runs_resume_after_the_migration(
         assert record is not None
         receipt = {"charged": 700}  # seen in the provider's ledger: no second charge
         decision = ReconciliationDecision.replay_result(receipt)
-        await compiled.reconcile(f"pay{suffix}", record.tool_journal[0].operation_id, decision)
+        await compiled.reconcile(
+            f"pay{suffix}", record.tool_journal[0].operation_id, decision, attempt=1
+        )
         settled = await compiled.resume(f"pay{suffix}")
         done = [info.thread for info in (await store.list_threads_page(status="done")).threads]
     assert answered.status == "done" and answered.state["answer"] == "yes"

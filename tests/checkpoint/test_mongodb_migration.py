@@ -158,7 +158,7 @@ async def test_the_old_runs_resume_through_the_runtime(old: MongoStore) -> None:
         (call,) = record.tool_journal
         # the operator saw the charge in the ledger: no second charge
         decision = ReconciliationDecision.replay_result({"charged": 700})
-        await lost.reconcile("ambiguous", call.operation_id, decision)
+        await lost.reconcile("ambiguous", call.operation_id, decision, attempt=1)
         settled = await lost.resume("ambiguous")
         assert settled.status == "done" and settled.state["receipt"] == {"charged": 700}
         statuses = {i.thread: i.status for i in await store.list_threads()}

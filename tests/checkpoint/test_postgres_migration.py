@@ -165,7 +165,9 @@ async def test_the_runs_resume_after_the_migration(
             assert record is not None
             receipt = {"charged": 700}
             decision = ReconciliationDecision.replay_result(receipt)
-            await compiled.reconcile("ambiguous", record.tool_journal[0].operation_id, decision)
+            await compiled.reconcile(
+                "ambiguous", record.tool_journal[0].operation_id, decision, attempt=1
+            )
             settled = await compiled.resume("ambiguous")
             assert settled.status == "done" and settled.state["receipt"] == receipt
             assert [i.status for i in (await store.list_threads_page()).threads] == ["done"] * 2

@@ -152,7 +152,7 @@ async def test_moving_a_plaintext_store_with_paused_runs_to_sealing(
         assert record is not None
         operation = record.tool_journal[0].operation_id
         decision = ReconciliationDecision.replay_result({"charged": 700})
-        await lost.reconcile("order-7", operation, decision)
+        await lost.reconcile("order-7", operation, decision, attempt=1)
         assert (await lost.resume("order-7")).status == "done"
     assert len(ledger_lines(ledger)) == 1
 

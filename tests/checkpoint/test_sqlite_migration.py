@@ -130,6 +130,7 @@ async def test_the_migrated_runs_resume(v2: Path, ring: KeyRing) -> None:
                 f"pay{suffix}",
                 record.tool_journal[0].operation_id,
                 ReconciliationDecision.replay_result(receipt),
+                attempt=1,
             )
             # The charge went out once, when the dump was made: the resume replays the
             # decided receipt (a second call would fail: the ledger's directory is gone).

@@ -63,7 +63,9 @@ async def test_an_older_copy_is_brought_up_to_date(harness: BackendHarness, tmp_
         record = await src.load("order-7")
         assert record is not None
         operation = record.tool_journal[0].operation_id
-        await lost.reconcile("order-7", operation, ReconciliationDecision.replay_result({"ok": 1}))
+        await lost.reconcile(
+            "order-7", operation, ReconciliationDecision.replay_result({"ok": 1}), attempt=1
+        )
         assert (await lost.resume("order-7")).status == "done"
         await build_demo_graph().compile(src).resume("paused", "approve")
         report = await StoreCopy(src, dst).run()
@@ -167,7 +169,7 @@ def test_resume_on_a_copy_in_another_namespace_charges_nothing_again(
     assert len(ledger_lines(ledger)) == 1
     operation = _operation(here, *flags)
     receipt = '{"charged": 700}'
-    decided = ["--decision", "replay_success", "--receipt", receipt]
+    decided = ["--attempt", "1", "--decision", "replay_success", "--receipt", receipt]
     assert here(*flags, "reconcile", "order-7", operation, *decided)[0] == 0
     status, out = here(*flags, *spec, "resume", "order-7", "--json")
     assert status == 0 and json.loads(out)["state"]["receipt"] == {"charged": 700}

@@ -51,13 +51,21 @@ def test_an_operator_replays_the_receipt_and_the_run_finishes_charged_once(
     status, out = run("journal", "order-7")
     assert status == 0 and "ambiguous" in out and "unknown_tool_side_effect" in out
     operation = _operation(run, "order-7")
-    assert f"agentflow reconcile order-7 {operation} --decision retry" in out
+    assert f"agentflow reconcile order-7 {operation} --attempt 1 --decision retry" in out
     assert "durable  reconciliation_required: 1 call(s) may have acted" in run("show", "order-7")[1]
     status, out = run(*SPEC, "resume", "order-7")  # the policies cannot decide it
     assert status == 0 and "reconciliation required in order-7" in out
     receipt = '{"charged": 700}'
     status, out = run(
-        "reconcile", "order-7", operation, "--decision", "replay_success", "--receipt", receipt
+        "reconcile",
+        "order-7",
+        operation,
+        "--attempt",
+        "1",
+        "--decision",
+        "replay_success",
+        "--receipt",
+        receipt,
     )
     assert status == 0 and f"recorded replay_success for {operation} of order-7" in out
     assert "agentflow resume order-7" in out
@@ -72,16 +80,18 @@ def test_an_operator_can_record_a_failure_retry_or_abort(
 ) -> None:
     run, ledger = here, _setup(tmp_path, "a", "bb", "ccc")
     failed = run(
-        "reconcile", "a", _operation(run, "a"), "--decision", "record_failure",
+        "reconcile", "a", _operation(run, "a"), "--attempt", "1", "--decision", "record_failure",
         "--error-code", "not_charged", "--message", "the bank has no such charge", "--json",
     )  # fmt: skip
     assert json.loads(failed[1])["status"] == "running"
     status, out = run(*SPEC, "resume", "a")
     assert status == 1 and "node 'charge' failed" in out and "CallFailed" in out
-    run("reconcile", "bb", _operation(run, "bb"), "--decision", "retry")
+    run("reconcile", "bb", _operation(run, "bb"), "--attempt", "1", "--decision", "retry")
     assert run(*SPEC, "resume", "bb")[0] == 0
     assert len(ledger_lines(f"{ledger}-2")) == 2  # retried on purpose: a second charge
-    status, out = run("reconcile", "ccc", _operation(run, "ccc"), "--decision", "abort")
+    status, out = run(
+        "reconcile", "ccc", _operation(run, "ccc"), "--attempt", "1", "--decision", "abort"
+    )
     assert status == 0 and "ccc ended as failed; the ambiguity stays on record" in out
     status, out = run(*SPEC, "resume", "ccc")
     assert status == 1 and "was ended (failed)" in out
@@ -94,21 +104,31 @@ def test_bad_decisions_are_refused_and_nothing_is_written(
     _setup(tmp_path, "t")
     operation = _operation(run, "t")
     before = run("journal", "t", "--json")[1]
-    status, out = run("reconcile", "t", operation, "--decision", "replay_success")
+    status, out = run("reconcile", "t", operation, "--attempt", "1", "--decision", "replay_success")
     assert status == 2 and "needs --receipt JSON" in out
     status, out = run(
-        "reconcile", "t", operation, "--decision", "replay_success", "--receipt", "{oops"
+        "reconcile",
+        "t",
+        operation,
+        "--attempt",
+        "1",
+        "--decision",
+        "replay_success",
+        "--receipt",
+        "{oops",
     )
     assert status == 2 and "--receipt must be JSON" in out
-    status, out = run("reconcile", "t", operation, "--decision", "retry", "--message", "x")
+    status, out = run(
+        "reconcile", "t", operation, "--attempt", "1", "--decision", "retry", "--message", "x"
+    )
     assert status == 2 and "go with record_failure or abort only" in out
-    status, out = run("reconcile", "t", COMBINED, "--decision", "retry", "--json")
+    status, out = run("reconcile", "t", COMBINED, "--attempt", "1", "--decision", "retry", "--json")
     assert status == 1 and json.loads(out)["error"] == "unknown_operation"
     assert "\x1b" not in out and "\u202e" not in out
-    status, out = run("reconcile", "t", operation, "--decision", "maybe")
+    status, out = run("reconcile", "t", operation, "--attempt", "1", "--decision", "maybe")
     assert status == 2 and "invalid choice: 'maybe'" in out
     assert run("journal", "t", "--json")[1] == before
-    status, out = run("reconcile", "t", operation, "--decision", "defer")
+    status, out = run("reconcile", "t", operation, "--attempt", "1", "--decision", "defer")
     assert status == 0 and "1 call(s) still wait for a decision" in out
     status, out = run("journal", "ghost")
     assert status == 1 and "thread 'ghost' not found" in out
@@ -145,7 +165,7 @@ def test_every_command_prints_json_with_json(here: Callable[..., Run], tmp_path:
         ["fork", "d", "2", "--to", "f"],
         ["resume", "f", "--value", '"reject"'],
         ["journal", "r"],
-        ["reconcile", "r", _operation(run, "r"), "--decision", "defer"],
+        ["reconcile", "r", _operation(run, "r"), "--attempt", "1", "--decision", "defer"],
         ["prune", "d", "--before-step", "2"],
         ["worker", "--once"],
         ["copy", "sqlite:///.runs/checkpoints.db", "sqlite:///.runs/copy.db"],

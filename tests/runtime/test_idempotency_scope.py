@@ -40,7 +40,7 @@ async def test_a_copy_to_another_namespace_retries_under_the_first_key() -> None
     await StoreCopy(source, copy).run()
     moved = _flaky_charge(keys).compile(copy)
     operation = first.observations[0].operation_id
-    await moved.reconcile("order-1", operation, ReconciliationDecision.retry())
+    await moved.reconcile("order-1", operation, ReconciliationDecision.retry(), attempt=1)
     done = await moved.resume("order-1")
     assert done.status == "done" and done.state["receipt"] == {"charged": True}
     assert len(keys) == 2 and keys[0] == keys[1]

@@ -384,7 +384,9 @@ async def test_an_at_most_once_call_is_retried_under_the_same_key_after_a_crash(
         taken = await _take_over(compiled, "t")
         assert taken.status == "reconciliation_required" and len(tool.calls) == 1
         [observation] = taken.observations
-        await compiled.reconcile("t", observation.operation_id, ReconciliationDecision.retry())
+        await compiled.reconcile(
+            "t", observation.operation_id, ReconciliationDecision.retry(), attempt=1
+        )
         result = await compiled.resume("t")
         assert result.status == "done"
         expected = await _key_of_first_call(live, "t")

@@ -180,7 +180,10 @@ async def test_an_operator_replays_a_success_and_the_run_goes_on_without_calling
     compiled, _ = await _ambiguous(_charging(system))
     operation = await _operation(compiled)
     decided = await compiled.reconcile(
-        "t", operation, ReconciliationDecision.replay_result({"ok": "seen in the ledger"})
+        "t",
+        operation,
+        ReconciliationDecision.replay_result({"ok": "seen in the ledger"}),
+        attempt=1,
     )
     assert decided.status.value == "running"
     result = await compiled.resume("t")
@@ -190,7 +193,9 @@ async def test_an_operator_replays_a_success_and_the_run_goes_on_without_calling
 async def test_an_operator_retries_under_the_same_key() -> None:
     system = Flaky()
     compiled, _ = await _ambiguous(_charging(system))
-    await compiled.reconcile("t", await _operation(compiled), ReconciliationDecision.retry())
+    await compiled.reconcile(
+        "t", await _operation(compiled), ReconciliationDecision.retry(), attempt=1
+    )
     result = await compiled.resume("t")
     assert result.state["receipt"] == {"ok": 2}
     assert system.calls[0].idempotency_key == system.calls[1].idempotency_key  # type: ignore[union-attr]
@@ -200,12 +205,12 @@ async def test_an_operator_records_a_failure_or_aborts() -> None:
     compiled, _ = await _ambiguous(_charging(Flaky()))
     failure = ReconciliationError("not_charged", "checked the ledger")
     await compiled.reconcile(
-        "t", await _operation(compiled), ReconciliationDecision.record_failure(failure)
+        "t", await _operation(compiled), ReconciliationDecision.record_failure(failure), attempt=1
     )
     assert (await compiled.resume("t")).state["failed"] == "not_charged"
     compiled, store = await _ambiguous(_charging(Flaky()))
     aborted = await compiled.reconcile(
-        "t", await _operation(compiled), ReconciliationDecision.abort(failure)
+        "t", await _operation(compiled), ReconciliationDecision.abort(failure), attempt=1
     )
     assert aborted.terminal_result is not None
     assert aborted.terminal_result["error_code"] == OPERATOR_ABORT_CODE
@@ -220,20 +225,23 @@ async def test_operator_decisions_are_checked_before_anything_is_written() -> No
     before = await store.load("t")
     assert before is not None
     with pytest.raises(UnknownOperation, match="waiting: op_tool_cycle_1_step_1_"):
-        await compiled.reconcile("t", "op_nope", ReconciliationDecision.retry())
+        await compiled.reconcile("t", "op_nope", ReconciliationDecision.retry(), attempt=1)
     with pytest.raises(DurableError, match="needs a result"):
         await compiled.reconcile(
-            "t", await _operation(compiled), ReconciliationDecision.replay_response({"x": 1})
+            "t",
+            await _operation(compiled),
+            ReconciliationDecision.replay_response({"x": 1}),
+            attempt=1,
         )
     deferred = await compiled.reconcile(
-        "t", await _operation(compiled), ReconciliationDecision.defer()
+        "t", await _operation(compiled), ReconciliationDecision.defer(), attempt=1
     )
     after = await store.load("t")
     assert after is not None and after.revision == before.revision == deferred.revision
     done = _charging(Flaky(failures=0)).compile(MemoryCheckpointer())
     await done.run({}, thread="t")
     with pytest.raises(NothingToReconcile):
-        await done.reconcile("t", "op", ReconciliationDecision.retry())
+        await done.reconcile("t", "op", ReconciliationDecision.retry(), attempt=1)
 
 
 async def test_two_ambiguous_calls_wait_until_both_are_settled() -> None:
@@ -248,9 +256,13 @@ async def test_two_ambiguous_calls_wait_until_both_are_settled() -> None:
     record = await store.load("t")
     assert record is not None and len(record.tool_journal) == 2
     first, second = (entry.operation_id for entry in record.tool_journal)
-    still = await compiled.reconcile("t", first, ReconciliationDecision.replay_result({"ok": 1}))
+    still = await compiled.reconcile(
+        "t", first, ReconciliationDecision.replay_result({"ok": 1}), attempt=1
+    )
     assert still.status.value == "reconciliation_required"
-    ready = await compiled.reconcile("t", second, ReconciliationDecision.replay_result({"ok": 2}))
+    ready = await compiled.reconcile(
+        "t", second, ReconciliationDecision.replay_result({"ok": 2}), attempt=1
+    )
     assert ready.status.value == "running"
     assert (await compiled.resume("t")).state == {"a": {"ok": 1}, "b": {"ok": 2}}
 
@@ -268,6 +280,6 @@ async def test_reconciliation_on_every_durable_backend(durable_backend: RuntimeB
         record = await store.load("t")
         assert record is not None
         operation = record.tool_journal[0].operation_id
-        await compiled.reconcile("t", operation, ReconciliationDecision.retry())
+        await compiled.reconcile("t", operation, ReconciliationDecision.retry(), attempt=1)
         result = await compiled.resume("t")
     assert result.status == "done" and len(system.calls) == 2

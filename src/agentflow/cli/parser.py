@@ -76,6 +76,7 @@ def _non_empty(what: str) -> Callable[[str], str]:
 THREAD = _non_empty("a thread id")
 PAGE_SIZE = _number(int, "the page size", 1, MAX_PAGE)
 STEP = _number(int, "a step", 0, 2**63 - 1)
+ATTEMPT = _number(int, "the attempt", 1, 2**53 - 1)
 CONCURRENCY = _number(int, "the concurrency", 1, MAX_CONCURRENCY)
 HOLD = _number(float, "--hold", 0.0)
 INTERVAL = _number(float, "--interval", 0.0, low_allowed=False)
@@ -222,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     thread_argument(p, "the thread whose call is ambiguous")
     p.add_argument("operation", help="the ambiguous operation id (see: agentflow journal THREAD)")
+    p.add_argument(
+        "--attempt",
+        type=ATTEMPT,
+        required=True,
+        help="the attempt of the call you decide about (agentflow journal THREAD shows it): "
+        "a decision about another attempt is refused",
+    )
     p.add_argument(
         "--decision", required=True, choices=DECISIONS, help="what to do with it (see below)"
     )

@@ -170,20 +170,19 @@ async def journal(s: Session) -> int:
     else:
         s.say("no journaled calls")
     for observation in pending:
-        op = observation["operation_id"]
+        op, attempt = observation["operation_id"], str(observation["attempt"])
         s.say(
             ("ambiguous", "red"),
-            f" {op}: {observation['risk']} (idempotency: "
+            f" {op} (attempt {attempt}): {observation['risk']} (idempotency: "
             f"{observation['idempotency_support'] or 'n/a'})",
         )
+        decide = ["reconcile", thread, op, "--attempt", attempt, "--decision"]
         s.print_commands(
             [
-                s.command(
-                    "reconcile", thread, op, "--decision", "replay_success", "--receipt", "<JSON>"
-                ),
-                s.command("reconcile", thread, op, "--decision", "record_failure"),
-                s.command("reconcile", thread, op, "--decision", "retry"),
-                s.command("reconcile", thread, op, "--decision", "abort"),
+                s.command(*decide, "replay_success", "--receipt", "<JSON>"),
+                s.command(*decide, "record_failure"),
+                s.command(*decide, "retry"),
+                s.command(*decide, "abort"),
             ],
             heading="decide with one of:",
         )
@@ -239,14 +238,16 @@ async def reconcile_call(
     operation: str,
     decision: str,
     *,
+    attempt: int,
     receipt: str | None = None,
     error_code: str | None = None,
     message: str | None = None,
     tool: str = "agentflow-reconcile",
 ) -> tuple[ReconciliationDecision, DurableCheckpoint]:
-    """Record an operator's decision on ``thread``'s journaled call ``operation``;
-    ``tool`` names what recorded it (the owner written is ``tool:host:pid``).
-    Returns the decision and the record as stored."""
+    """Record an operator's decision on attempt ``attempt`` of ``thread``'s journaled
+    call ``operation`` (a decision about another attempt is refused: it was made
+    about a call that is settled by now); ``tool`` names what recorded it (the
+    owner written is ``tool:host:pid``). Returns the decision and the record as stored."""
     latest = await read_checkpoint(store, thread)
     record = await record_of(store, thread)
     entry = next(
@@ -265,7 +266,9 @@ async def reconcile_call(
         entry.kind, decision, receipt=receipt, error_code=error_code, message=message
     )
     owner = f"{tool}:{socket.gethostname()}:{os.getpid()}"
-    stored = await record_decision(store, thread, operation, chosen, owner=owner, step=latest.step)
+    stored = await record_decision(
+        store, thread, operation, chosen, attempt=attempt, owner=owner, step=latest.step
+    )
     return chosen, stored
 
 
@@ -276,6 +279,7 @@ async def reconcile(s: Session) -> int:
         thread,
         operation,
         s.args.decision,
+        attempt=s.args.attempt,
         receipt=s.args.receipt,
         error_code=s.args.error_code,
         message=s.args.message,

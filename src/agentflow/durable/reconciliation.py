@@ -55,16 +55,21 @@ class ResumeObservation:
     risk: str
     state: OperationState = OperationState.AMBIGUOUS
     idempotency_support: ToolIdempotency | None = None
+    #: Which attempt of the call is ambiguous (1 the first; beyond the original's
+    #: wire, written only when known): the attempt an operator's decision names.
+    attempt: int | None = None
 
     def validate(self) -> None:
         require_non_empty(self.operation_id, "resume observation operation_id")
         require_positive(self.cycle_index, "resume observation cycle_index")
+        if self.attempt is not None:
+            require_positive(self.attempt, "resume observation attempt")
         if self.state is not OperationState.AMBIGUOUS:
             raise DurableError(_OBSERVATION, "resume observation state must be ambiguous")
         require_non_empty(self.risk, "resume observation risk")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        wire = {
             "operation_id": self.operation_id,
             "operation_kind": self.operation_kind.value,
             "cycle_index": self.cycle_index,
@@ -74,6 +79,9 @@ class ResumeObservation:
                 None if self.idempotency_support is None else self.idempotency_support.value
             ),
         }
+        if self.attempt is not None:
+            wire["attempt"] = self.attempt
+        return wire
 
     @classmethod
     def from_dict(cls, value: object) -> ResumeObservation:
@@ -96,6 +104,7 @@ class ResumeObservation:
                 if support is None
                 else parse_enum(ToolIdempotency, support, _OBSERVATION, "idempotency_support")
             ),
+            attempt=value.get("attempt"),
         )
         observation.validate()
         return observation

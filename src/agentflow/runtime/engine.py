@@ -215,12 +215,20 @@ class CompiledGraph:
         return await settle(self, result, max_wait=max_wait, wait=wait)
 
     async def reconcile(
-        self, thread: str, operation_id: str, decision: ReconciliationDecision
+        self,
+        thread: str,
+        operation_id: str,
+        decision: ReconciliationDecision,
+        *,
+        attempt: int,
     ) -> DurableCheckpoint:
-        """Record an operator's decision on an ambiguous call of ``thread``.
+        """Record an operator's decision on attempt ``attempt`` of an ambiguous call
+        of ``thread`` (the ``attempt`` of its observation).
 
-        See :func:`agentflow.runtime.recovery.record_decision`; continue the
-        run with :meth:`resume` once nothing is ambiguous any more.
+        A decision about another attempt than the ambiguous one is refused with
+        :class:`DecisionStale`, writing nothing. See
+        :func:`agentflow.runtime.recovery.record_decision`; continue the run with
+        :meth:`resume` once nothing is ambiguous any more.
         """
         latest = await self.get_state(thread)
         return await record_decision(
@@ -228,6 +236,7 @@ class CompiledGraph:
             thread,
             operation_id,
             decision,
+            attempt=attempt,
             owner=self.owner,
             step=latest.step,
             lease_ms=self._records.lease_ms,

@@ -291,6 +291,13 @@ class NothingToReconcile(RunError):
     code = "nothing_to_reconcile"
 
 
+class DecisionStale(NothingToReconcile):
+    """A decision names an attempt of a call that is no longer the ambiguous one
+    (another decision settled it, and a later attempt may be ambiguous again)."""
+
+    code = "reconciliation_decision_stale"
+
+
 class UnknownOperation(RunError, LookupError):
     """A decision names an operation that is not ambiguous in the run's journal."""
 

@@ -40,7 +40,12 @@ from agentflow.durable import (
 )
 from agentflow.durable.errors import DurableError
 from agentflow.runtime.durability import Durability
-from agentflow.runtime.errors import NothingToReconcile, ThreadNotFound, UnknownOperation
+from agentflow.runtime.errors import (
+    DecisionStale,
+    NothingToReconcile,
+    ThreadNotFound,
+    UnknownOperation,
+)
 from agentflow.runtime.leases import Lease, StoreUse
 
 __all__ = [
@@ -78,6 +83,7 @@ def observation_of(entry: OperationJournalEntry) -> ResumeObservation:
         cycle_index=entry.cycle_index,
         risk=MODEL_RISK if model else TOOL_RISK,
         idempotency_support=entry.idempotency_support,
+        attempt=entry.attempt,
     )
 
 
@@ -243,15 +249,21 @@ async def record_decision(
     operation_id: str,
     decision: ReconciliationDecision,
     *,
+    attempt: int,
     owner: str,
     step: int,
     lease_ms: int = 30_000,
     released: set[str] | None = None,
 ) -> DurableCheckpoint:
-    """Record an operator's ``decision`` on one ambiguous call of a suspended run.
+    """Record an operator's ``decision`` on attempt ``attempt`` of one ambiguous call
+    of a suspended run.
 
-    The run must be ``reconciliation_required`` (:class:`NothingToReconcile`)
-    and ``operation_id`` one of its ambiguous calls (:class:`UnknownOperation`).
+    The run must be ``reconciliation_required`` (:class:`NothingToReconcile`),
+    ``operation_id`` one of its ambiguous calls (:class:`UnknownOperation`), and
+    ``attempt`` the attempt that is ambiguous now (:class:`DecisionStale`, writing
+    nothing: a decision about attempt 1 never settles attempt 2). The check is
+    made again on the record as claimed, so of two racing decisions about one
+    attempt exactly one is applied.
     ``defer`` writes nothing. Otherwise the decision is written under a
     recovery claim of the run: ``abort`` ends it as failed
     (``operator_abort_with_unknown_outcome``, the ambiguity kept on record);
@@ -276,9 +288,9 @@ async def record_decision(
             f"operation {operation_id!r} is not ambiguous in thread {thread!r}; "
             f"waiting: {', '.join(sorted(waiting)) or 'none'}"
         )
+    entry = _current(record, thread, operation_id, attempt)
     if decision.kind is _D.DEFER:
         return record
-    entry = next(e for e in _ambiguous(record) if e.operation_id == operation_id)
     if decision.kind is not _D.ABORT:
         _settled(entry, decision)  # refuse a decision that does not fit the call
     lease = await Lease.take(
@@ -291,8 +303,27 @@ async def record_decision(
         use=StoreUse.of(store),
     )
     try:
+        entry = _current(lease.record, thread, operation_id, attempt)  # as claimed
         chosen = Reconciliation(observation_of(entry), decision, "operator")
         written = await _write(lease, lease.record, [chosen])
     finally:
         await lease.release()
     return written
+
+
+def _current(
+    record: DurableCheckpoint, thread: str, operation_id: str, attempt: int
+) -> OperationJournalEntry:
+    """The ambiguous entry ``operation_id`` of ``record``, when ``attempt`` is its attempt."""
+    entry = next((e for e in _ambiguous(record) if e.operation_id == operation_id), None)
+    if entry is None:
+        raise DecisionStale(
+            f"operation {operation_id!r} of thread {thread!r} is no longer ambiguous: "
+            "another decision settled it"
+        )
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or entry.attempt != attempt:
+        raise DecisionStale(
+            f"operation {operation_id!r} of thread {thread!r} is ambiguous at attempt "
+            f"{entry.attempt}, not {attempt!r}: the decision was made about another attempt"
+        )
+    return entry

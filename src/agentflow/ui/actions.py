@@ -169,15 +169,26 @@ async def _reconcile(c: Console, thread: str, query: Form, form: Form) -> Plan:
     view = await load_thread(c.session.store, thread)
     entry = next((op for op in view.operations if op["id"] == operation), None)
     name = str(entry["name"]) if entry is not None else "?"
+    # the attempt the page showed (a decision never settles a later attempt)
+    shown = query.get("attempt") or (str(entry["attempt"]) if entry is not None else "")
+    if not shown.isdigit():
+        raise UsageError("a decision names the attempt of the call it settles")
+    attempt = int(shown)
     what: list[Child] = [
         el("p", "record ", el("strong", decision), " for the call ", el("code", operation)),
-        el("p", f"({name}) of ", el("code", thread)),
+        el("p", f"({name}, attempt {attempt}) of ", el("code", thread)),
     ]
     what += [el("p", f"{k}: ", el("code", v)) for k, v in fields.items() if v is not None]
 
     async def run() -> Done:
         chosen, stored = await reconcile_call(
-            c.session.store, thread, operation, decision, tool="agentflow-ui", **fields
+            c.session.store,
+            thread,
+            operation,
+            decision,
+            attempt=attempt,
+            tool="agentflow-ui",
+            **fields,
         )
         c.session.say(f"recorded {chosen.kind.value} for ", operation, " of ", thread)
         if stored.terminal_result is not None:
