@@ -85,9 +85,10 @@ class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
 
         Raises :class:`~agentflow.errors.CheckpointConflict` when the step exists and
         :class:`~agentflow.durable.CheckpointAlreadyExists` when a record does, writing
-        nothing. One transaction on SQLite and PostgreSQL; elsewhere the three writes
-        are made in that order after reading both, so only two starters racing for one
-        new thread can leave one's step beside the other's record.
+        nothing. One transaction on SQLite and PostgreSQL; elsewhere, after reading
+        both, the record is created already claimed and then the step is stored, so
+        no other process can claim the new record first, and only two starters
+        racing for one new thread can leave one's record without its step.
         """
         ...
 

@@ -21,14 +21,14 @@ from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint
 from agentflow.checkpoint.base import Checkpoint, ThreadStatus
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.runs import RunsBase
-from agentflow.checkpoint.timestamps import parse_instant
+from agentflow.checkpoint.timestamps import parse_instant, wall_clock_ms
 from agentflow.checkpoint.validation import check_checkpoint, check_prune_bounds, validate_thread
-from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.leases import check_claim_request
-from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.transitions import Write, plan_record_operations
+from agentflow.durable.record import DurableCheckpoint, evolve
+from agentflow.durable.transitions import Write, next_revision, plan_record_operations
 from agentflow.durable.validators import validate_checkpoint_key
 from agentflow.errors import CheckpointConflict, InvalidArgument
 
@@ -106,29 +106,28 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, abc.ABC):
         and the claimed record (None when the step or a record was already there).
 
         The default reads first (a stored step or record refuses, writing nothing),
-        then makes the three writes in turn, each atomic on its own: only a racing
-        starter can leave a step stored beside another's record.
+        then creates the record already claimed (its lease from this machine's clock,
+        renewed on the store's by the holder's heartbeat), so no other process can
+        claim it between its creation and its claim, then stores the step: only two
+        starters racing for one new thread can leave one's record without its step.
         """
         stored = await self._read_step(thread, 0)
         if stored is not None:
             return (stored.revision, None)
         if await self.load(thread) is not None:
             return None, None
-        found = await self._write_step(thread, 0, encode, 0)
-        if found is not None:
-            return found, None
+        claimed = evolve(
+            checkpoint,
+            revision=next_revision(checkpoint.revision),
+            claim_token=claim_token,
+            claimed_cycle=checkpoint.cycle_index + 1,
+            lease_expires_at_ms=wall_clock_ms() + lease_ms,
+        )
         try:
-            await self.create(checkpoint)
+            await self.create(claimed)
         except CheckpointAlreadyExists:
             return None, None
-        claimed = await self.claim(
-            thread,
-            cycle_index=checkpoint.cycle_index + 1,
-            claim_token=claim_token,
-            lease_ms=lease_ms,
-            mode=ClaimMode.CONTINUE,
-        )
-        return None, claimed
+        return await self._write_step(thread, 0, encode, 0), claimed
 
     async def _delete_thread(self, thread: str, force: bool) -> bool:
         """Delete the record (refusing a live lease), then the events and checkpoints;
