@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from tests.cli.support import command, env
+from tests.runtime.graphs import lost_reply_graph
 
 #: How long a console may take to print its address.
 _START_S = 30.0
@@ -129,6 +131,26 @@ def store_path(cwd: Path) -> Path:
     db = cwd / ".runs" / "checkpoints.db"
     db.parent.mkdir(mode=0o700, exist_ok=True)
     return db
+
+
+#: The flags that register the graph of :func:`lost_reply`'s threads.
+LOST_REPLY = ["--graph", "tests.runtime.graphs:lost_reply_graph"]
+
+
+def lost_reply(cwd: Path, thread: str) -> Path:
+    """``thread`` waits for reconciliation: its charge went out, the reply was lost.
+    Returns the ledger the charge was written to."""
+    ledger = cwd / "ledger"
+
+    async def run() -> None:
+        async with SqliteCheckpointer(store_path(cwd)) as store:
+            result = (
+                await lost_reply_graph().compile(store).run({"ledger": str(ledger)}, thread=thread)
+            )
+            assert result.status == "reconciliation_required"
+
+    run_apart(run)
+    return ledger
 
 
 @dataclass(frozen=True)

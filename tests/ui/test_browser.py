@@ -17,33 +17,17 @@ from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.cli.text import inert
 from tests.cli import hostile
 from tests.cli.support import af, af_json
-from tests.runtime.graphs import ledger_lines, lost_reply_graph
-from tests.ui.support import console, run_apart, store_path
+from tests.runtime.graphs import ledger_lines
+from tests.ui.support import LOST_REPLY, console, lost_reply, run_apart, store_path
 
 Shot = Callable[[Page, str], Path]
 #: What the live script may take to show a change (it polls every 2 s).
 LIVE_MS = 12_000
-LOST_REPLY = ["--graph", "tests.runtime.graphs:lost_reply_graph"]
 #: A thread id that is markup, script, a bidi override and a line break.
 HOSTILE_ID = (
     '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
     "[bold]x[/] bidi\u202etxt.exe line\nbreak"
 )
-
-
-def _lost_reply(cwd: Path, thread: str) -> Path:
-    """``thread`` waits for reconciliation: its charge went out, the reply was lost."""
-    ledger = cwd / "ledger"
-
-    async def run() -> None:
-        async with SqliteCheckpointer(store_path(cwd)) as store:
-            result = (
-                await lost_reply_graph().compile(store).run({"ledger": str(ledger)}, thread=thread)
-            )
-            assert result.status == "reconciliation_required"
-
-    run_apart(run)
-    return ledger
 
 
 def _hostile_question(cwd: Path) -> None:
@@ -102,7 +86,7 @@ def test_an_operator_answers_an_interrupt_from_the_list_to_done(
 def test_an_operator_settles_an_ambiguous_call_and_the_run_is_charged_once(
     tmp_path: Path, page: Page, shot: Shot
 ) -> None:
-    ledger = _lost_reply(tmp_path, "order-7")
+    ledger = lost_reply(tmp_path, "order-7")
     with console(tmp_path, *LOST_REPLY) as running:
         page.goto(running.url)
         page.select_option("select[name=status]", "reconciliation_required")

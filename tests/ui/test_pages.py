@@ -16,7 +16,16 @@ from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.testing import make_checkpoint
 from tests.cli.support import af, af_json
 from tests.runtime.holders import hold
-from tests.ui.support import RunningConsole, console, get, post, run_apart, store_path
+from tests.ui.support import (
+    LOST_REPLY,
+    RunningConsole,
+    console,
+    get,
+    lost_reply,
+    post,
+    run_apart,
+    store_path,
+)
 
 _LINK = re.compile(r'<a href="/thread\?id=([^"]*)">')
 _NEXT = re.compile(r'<a href="(/\?[^"]*cursor=[^"]*)">next page</a>')
@@ -156,3 +165,17 @@ def test_an_answer_for_a_step_the_run_has_moved_past_is_refused(tmp_path: Path) 
         bad = post(running, "/act/resume?thread=t&step=99", {"value": "approve"})
         assert bad.status == 409  # the step is checked first: the page was stale
     assert af_json(tmp_path, "show", "t")["state"]["decision"] == "reject"
+
+
+def test_a_decision_names_the_attempt_it_settles(tmp_path: Path) -> None:
+    lost_reply(tmp_path, "order-7")
+    with console(tmp_path, *LOST_REPLY) as running:
+        page = get(running, "/thread?id=order-7").body
+        [action] = re.findall(r'action="(/act/reconcile\?[^"]*)"', page)
+        query = parse_qs(urlsplit(html.unescape(action)).query)
+        assert query["attempt"] == ["1"] and query["thread"] == ["order-7"]
+        later = html.unescape(action).replace("attempt=1", "attempt=2")
+        refused = post(running, later, {"decision": "retry", "confirm": "yes"})
+        assert refused.status == 409 and "attempt" in refused.body
+    status = af_json(tmp_path, "journal", "order-7")
+    assert status["status"] == "reconciliation_required" and len(status["pending"]) == 1

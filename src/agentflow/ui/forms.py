@@ -60,9 +60,15 @@ def _decide(view: ThreadView, pending: Mapping[str, Any]) -> Html:
     operation = str(pending["operation_id"])
     options = [el("option", name, value=name, title=text) for name, text in DECISION_HELP.items()]
     support = pending["idempotency_support"] or "n/a"
+    attempt = pending.get("attempt")  # the decision settles this attempt, no later one
     return _form(
-        action_url("reconcile", view.thread, operation=operation),
-        el("h3", "ambiguous call ", el("code", operation)),
+        action_url("reconcile", view.thread, operation=operation, attempt=attempt),
+        el(
+            "h3",
+            "ambiguous call ",
+            el("code", operation),
+            f" (attempt {attempt})" if attempt else None,
+        ),
         el("p", f"{pending['risk']} (idempotency: {support})"),
         _field("decision", el("select", options, name="decision")),
         _field(
