@@ -65,6 +65,8 @@ def test_the_token_becomes_an_httponly_strict_cookie_and_leaves_the_address(
         assert cookie.startswith(f"agentflow_console_{port}={running.token};")
         attributes = {part.strip().lower() for part in cookie.split(";")[1:]}
         assert {"httponly", "samesite=strict", "path=/"} <= attributes
+        elsewhere = request(running, "GET", f"//evil.example/x?token={running.token}")
+        assert elsewhere.headers["location"] == "/evil.example/x"  # stays on the console
         page = get(running, "/thread?id=t")
         assert page.status == 200 and "Refund" in page.body
         assert running.token not in page.body  # nor on any page: the script cannot read it
@@ -124,6 +126,8 @@ def test_the_console_listens_on_loopback_only_by_default(paused: Path) -> None:
 
 def test_read_only_shows_everything_offers_no_action_and_accepts_no_write(paused: Path) -> None:
     with console(paused, "ui", "--read-only") as running:
+        elsewhere = request(running, "GET", f"//evil.example/x?token={running.token}")
+        assert elsewhere.headers["location"] == "/evil.example/x"  # stays on the console
         page = get(running, "/thread?id=t")
         assert page.status == 200 and "read-only" in page.body and "Refund" in page.body
         assert "/act/" not in page.body and "fork…" not in page.body

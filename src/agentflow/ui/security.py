@@ -93,7 +93,8 @@ class Guard:
             if not self._holds(request.query_params["token"]):
                 return PlainTextResponse(_NO_TOKEN, status_code=403)
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
+            path = "/" + request.url.path.lstrip("/")  # never ``//host``: another site
+            target = path + (f"?{urlencode(rest)}" if rest else "")
             answer = RedirectResponse(target, status_code=303)
             answer.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             return answer
