@@ -202,6 +202,19 @@ def plan_suspend(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     return _write(guard, record, keep_lease=False)
 
 
+def _refuse_unsettled(snapshot: DurableCheckpoint, what: str) -> None:
+    """Refuse to end a run whose journal holds a call that may have acted (``started``
+    or ``ambiguous``): finalizing would wipe the only record of it (beyond the
+    original, which finalizes what it is given; an operator's abort keeps it)."""
+    for entry in (*snapshot.model_call_journal, *snapshot.tool_journal):
+        if entry.state in (OperationState.STARTED, OperationState.AMBIGUOUS):
+            raise DurableError(
+                "checkpoint_journal_unsettled",
+                f"{what} would clear call {entry.operation_id!r}, which is "
+                f"{entry.state.value}: settle it (suspend for reconciliation) first",
+            )
+
+
 def plan_commit(snapshot: DurableCheckpoint, claim_token: str) -> Write:
     """Commit the claimed cycle: it becomes ``cycle_index``; journals and claim clear."""
     guard = _claimed_guard(snapshot, claim_token)
@@ -227,6 +240,8 @@ def _terminal(snapshot: DurableCheckpoint) -> DurableCheckpoint:
     if not snapshot.status.is_terminal:
         raise DurableError("checkpoint_status_invalid", "finalize requires a terminal status")
     keep = snapshot.is_operator_abort_terminal()
+    if not keep:  # an operator's abort keeps the ambiguity on record; nothing else may end it
+        _refuse_unsettled(snapshot, "a finalize")
     return evolve(
         snapshot,
         model_call_journal=snapshot.model_call_journal if keep else [],

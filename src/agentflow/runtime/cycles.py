@@ -178,7 +178,15 @@ class Cycles:
         return fresh
 
     async def _abandon(self, lease: Lease, cp: Checkpoint, abandoned: StepAbandoned) -> RunResult:
-        """Suspend the run whose step made an ambiguous call: it awaits a decision."""
+        """Suspend the run whose step made an ambiguous call: it awaits a decision.
+
+        A call left ``started`` (its node swallowed a cancellation mid-call) may
+        have acted as well: it is ambiguous too.
+        """
+        for kind in OperationKind:
+            for entry in lease.record.journal(kind):
+                if entry.state is OperationState.STARTED:
+                    lease.note(entry.mark_ambiguous())
         await lease.suspend(lease.record)
         ambiguous = {signal.operation_id for signal in abandoned.ambiguous}
         decided = tuple(

@@ -31,6 +31,7 @@ from agentflow.durable import (
     CheckpointExtension,
     ExtensionStateEntry,
     LeaseLost,
+    OperationState,
     snapshot_extensions,
 )
 from agentflow.errors import CheckpointNotSerializable
@@ -56,6 +57,8 @@ __all__ = ["StepAbandoned", "StepEnv", "StepRunner", "Updates"]
 
 #: Node updates of one step, in frontier order.
 Updates = list[tuple[str, Mapping[str, Any]]]
+#: Journal states of a call that may have acted and has no outcome on record.
+_UNSETTLED = frozenset({OperationState.STARTED, OperationState.AMBIGUOUS})
 #: Why the codec refuses a value it raised about without a driver cause.
 _NON_FINITE = "it holds NaN or infinity, which JSON cannot represent"
 
@@ -84,6 +87,22 @@ def _culprit(
         if why is not None:
             return UpdateNotSerializable(f"reducer of {key!r}", thread, key, why)
     return refused
+
+
+def _swallowed(env: StepEnv, raised: list[CallAmbiguous]) -> list[CallAmbiguous]:
+    """The calls of this step that may have acted but whose signal a node swallowed
+    (a bare ``except:``, a cancellation caught): started or ambiguous in the journal
+    once every node returned. The step is abandoned for them all the same, so a run
+    never ends with a call nobody settled."""
+    lease = env.lease
+    if lease is None:
+        return []
+    seen = {signal.operation_id for signal in raised}
+    return [
+        CallAmbiguous(entry.operation_id, entry.tool_name or entry.kind.value)
+        for entry in (*lease.record.model_call_journal, *lease.record.tool_journal)
+        if entry.state in _UNSETTLED and entry.operation_id not in seen
+    ]
 
 
 class StepAbandoned(Exception):
@@ -205,6 +224,7 @@ class StepRunner:
         pending = [node for node in cp.next if node not in writes]
         outcomes = await self._call_all(cp, pending, view, answers, sink, env=env)
         ambiguous = [u for u in outcomes.values() if isinstance(u, CallAmbiguous)]
+        ambiguous += _swallowed(env, ambiguous)
         if ambiguous:
             raise StepAbandoned(ambiguous)
         env.check()

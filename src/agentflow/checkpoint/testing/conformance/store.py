@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from agentflow.checkpoint.base import Checkpointer
@@ -9,8 +11,8 @@ from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.testing.harness import BackendHarness, make_checkpoint
 from agentflow.durable.digests import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
-from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, LeaseLost
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError, LeaseLost
+from agentflow.durable.record import OPERATOR_ABORT_CODE, DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse
 from agentflow.durable.testing.harness import make_record, make_tool_entry
@@ -276,13 +278,35 @@ class StoreConformance:
                 mode=ClaimMode.RECOVERY,
             )
             assert await listed("running") == {"ambiguous": "running", "fine": "running"}
-            claimed.status = CheckpointStatus.FAILED
-            claimed.terminal_result = {"status": "failed", "error": {"code": "aborted"}}
+            claimed.status = CheckpointStatus.FAILED  # an operator's abort keeps the ambiguity
+            claimed.terminal_result = {"status": "failed", "error_code": OPERATOR_ABORT_CODE}
             await store.finalize_claimed(claimed, claim_token="owner-b")
             assert await listed("failed") == {"ambiguous": "failed"}
             assert await listed("running") == {"fine": "running"}
             await store.delete_thread("ambiguous")
             assert await listed(None) == {"fine": "running"}
+
+    async def test_a_run_with_a_call_that_may_have_acted_cannot_be_finalized(
+        self, harness: BackendHarness
+    ) -> None:
+        async with harness.open() as store:
+            record = await _claimed(store, "t")
+            started = make_tool_entry("t", 1).start()
+            record = await store.record_operations(record, [started], claim_token="owner-a")
+            for entry in (started, started.mark_ambiguous()):
+                if entry is not started:
+                    record = await store.record_operations(record, [entry], claim_token="owner-a")
+                done = replace(
+                    record,
+                    status=CheckpointStatus.COMPLETED,
+                    terminal_result={"status": "completed"},
+                )
+                with pytest.raises(DurableError) as refused:
+                    await store.finalize_claimed(done, claim_token="owner-a")
+                assert refused.value.code == "checkpoint_journal_unsettled"
+                loaded = await store.load("t")
+                assert loaded is not None and loaded.terminal_result is None
+                assert loaded.tool_journal[0].state is entry.state
 
     async def test_records_and_events_stay_in_their_namespace(
         self, harness: BackendHarness
