@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentflow.checkpoint.rows import encode_entry
 from agentflow.checkpoint.store import Store
 from agentflow.durable import OperationJournalEntry
-from agentflow.durable.rows import encode_entry
 
 DSN = os.environ.get("AGENTFLOW_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("AGENTFLOW_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -6,9 +6,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from agentflow.checkpoint.memory import MemoryCheckpointer, MemoryStore
+from agentflow.checkpoint.rows import RunRow
 from agentflow.checkpoint.testing import BackendHarness
 from agentflow.durable.enums import OperationKind
-from agentflow.durable.rows import RunRow
 
 
 def _entry(part: str) -> tuple[OperationKind, int] | None:

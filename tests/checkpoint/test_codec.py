@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentflow.checkpoint import Checkpoint, MemoryCheckpointer, integrity
+from agentflow.checkpoint import Checkpoint, MemoryCheckpointer, envelope
 from agentflow.checkpoint.backend import EncodedCheckpoint
 from agentflow.checkpoint.codec import PAYLOAD_VERSION, JsonCodec, RecordKey
 from agentflow.checkpoint.timestamps import parse_instant
@@ -23,7 +23,7 @@ def encode(cp: Checkpoint) -> EncodedCheckpoint:
     (taken out of the integrity envelope the base wraps it in)."""
     encoded = MemoryCheckpointer()._encode(cp)
     key = RecordKey("", encoded.thread, encoded.step)
-    return dataclasses.replace(encoded, payload=integrity.unwrap(key, encoded.payload))
+    return dataclasses.replace(encoded, payload=envelope.unwrap(key, encoded.payload))
 
 
 def decode(blob: bytes, revision: int) -> Checkpoint:

@@ -18,12 +18,12 @@ from agentflow.checkpoint.file import FileCheckpointer, rundir
 from agentflow.checkpoint.file import runs as file_module
 from agentflow.checkpoint.file.heads import digest
 from agentflow.checkpoint.file.names import key_path
+from agentflow.checkpoint.plans import plan_progress
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, claimed, lapse, take
-from agentflow.durable.transitions import plan_progress
 from tests.backends.file import run_dir
 
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from agentflow.checkpoint import Checkpoint, JsonCodec, MemoryCheckpointer, MemoryStore, RecordKey
-from agentflow.checkpoint.integrity import ENVELOPE_VERSION, unwrap, wrap
+from agentflow.checkpoint.envelope import ENVELOPE_VERSION, unwrap, wrap
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.errors import CheckpointCorrupted
 

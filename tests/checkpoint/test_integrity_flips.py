@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from agentflow.checkpoint import Checkpoint, Checkpointer, JsonCodec, RecordKey
-from agentflow.checkpoint.integrity import wrap
+from agentflow.checkpoint.envelope import wrap
 from agentflow.checkpoint.testing import BackendHarness, PayloadReader, PayloadWriter
 from agentflow.errors import CheckpointCorrupted
 

@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 import pytest
 from pymongo import AsyncMongoClient
 
+from agentflow.checkpoint.envelope import BODY, RunParts
 from agentflow.checkpoint.mongodb import MongoCheckpointer
+from agentflow.checkpoint.rows import RunHead, encode_body, encode_entry
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
     ClaimActive,
@@ -22,8 +24,6 @@ from agentflow.durable.errors import (
     LeaseLost,
     RecoveryRequired,
 )
-from agentflow.durable.parts import BODY, RunParts
-from agentflow.durable.rows import RunHead, encode_body, encode_entry
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
 from agentflow.errors import InvalidArgument

@@ -12,8 +12,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from agentflow.checkpoint.envelope import RunParts
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.postgres.runs_sql import Statements
+from agentflow.checkpoint.rows import encode_entry
 from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -22,8 +24,6 @@ from agentflow.durable.errors import (
     RecoveryRequired,
     RevisionConflict,
 )
-from agentflow.durable.parts import RunParts
-from agentflow.durable.rows import encode_entry
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
 from agentflow.durable.validators import CapabilityRef

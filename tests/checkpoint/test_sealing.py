@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from agentflow.checkpoint import Checkpoint, JsonCodec, MemoryCheckpointer, MemoryStore, RecordKey
-from agentflow.checkpoint.integrity import unwrap, wrap
+from agentflow.checkpoint.envelope import unwrap, wrap
 from agentflow.checkpoint.sealing import (
     SEALED_VERSION,
     KeyRing,

@@ -18,7 +18,7 @@ from agentflow.checkpoint import (
     MemoryStore,
     RecordKey,
 )
-from agentflow.checkpoint.integrity import unwrap
+from agentflow.checkpoint.envelope import unwrap
 from agentflow.checkpoint.sealing import (
     KeyRing,
     RekeyProgress,

@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from agentflow.checkpoint.envelope import RunParts
+from agentflow.checkpoint.plans import JournalPut, plan_record_operation
+from agentflow.checkpoint.rows import RunRow, encode_row
 from agentflow.checkpoint.sealing import KeyRing
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunRow, encode_row
 from agentflow.durable.testing.harness import make_record, make_tool_entry
-from agentflow.durable.transitions import JournalPut, plan_record_operation
 from agentflow.errors import InvalidArgument
 
 SECRET = "s3cr3t-ledger-note"

@@ -4,6 +4,16 @@ from dataclasses import replace
 
 import pytest
 
+from agentflow.checkpoint.claims import claim_refusal, claimed_head, renew_refusal
+from agentflow.checkpoint.plans import (
+    JournalPut,
+    plan_acknowledge,
+    plan_commit,
+    plan_progress,
+    plan_record_operation,
+    refusal,
+)
+from agentflow.checkpoint.rows import RunHead, decode_row, encode_row, head_of
 from agentflow.durable import (
     CheckpointNotFound,
     CheckpointStatus,
@@ -20,17 +30,7 @@ from agentflow.durable import (
     RevisionConflict,
     TerminalImmutable,
 )
-from agentflow.durable.leases import claim_refusal, claimed_head, renew_refusal
-from agentflow.durable.rows import RunHead, decode_row, encode_row, head_of
 from agentflow.durable.testing import make_record, make_tool_entry
-from agentflow.durable.transitions import (
-    JournalPut,
-    plan_acknowledge,
-    plan_commit,
-    plan_progress,
-    plan_record_operation,
-    refusal,
-)
 
 
 def claimed_record() -> DurableCheckpoint:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, NoReturn
 
-from agentflow.checkpoint import integrity
+from agentflow.checkpoint import envelope
 from agentflow.checkpoint.base import (
     Checkpoint,
     Checkpointer,
@@ -249,7 +249,7 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             cp = dataclasses.replace(cp, ts=ts)
         cp = redact_checkpoint(cp, self._redact)
         key = RecordKey(self._namespace, cp.thread, cp.step, self._store_id)
-        payload = integrity.wrap(key, self._codec.encode(cp, key))
+        payload = envelope.wrap(key, self._codec.encode(cp, key))
         wake_at = cp.wake_at
         return EncodedCheckpoint(
             thread=cp.thread,
@@ -278,7 +278,7 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         if not _is_int(revision) or revision < 1:
             raise CheckpointCorrupted(f"thread {thread!r} step {step}: the revision is damaged")
         key = RecordKey(self._namespace, thread, step, self._store_id)
-        cp = self._codec.decode(integrity.unwrap(key, payload), key, revision)
+        cp = self._codec.decode(envelope.unwrap(key, payload), key, revision)
         if cp.thread != thread or cp.step != step:
             raise CheckpointCorrupted(
                 f"thread {thread!r} step {step} holds the checkpoint of another key"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from agentflow.checkpoint.plans import next_revision
+from agentflow.checkpoint.rows import RunHead
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -25,8 +27,6 @@ from agentflow.durable.errors import (
     RecoveryRequired,
     TerminalImmutable,
 )
-from agentflow.durable.rows import RunHead
-from agentflow.durable.transitions import next_revision
 from agentflow.durable.validators import is_blank
 
 __all__ = ["check_claim_request", "claim_refusal", "claimed_head", "renew_refusal"]

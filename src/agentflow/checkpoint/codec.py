@@ -6,7 +6,7 @@ Every backend takes ``codec=``, so a codec that seals records (encryption
 bound to namespace, thread and step) plugs in without a backend knowing.
 The codec receives the record's :class:`RecordKey` on both sides for that
 binding. The base wraps whatever a codec returns in an integrity envelope
-(:mod:`agentflow.checkpoint.integrity`) and checks it before ``decode``, so a
+(:mod:`agentflow.checkpoint.envelope`) and checks it before ``decode``, so a
 codec never sees damaged bytes of a record it wrote.
 
 :class:`JsonCodec`, the default, uses orjson because decoding must be faster

@@ -1,6 +1,20 @@
-"""The stored form of each part of a run: body, journal entries, event payloads.
+"""The stored form of every part of a thread: its checkpoints, its record's body and
+journal entries, its event payloads. One framing, ``[1,"<checksum>",<bytes>]``,
+checked on every read, seeded with where the bytes belong.
 
-Every part a durable store keeps is checked on every read, on every backend,
+**Checkpoints.** Whatever a codec returns is stored as ``[1,"<checksum>",<codec
+bytes>]``: the envelope version, then XXH3-64 over the record's namespace, thread
+and step and the codec's bytes (:func:`wrap`, :func:`unwrap`). Every read verifies
+it before the codec sees a byte, so a flipped bit, an edited value or a payload
+copied to another key raises :class:`~agentflow.errors.CheckpointCorrupted`
+instead of reading back as other data. It lives in the base, not in a codec, so
+no codec can leave it out; at about 0.5 µs per 10 KB it costs under 1% of a
+SQLite read (CRC-32 about 6%, SHA-256 about 13%). It is not keyed: it catches
+damage, careless edits and misplaced rows, not someone who rewrites the checksum
+too (sealing, a keyed authenticated cipher, is for that). Records written before
+it (a bare version-1 JSON payload, ``{"v":1,...``) still read, without a check.
+
+**Records and events.** Every part a durable store keeps is checked on every read, on every backend,
 because the canonical JSON it holds validates only its shape: a flipped bit
 inside a string (a message, a tool argument, an event field) would still
 decode, as other data. A part is stored in one of two envelopes:
@@ -31,35 +45,45 @@ from __future__ import annotations
 
 import binascii
 import functools
+import hashlib
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from xxhash import xxh3_64_hexdigest, xxh3_64_intdigest
 
+from agentflow.checkpoint.codec import RecordKey
+from agentflow.checkpoint.plans import JournalPut, JournalReplace, Write
+from agentflow.checkpoint.rows import RunRow, decode_row, encode_row
+from agentflow.durable.canonical import parse_json
 from agentflow.durable.enums import OperationKind
-from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.errors import DurableCorrupted, DurableError
+from agentflow.durable.events import AcceptedEvent
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunRow, decode_row, encode_row
-from agentflow.durable.transitions import JournalPut, JournalReplace, Write
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
 
 if TYPE_CHECKING:
-    from agentflow.checkpoint.sealing import KeyRing, Sealer
+    from agentflow.checkpoint.sealing.keyring import KeyRing
+    from agentflow.checkpoint.sealing.sealer import Sealer
 
 __all__ = [
     "BODY",
     "CHECKED_VERSION",
+    "ENVELOPE_VERSION",
     "EVENT",
     "SEALED_VERSION",
     "PartOpened",
     "RunParts",
     "StoredParts",
     "entry_part",
+    "stored_event",
+    "unwrap",
+    "wrap",
 ]
 
-#: Envelope versions; each is bound into what it checks.
-CHECKED_VERSION: Final = 1
+#: Envelope versions; each is bound into what it checks. Checkpoints and parts share 1.
+ENVELOPE_VERSION: Final = 1
+CHECKED_VERSION: Final = ENVELOPE_VERSION
 SEALED_VERSION: Final = 2
 #: Part names: the body, and the payload of an event (whose key is the event id).
 BODY: Final = "body"
@@ -72,6 +96,69 @@ _START: Final = len(_CHECKED) + _DIGITS + len(_MID)
 _SEALED_TAIL: Final = b'"]'
 _INTEGRITY: Final = "checkpoint_integrity_invalid"
 _SEALING: Final = "checkpoint_sealing_invalid"
+#: How every checkpoint written before the envelope begins (the JSON codec's layout 1).
+_LEGACY: Final = b'{"v":1,'
+
+
+def _framed(checksum: bytes, data: bytes) -> bytes:
+    """``data`` in the checked envelope."""
+    return b"".join((_CHECKED, checksum, _MID, data, b"]"))
+
+
+def _unframed(stored: bytes) -> tuple[bytes, bytes] | None:
+    """The checksum and bytes of a checked envelope, or None: ``stored`` is not one."""
+    if (
+        stored.startswith(_CHECKED)
+        and stored.endswith(b"]")
+        and stored[_START - 2 : _START] == _MID
+    ):
+        return stored[len(_CHECKED) : _START - 2], stored[_START:-1]
+    return None
+
+
+def _checkpoint_checksum(key: RecordKey, payload: bytes) -> bytes:
+    # Neither a namespace nor a thread id may hold NUL, so NUL separates them.
+    identity = f"{ENVELOPE_VERSION}\x00{key.namespace}\x00{key.thread}\x00{key.step}"
+    seed = xxh3_64_intdigest(identity.encode())
+    return xxh3_64_hexdigest(payload, seed=seed).encode("ascii")
+
+
+def wrap(key: RecordKey, payload: bytes) -> bytes:
+    """The stored form of a codec's ``payload`` for the checkpoint at ``key``."""
+    return _framed(_checkpoint_checksum(key, payload), payload)
+
+
+def unwrap(key: RecordKey, stored: object) -> bytes:
+    """The codec's bytes of a stored checkpoint of ``key``, once its checksum holds.
+
+    Raises :class:`~agentflow.errors.CheckpointCorrupted` naming the thread and
+    step, never any stored data, when the record is damaged, belongs to
+    another key or is in no format this version reads.
+    """
+    if not isinstance(stored, bytes):
+        if not isinstance(stored, bytearray | memoryview):
+            raise _checkpoint_corrupted(key, "is not bytes")
+        stored = bytes(stored)
+    framed = _unframed(stored)
+    if framed is not None:
+        checksum, payload = framed
+        if checksum == _checkpoint_checksum(key, payload):
+            return payload
+        raise _checkpoint_corrupted(
+            key, "fails its integrity check: damaged or edited, or it holds another record"
+        )
+    if stored.startswith(_LEGACY):
+        return stored
+    raise _checkpoint_corrupted(
+        key, "is in no format this version reads (damaged, or from a newer version)"
+    )
+
+
+def _checkpoint_corrupted(key: RecordKey, what: str) -> CheckpointCorrupted:
+    return CheckpointCorrupted(
+        f"thread {key.thread!r} step {key.step}: the stored checkpoint {what}"
+    )
+
 
 #: Told of each part opened: the run key (an event's id), the part name and
 #: the key id that opened it (None: the part was not sealed).
@@ -116,7 +203,8 @@ class RunParts:
         self._on_open = on_open
         self._sealer: Sealer | None = None
         if sealing is not None:
-            from agentflow.checkpoint.sealing import KeyRing, Sealer
+            from agentflow.checkpoint.sealing.keyring import KeyRing
+            from agentflow.checkpoint.sealing.sealer import Sealer
 
             if not isinstance(sealing, KeyRing):
                 raise InvalidArgument(f"sealing needs a KeyRing, got {type(sealing).__name__}")
@@ -139,7 +227,7 @@ class RunParts:
     def seal(self, key: str, part: str, data: bytes) -> bytes:
         """The stored form of the canonical JSON ``data`` of ``part`` of run (or event) ``key``."""
         if self._sealer is None:
-            return b"".join((_CHECKED, self._checksum(key, part, data), _MID, data, b"]"))
+            return _framed(self._checksum(key, part, data), data)
         sealed = self._sealer.seal(data, self._context(key, part))
         return b"".join((_SEALED, binascii.b2a_base64(sealed, newline=False), _SEALED_TAIL))
 
@@ -178,13 +266,10 @@ class RunParts:
 
     def _unchecked(self, key: str, part: str, stored: bytes, where: str) -> bytes:
         """A part that is not sealed: checked by its checksum, or from before the envelopes."""
-        if (
-            stored.startswith(_CHECKED)
-            and stored.endswith(b"]")
-            and stored[_START - 2 : _START] == _MID
-        ):
-            data = stored[_START:-1]
-            if stored[len(_CHECKED) : _START - 2] == self._checksum(key, part, data):
+        framed = _unframed(stored)
+        if framed is not None:
+            checksum, data = framed
+            if checksum == self._checksum(key, part, data):
                 return data
             raise DurableCorrupted(
                 _INTEGRITY,
@@ -293,3 +378,30 @@ class StoredParts:
             accept_plaintext=getattr(codec, "accept_plaintext", False) is True,
             on_open=getattr(codec, "on_open_part", None),
         )
+
+
+def stored_event(
+    parts: RunParts,
+    event_id: str,
+    digest: object,
+    stored: object,
+    *,
+    cursor: dict[str, Any],
+    where: str,
+) -> AcceptedEvent:
+    """An event read back from a store: ``stored``, opened by ``parts`` (sealed
+    payloads are bound to the namespace and event id), must be the bytes
+    ``digest`` names and a JSON object, else :class:`DurableCorrupted` naming
+    ``where``. Damage never replays."""
+    if not isinstance(stored, bytes):
+        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
+    data = parts.open_event(event_id, stored)
+    if not isinstance(digest, str) or hashlib.sha256(data).hexdigest() != digest:
+        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
+    try:
+        event = parse_json(data)
+    except DurableError as exc:
+        raise DurableCorrupted(exc.code, f"{where}: {exc.message}") from exc
+    if not isinstance(event, dict):
+        raise DurableCorrupted("event_payload_invalid", f"{where} is not an object")
+    return AcceptedEvent(event_id, digest, event, cursor)

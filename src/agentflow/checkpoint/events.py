@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 from agentflow.checkpoint.cursor import CursorSigner
+from agentflow.checkpoint.envelope import StoredParts
 from agentflow.checkpoint.validation import check_limit
 from agentflow.durable.canonical import canonical_json
 from agentflow.durable.digests import run_event_identity
@@ -28,7 +29,6 @@ from agentflow.durable.events import (
     check_append,
     run_member,
 )
-from agentflow.durable.parts import StoredParts
 from agentflow.durable.validators import CapabilityRef, require_non_empty
 from agentflow.errors import InvalidCursor
 

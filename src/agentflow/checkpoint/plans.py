@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from agentflow.checkpoint.rows import RunHead, encode_body, encode_entry, head_of, identity_of
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
 from agentflow.durable.errors import (
@@ -37,7 +38,6 @@ from agentflow.durable.errors import (
 from agentflow.durable.events import EventCursor
 from agentflow.durable.journal import ALLOWED_TRANSITIONS, OperationJournalEntry
 from agentflow.durable.record import DurableCheckpoint, evolve
-from agentflow.durable.rows import RunHead, encode_body, encode_entry, head_of, identity_of
 from agentflow.durable.validators import is_blank, validate_sha256
 
 __all__ = [
@@ -421,9 +421,7 @@ def plan_acknowledge(snapshot: DurableCheckpoint) -> Write:
         identity=identity_of(snapshot),
         terminal_acknowledged=False,
     )
-    record = evolve(
-        snapshot, terminal_acknowledged=True, revision=next_revision(snapshot.revision)
-    )
+    record = evolve(snapshot, terminal_acknowledged=True, revision=next_revision(snapshot.revision))
     return Write(record.checkpoint_key, guard, head_of(record), False, None, None, record)
 
 

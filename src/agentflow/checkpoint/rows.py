@@ -32,12 +32,13 @@ from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationSt
 from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.store import RunSummary
 
 __all__ = [
     "BODY_EXCLUDED_FIELDS",
     "RunHead",
     "RunRow",
-    "RunSummary",
+    "summary_of",
     "decode_row",
     "encode_body",
     "encode_entry",
@@ -103,35 +104,20 @@ class RunRow:
         return self.model_journal if kind is OperationKind.MODEL else self.tool_journal
 
 
-@dataclass(frozen=True, slots=True)
-class RunSummary:
-    """One line of a store listing, read from the head alone."""
-
-    key: str
-    status: CheckpointStatus
-    revision: int
-    cycle_index: int
-    resume_attempt: int
-    claimed: bool
-    lease_expires_at_ms: int | None
-    terminal: bool
-    terminal_acknowledged: bool
-    ambiguous: bool
-
-    @classmethod
-    def of(cls, key: str, head: RunHead) -> RunSummary:
-        return cls(
-            key=key,
-            status=head.status,
-            revision=head.revision,
-            cycle_index=head.cycle_index,
-            resume_attempt=head.resume_attempt,
-            claimed=head.claim_token is not None,
-            lease_expires_at_ms=head.lease_expires_at_ms,
-            terminal=head.terminal,
-            terminal_acknowledged=head.terminal_acknowledged,
-            ambiguous=head.ambiguous,
-        )
+def summary_of(key: str, head: RunHead) -> RunSummary:
+    """The listing line of the run ``key`` whose stored head is ``head``."""
+    return RunSummary(
+        key=key,
+        status=head.status,
+        revision=head.revision,
+        cycle_index=head.cycle_index,
+        resume_attempt=head.resume_attempt,
+        claimed=head.claim_token is not None,
+        lease_expires_at_ms=head.lease_expires_at_ms,
+        terminal=head.terminal,
+        terminal_acknowledged=head.terminal_acknowledged,
+        ambiguous=head.ambiguous,
+    )
 
 
 def _identity(*values: Any) -> str:

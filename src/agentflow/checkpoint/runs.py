@@ -1,7 +1,7 @@
 """The durable-record part of every store: planned writes and the run listing.
 
 Every write of a record but a claim and a renewal is a plan from
-:mod:`agentflow.durable.transitions` (pure: what the stored head must equal,
+:mod:`agentflow.checkpoint.plans` (pure: what the stored head must equal,
 and what to write) followed by one conditional write, so a backend
 implements :meth:`RunsBase._apply` (its single conditional statement, script
 or command) and inherits the writes. ``list_runs`` checks its arguments and
@@ -16,15 +16,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from agentflow.checkpoint.cursor import CursorSigner
-from agentflow.checkpoint.validation import check_limit
-from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.events import EventCursor
-from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.parts import StoredParts
-from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary
-from agentflow.durable.store import RunPage
-from agentflow.durable.transitions import (
+from agentflow.checkpoint.envelope import StoredParts
+from agentflow.checkpoint.plans import (
     Write,
     plan_acknowledge,
     plan_commit,
@@ -36,6 +29,12 @@ from agentflow.durable.transitions import (
     plan_restore,
     plan_suspend,
 )
+from agentflow.checkpoint.validation import check_limit
+from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable.events import EventCursor
+from agentflow.durable.journal import OperationJournalEntry
+from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.store import RunPage, RunSummary
 from agentflow.errors import InvalidCursor
 
 __all__ = ["RunsBase"]
@@ -47,7 +46,7 @@ class RunsBase(StoredParts, abc.ABC):
     """The record writes and ``list_runs`` of a store, over ``_apply`` and ``_list``.
 
     Each write's body and journal bytes are put in their stored form
-    (:class:`~agentflow.durable.parts.RunParts`: checked, or sealed with the
+    (:class:`~agentflow.checkpoint.envelope.RunParts`: checked, or sealed with the
     store's key ring) before ``_apply`` sees them.
     """
 
@@ -72,7 +71,7 @@ class RunsBase(StoredParts, abc.ABC):
         self, key: str, *, cycle_index: int, claim_token: str, lease_ms: int, mode: ClaimMode
     ) -> DurableCheckpoint:
         """As :meth:`~agentflow.durable.store.DurableStore.claim`: one conditional write
-        decided on the store's clock (:func:`~agentflow.durable.leases.claim_refusal`)."""
+        decided on the store's clock (:func:`~agentflow.checkpoint.claims.claim_refusal`)."""
 
     @abc.abstractmethod
     async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
@@ -82,7 +81,7 @@ class RunsBase(StoredParts, abc.ABC):
     async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:
         """Apply ``write`` as one conditional write and return ``write.record``
         with the stored lease; when the guard does not hold, read the head and
-        raise :func:`~agentflow.durable.transitions.refusal` of it. ``operation``
+        raise :func:`~agentflow.checkpoint.plans.refusal` of it. ``operation``
         is the public method's name, for error messages."""
 
     @abc.abstractmethod

@@ -19,16 +19,16 @@ from typing import Final
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint
 from agentflow.checkpoint.base import Checkpoint, ThreadStatus
+from agentflow.checkpoint.claims import check_claim_request
 from agentflow.checkpoint.events import EventsBase
+from agentflow.checkpoint.plans import Write, next_revision, plan_record_operations
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.checkpoint.timestamps import parse_instant, wall_clock_ms
 from agentflow.checkpoint.validation import check_checkpoint, check_prune_bounds, validate_thread
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
 from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.leases import check_claim_request
 from agentflow.durable.record import DurableCheckpoint, evolve
-from agentflow.durable.transitions import Write, next_revision, plan_record_operations
 from agentflow.durable.validators import validate_checkpoint_key
 from agentflow.errors import CheckpointConflict, InvalidArgument
 

@@ -9,7 +9,7 @@ a third-party backend calls :func:`register_scheme`.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -32,6 +32,7 @@ __all__ = [
     "safe_url",
     "scheme_of",
     "server_hosts",
+    "without_passwords",
 ]
 
 #: The store the command line uses when none is named.
@@ -87,6 +88,15 @@ def safe_url(url: str) -> str:
         return url
     user = userinfo.partition(":")[0]
     return urlunsplit(urlsplit(url)._replace(netloc=f"{user}:***@{hosts}"))
+
+
+def without_passwords(message: str, urls: Sequence[str]) -> str:
+    """``message`` with the password of each of ``urls`` masked (a driver may quote a URL)."""
+    for url in urls:
+        if has_password(url):
+            password = url.split("://", 1)[-1].rpartition("@")[0].partition(":")[2]
+            message = message.replace(password, "***")
+    return message
 
 
 def server_hosts(url: str) -> str:

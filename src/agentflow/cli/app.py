@@ -17,7 +17,7 @@ from typing import Literal
 
 from rich.console import Console
 
-from agentflow.checkpoint.stores import has_password, local_path
+from agentflow.checkpoint.stores import local_path, without_passwords
 from agentflow.cli import commands, records, run_commands
 from agentflow.cli.copy_command import copy
 from agentflow.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_status
@@ -31,7 +31,7 @@ from agentflow.errors import AgentflowError, CheckpointConflict, StoreNotFound, 
 from agentflow.runtime import NodeFailed, NotDue, StepClaimed
 from agentflow.ui.command import ui
 
-__all__ = ["build_parser", "main", "without_passwords"]
+__all__ = ["build_parser", "main"]
 
 Command = Callable[[Session], Awaitable[int]]
 #: What a command may create: the store, or nothing.
@@ -133,15 +133,6 @@ def _message(args: argparse.Namespace, exc: BaseException) -> str:
     message += _hint(args, exc)
     urls = (getattr(args, flag, None) for flag in ("store", "source", "destination"))
     return inert(without_passwords(message, [url for url in urls if isinstance(url, str)]))
-
-
-def without_passwords(message: str, urls: Sequence[str]) -> str:
-    """``message`` with the password of each of ``urls`` masked (a driver may quote a URL)."""
-    for url in urls:
-        if has_password(url):
-            password = url.split("://", 1)[-1].rpartition("@")[0].partition(":")[2]
-            message = message.replace(password, "***")
-    return message
 
 
 def _fail(args: argparse.Namespace, exc: BaseException, code: str, status: int) -> int:

@@ -25,11 +25,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Literal
 
+from agentflow.checkpoint.rows import identity_of
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.walk import has_record_key
 from agentflow.durable.events import AcceptedEvent
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import identity_of
 
 __all__ = [
     "EventIds",

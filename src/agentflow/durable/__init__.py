@@ -128,13 +128,12 @@ from agentflow.durable.record import (
     OPERATOR_ABORT_CODE,
     DurableCheckpoint,
 )
-from agentflow.durable.rows import RunSummary
 from agentflow.durable.stability import (
     BEHAVIOR_METADATA_SLOT,
     RECONCILIATION_PROVIDER_SLOT,
     require_stable_producer,
 )
-from agentflow.durable.store import DurableEventStore, DurableStore, RunPage
+from agentflow.durable.store import DurableEventStore, DurableStore, RunPage, RunSummary
 from agentflow.durable.v1 import CheckpointV1
 from agentflow.durable.validators import (
     MAX_CHECKPOINT_KEY_BYTES,

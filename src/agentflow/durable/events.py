@@ -11,14 +11,13 @@ accepted id is an identity conflict and is refused, never overwritten.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from agentflow.durable.canonical import parse_json, validate_i_json
+from agentflow.durable.canonical import validate_i_json
 from agentflow.durable.digests import event_payload_digest
-from agentflow.durable.errors import DurableConflict, DurableCorrupted, DurableError
+from agentflow.durable.errors import DurableConflict, DurableError
 from agentflow.durable.validators import (
     CapabilityRef,
     is_blank,
@@ -26,9 +25,6 @@ from agentflow.durable.validators import (
     validate_sha256,
 )
 from agentflow.errors import InvalidCursor
-
-if TYPE_CHECKING:
-    from agentflow.durable.parts import RunParts
 
 __all__ = [
     "EVENT_CURSOR_SCHEMA",
@@ -42,7 +38,6 @@ __all__ = [
     "resolve_append",
     "run_member",
     "sequence_of",
-    "stored_event",
 ]
 
 EVENT_CURSOR_SCHEMA = "vv-agent.event-cursor.v1"
@@ -271,30 +266,3 @@ def sequence_of(after: Mapping[str, Any] | None) -> int:
     ):
         raise InvalidCursor("an event cursor of this store is {'sequence': n}")
     return value
-
-
-def stored_event(
-    parts: RunParts,
-    event_id: str,
-    digest: object,
-    stored: object,
-    *,
-    cursor: dict[str, Any],
-    where: str,
-) -> AcceptedEvent:
-    """An event read back from a store: ``stored``, opened by ``parts`` (sealed
-    payloads are bound to the namespace and event id), must be the bytes
-    ``digest`` names and a JSON object, else :class:`DurableCorrupted` naming
-    ``where``. Damage never replays."""
-    if not isinstance(stored, bytes):
-        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
-    data = parts.open_event(event_id, stored)
-    if not isinstance(digest, str) or hashlib.sha256(data).hexdigest() != digest:
-        raise DurableCorrupted("event_payload_digest_mismatch", f"{where} fails its digest")
-    try:
-        event = parse_json(data)
-    except DurableError as exc:
-        raise DurableCorrupted(exc.code, f"{where}: {exc.message}") from exc
-    if not isinstance(event, dict):
-        raise DurableCorrupted("event_payload_invalid", f"{where} is not an object")
-    return AcceptedEvent(event_id, digest, event, cursor)

@@ -10,10 +10,10 @@ Writes are compare-and-set, as in the original's transitions: every write
 except a lease renewal bumps the revision by one; a write of a claim holder
 requires the stored claim token (and claimed cycle) and the revision of the
 caller's snapshot; an unclaimed write requires the record to be unclaimed.
-The rules live in :mod:`agentflow.durable.transitions`; a backend applies
-each planned :class:`~agentflow.durable.transitions.Write` as one
+The rules live in :mod:`agentflow.checkpoint.plans`; a backend applies
+each planned :class:`~agentflow.checkpoint.plans.Write` as one
 conditional write and, when it does not apply, raises
-:func:`~agentflow.durable.transitions.refusal` of the head it then reads:
+:func:`~agentflow.checkpoint.plans.refusal` of the head it then reads:
 
 * :class:`CheckpointNotFound` - no record under the key;
 * :class:`LeaseLost` - the caller's claim was replaced or released (fencing);
@@ -45,10 +45,25 @@ from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.events import AcceptedEvent, AppendOnceResult, EventCursor, EventPage
 from agentflow.durable.journal import OperationJournalEntry
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary
 from agentflow.durable.validators import CapabilityRef
 
-__all__ = ["AcceptedEvent", "DurableEventStore", "DurableStore", "RunPage"]
+__all__ = ["AcceptedEvent", "DurableEventStore", "DurableStore", "RunPage", "RunSummary"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One line of a store listing, read from the head alone."""
+
+    key: str
+    status: CheckpointStatus
+    revision: int
+    cycle_index: int
+    resume_attempt: int
+    claimed: bool
+    lease_expires_at_ms: int | None
+    terminal: bool
+    terminal_acknowledged: bool
+    ambiguous: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +112,7 @@ class DurableStore(Protocol):
         non-positive cycle or lease, else :class:`CheckpointNotFound`,
         :class:`TerminalImmutable`, :class:`CycleConflict`,
         :class:`ClaimActive` or :class:`RecoveryRequired`, in that order of
-        precedence (see :func:`~agentflow.durable.leases.claim_refusal`).
+        precedence (see :func:`~agentflow.checkpoint.claims.claim_refusal`).
         """
         ...
 

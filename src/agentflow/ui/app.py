@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from agentflow.checkpoint.base import ThreadStatus
-from agentflow.cli.app import without_passwords
+from agentflow.checkpoint.stores import without_passwords
 from agentflow.cli.errors import EXIT_USAGE, exit_status
 from agentflow.errors import AgentflowError
 from agentflow.runtime import StepNotFound, ThreadNotFound

@@ -39,11 +39,11 @@ from agentflow.checkpoint.file.layout import DURABLE
 from agentflow.checkpoint.file.runs import FileRuns
 from agentflow.checkpoint.file.steps import FileSteps
 from agentflow.checkpoint.file.thread import NAME_MAX, check_thread, usable
+from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import local_path
 from agentflow.checkpoint.validation import validate_thread
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.transitions import Write
 from agentflow.errors import (
     AgentflowError,
     CheckpointError,

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import orjson
 
+from agentflow.checkpoint.envelope import stored_event
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.file.directories import FileParts
 from agentflow.checkpoint.file.fs import (
@@ -56,7 +57,6 @@ from agentflow.durable.events import (
     AppendOnceResult,
     repeated_append,
     run_member,
-    stored_event,
 )
 from agentflow.errors import InvalidArgument
 

@@ -3,7 +3,7 @@
 A run directory holds ``head`` and immutable part files: ``body.<g>`` and
 one ``m.<i>.<g>`` / ``t.<i>.<g>`` per model / tool journal entry, where
 ``<g>`` is the revision of the write that wrote the file. The head (small
-JSON) holds the :class:`~agentflow.durable.rows.RunHead` fields, the key,
+JSON) holds the :class:`~agentflow.checkpoint.rows.RunHead` fields, the key,
 and for each part its generation and BLAKE2b-128 digest; it ends with the
 digest of everything before it. A write creates its new parts under new
 names and then renames a new head over the old one: that rename is the
@@ -21,11 +21,11 @@ from typing import Final
 
 import orjson
 
+from agentflow.checkpoint.plans import JournalReplace, Write
+from agentflow.checkpoint.rows import RunHead, RunRow
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.rows import RunHead, RunRow
-from agentflow.durable.transitions import JournalReplace, Write
 
 __all__ = [
     "FORMAT",

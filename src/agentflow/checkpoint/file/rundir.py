@@ -23,9 +23,9 @@ from typing import Final
 from agentflow.checkpoint.file.fs import read_file, unlink, write_new
 from agentflow.checkpoint.file.heads import StoredHead, decode_head, digest, encode_head
 from agentflow.checkpoint.file.index import Modes
+from agentflow.checkpoint.rows import RunRow
 from agentflow.durable.enums import OperationKind
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.rows import RunRow
 
 __all__ = ["HEAD", "PartMissing", "check_body", "commit", "read_head", "read_row", "sweep"]
 

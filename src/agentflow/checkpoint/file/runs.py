@@ -32,6 +32,12 @@ from dataclasses import replace
 from typing import Final, ParamSpec, TypeVar
 
 from agentflow.checkpoint.base import ThreadStatus
+from agentflow.checkpoint.claims import (
+    check_claim_request,
+    claim_refusal,
+    claimed_head,
+    renew_refusal,
+)
 from agentflow.checkpoint.file.directories import FileParts
 from agentflow.checkpoint.file.fs import opened
 from agentflow.checkpoint.file.heads import StoredHead, planned, stored_of
@@ -45,16 +51,16 @@ from agentflow.checkpoint.file.rundir import (
     read_row,
     sweep,
 )
+from agentflow.checkpoint.plans import Write, refusal
+from agentflow.checkpoint.rows import summary_of
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.checkpoint.timestamps import wall_clock_ms
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError
-from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary
-from agentflow.durable.transitions import Write, refusal
+from agentflow.durable.store import RunSummary
 from agentflow.durable.validators import validate_checkpoint_key
 
 __all__ = ["RUNS", "FileRuns"]
@@ -285,7 +291,7 @@ class FileRuns(FileParts, RunsBase):
                     stored = None if run is None else read_head(run, key)
                 head = None if stored is None else stored.head
                 if head is not None and status in (None, head.status):
-                    found.append(RunSummary.of(key, head))
+                    found.append(summary_of(key, head))
                     if len(found) > limit:
                         break
                 elif status is not None:

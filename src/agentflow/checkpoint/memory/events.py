@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agentflow.checkpoint.envelope import stored_event
 from agentflow.checkpoint.events import EventsBase
 from agentflow.durable.canonical import canonical_json, parse_json
 from agentflow.durable.events import (
@@ -16,7 +17,6 @@ from agentflow.durable.events import (
     AppendOnceResult,
     resolve_append,
     run_member,
-    stored_event,
 )
 
 __all__ = ["MemoryEvents", "StoredEvents"]

@@ -14,14 +14,20 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from agentflow.checkpoint.claims import (
+    check_claim_request,
+    claim_refusal,
+    claimed_head,
+    renew_refusal,
+)
+from agentflow.checkpoint.plans import JournalReplace, Write, refusal
+from agentflow.checkpoint.rows import RunHead, RunRow, summary_of
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError
-from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunRow, RunSummary
-from agentflow.durable.transitions import JournalReplace, Write, refusal
+from agentflow.durable.store import RunSummary
 from agentflow.durable.validators import validate_checkpoint_key
 
 __all__ = ["MemoryRuns", "SortedKeys", "StoredRuns"]
@@ -185,5 +191,5 @@ class MemoryRuns(RunsBase, abc.ABC):
     ) -> tuple[list[RunSummary], str | None]:
         index = self._runs.keys if status is None else self._runs.by_status.get(status)
         keys = [] if index is None else index.after(after, limit + 1)
-        runs = [RunSummary.of(key, self._runs.rows[key].head) for key in keys[:limit]]
+        runs = [summary_of(key, self._runs.rows[key].head) for key in keys[:limit]]
         return runs, keys[limit - 1] if len(keys) > limit else None

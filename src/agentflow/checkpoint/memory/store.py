@@ -14,12 +14,12 @@ from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.memory.events import MemoryEvents, StoredEvents
 from agentflow.checkpoint.memory.runs import MemoryRuns, StoredRuns
+from agentflow.checkpoint.plans import Write
+from agentflow.checkpoint.rows import RunHead
 from agentflow.checkpoint.store_base import StoreBase, run_thread_status
 from agentflow.checkpoint.timestamps import wall_clock_ms
 from agentflow.durable.enums import ClaimMode
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead
-from agentflow.durable.transitions import Write
 from agentflow.errors import StoreNotFound
 
 if TYPE_CHECKING:

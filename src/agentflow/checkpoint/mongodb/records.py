@@ -4,7 +4,7 @@ and update.
 A thread's record lives in the thread document ``_id: {n, t}`` (beside its
 summary, :mod:`~agentflow.checkpoint.mongodb.documents`):
 
-- the :class:`~agentflow.durable.rows.RunHead` fields by name (the status as
+- the :class:`~agentflow.checkpoint.rows.RunHead` fields by name (the status as
   its wire name, None as null, the lease in epoch milliseconds);
 - ``body``, the body bytes, and ``journal: {model: [...], tool: [...]}``, one
   bytes value per entry, so a journal transition is ``$set`` of
@@ -13,7 +13,7 @@ summary, :mod:`~agentflow.checkpoint.mongodb.documents`):
   set by the same update that writes the status.
 
 Two partial indexes (a status that is text: thread documents holding a
-record) hold every field of a :class:`~agentflow.durable.rows.RunSummary`,
+record) hold every field of a :class:`~agentflow.checkpoint.rows.RunSummary`,
 ``(_id.n, _id.t, status, ...)`` for a namespace in key order and
 ``(_id.n, status, _id.t, ...)`` for one status: a listing page is a covered
 query that reads index entries only, never a document and so never a body.
@@ -35,12 +35,13 @@ from pymongo import IndexModel, UpdateOne
 from pymongo.errors import BulkWriteError
 
 from agentflow.checkpoint.mongodb.documents import Document, plain, summary_key
+from agentflow.checkpoint.plans import Guard, JournalReplace, Write
+from agentflow.checkpoint.rows import RunHead, RunRow
 from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
-from agentflow.durable.rows import RunHead, RunRow, RunSummary
-from agentflow.durable.transitions import Guard, JournalReplace, Write
+from agentflow.durable.store import RunSummary
 
 LISTING_INDEX: Final = "agentflow_runs"
 STATUS_INDEX: Final = "agentflow_run_status"
@@ -315,8 +316,8 @@ def refused_first(exc: BulkWriteError) -> bool:
 def claim_filter(
     namespace: str, key: str, cycle_index: int, lease_ms: int, mode: ClaimMode
 ) -> Document:
-    """Every rule of :func:`~agentflow.durable.leases.claim_refusal` (and the
-    overflow checks of :func:`~agentflow.durable.leases.claimed_head`), on ``$$NOW``."""
+    """Every rule of :func:`~agentflow.checkpoint.claims.claim_refusal` (and the
+    overflow checks of :func:`~agentflow.checkpoint.claims.claimed_head`), on ``$$NOW``."""
     found: Document = {
         "_id": summary_key(namespace, key),
         "terminal": False,
@@ -344,7 +345,7 @@ def claim_filter(
 def claim_update(
     claim_token: str, cycle_index: int, lease_ms: int, mode: ClaimMode
 ) -> list[Document]:
-    """The head after a claim (:func:`~agentflow.durable.leases.claimed_head`), as a
+    """The head after a claim (:func:`~agentflow.checkpoint.claims.claimed_head`), as a
     pipeline; a claimed record is running, so it imposes no thread status."""
     values: Document = {
         "revision": {"$add": ["$revision", 1]},

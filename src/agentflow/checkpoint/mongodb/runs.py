@@ -23,6 +23,12 @@ from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
+from agentflow.checkpoint.claims import (
+    check_claim_request,
+    claim_refusal,
+    claimed_head,
+    renew_refusal,
+)
 from agentflow.checkpoint.mongodb.documents import Document, plain, summary_key
 from agentflow.checkpoint.mongodb.records import (
     HEAD_READ,
@@ -51,6 +57,8 @@ from agentflow.checkpoint.mongodb.records import (
     summary_from,
     write_update,
 )
+from agentflow.checkpoint.plans import Write, refusal
+from agentflow.checkpoint.rows import RunHead
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -60,10 +68,8 @@ from agentflow.durable.errors import (
     DurableCorrupted,
     DurableError,
 )
-from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunSummary
-from agentflow.durable.transitions import Write, refusal
+from agentflow.durable.store import RunSummary
 from agentflow.durable.validators import validate_checkpoint_key
 
 __all__ = ["MongoRuns"]

@@ -50,10 +50,10 @@ from agentflow.checkpoint.mongodb.events import MongoEvents
 from agentflow.checkpoint.mongodb.records import LEASE, first_statement, refused_first
 from agentflow.checkpoint.mongodb.runs import MongoRuns
 from agentflow.checkpoint.mongodb.summaries import Summaries
+from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.transitions import Write
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument
 
 if TYPE_CHECKING:

@@ -29,6 +29,7 @@ from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.postgres.connections import KeptConnections
 from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
 from agentflow.checkpoint.postgres.events import PostgresEvents
@@ -39,7 +40,6 @@ from agentflow.checkpoint.postgres.schema import prepare
 from agentflow.checkpoint.store_base import RUN_STATUSES, StoreBase
 from agentflow.durable.errors import ClaimActive, DurableConflict
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.transitions import Write
 from agentflow.errors import AgentflowError, CheckpointCorrupted
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from agentflow.checkpoint.envelope import stored_event
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.postgres.runs_sql import PostgresPart
 from agentflow.durable.canonical import canonical_json
@@ -27,7 +28,6 @@ from agentflow.durable.events import (
     AppendOnceResult,
     repeated_append,
     run_member,
-    stored_event,
 )
 
 __all__ = ["PostgresEvents", "run_lock"]

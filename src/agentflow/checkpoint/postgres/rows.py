@@ -4,7 +4,7 @@ Reads check every column before trusting it, and a journal's rows must be
 exactly the places ``0..n-1`` of each kind: a damaged or missing row raises
 :class:`~agentflow.durable.errors.DurableCorrupted`, never reads as missing
 or as other data. Writes turn a planned
-:class:`~agentflow.durable.transitions.Write` into its statement's shape and
+:class:`~agentflow.checkpoint.plans.Write` into its statement's shape and
 parameters.
 """
 
@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from agentflow.checkpoint.backend import EncodedCheckpoint
+from agentflow.checkpoint.envelope import RunParts
+from agentflow.checkpoint.plans import JournalReplace, Write
 from agentflow.checkpoint.postgres.runs_sql import HEAD_COLUMNS, WriteShape
+from agentflow.checkpoint.rows import RunHead, RunRow
 from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.parts import RunParts
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunRow
-from agentflow.durable.transitions import JournalReplace, Write
 
 __all__ = ["HEAD_WIDTH", "decode_run", "head_from", "row_params", "step_params", "write_params"]
 

@@ -14,6 +14,13 @@ import abc
 from dataclasses import replace
 from typing import Any
 
+from agentflow.checkpoint.claims import (
+    check_claim_request,
+    claim_refusal,
+    claimed_head,
+    renew_refusal,
+)
+from agentflow.checkpoint.plans import Write, refusal
 from agentflow.checkpoint.postgres.rows import (
     HEAD_WIDTH,
     decode_run,
@@ -22,6 +29,7 @@ from agentflow.checkpoint.postgres.rows import (
     write_params,
 )
 from agentflow.checkpoint.postgres.runs_sql import PostgresPart
+from agentflow.checkpoint.rows import RunHead, summary_of
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -31,10 +39,8 @@ from agentflow.durable.errors import (
     DurableCorrupted,
     DurableError,
 )
-from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunSummary
-from agentflow.durable.transitions import Write, refusal
+from agentflow.durable.store import RunSummary
 from agentflow.durable.validators import validate_checkpoint_key
 
 __all__ = ["PostgresRuns"]
@@ -150,5 +156,5 @@ class PostgresRuns(PostgresPart, RunsBase, abc.ABC):
         if status is not None:
             name, params["status"] = "list_status_after", status.value
         rows = await self._fetch("list_runs", "fetch", name, params)
-        runs = [RunSummary.of(row[0], head_from(row[0], row[1:])) for row in rows[:limit]]
+        runs = [summary_of(row[0], head_from(row[0], row[1:])) for row in rows[:limit]]
         return runs, runs[-1].key if len(rows) > limit else None

@@ -1,6 +1,6 @@
 """The statements of a PostgreSQL store's records and events.
 
-A run is a **head** row (the :class:`~agentflow.durable.rows.RunHead` columns),
+A run is a **head** row (the :class:`~agentflow.checkpoint.rows.RunHead` columns),
 a **body** row in a table of its own, and one **journal** row per operation
 (``kind``, ``idx``: its place in that kind's journal). PostgreSQL writes a new
 version of every row an ``UPDATE`` touches, so with the body and the journal
@@ -27,13 +27,13 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from agentflow.checkpoint.postgres.sql import checkpoint_statements, summary_upsert, table_names
+from agentflow.checkpoint.rows import RunHead
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus
-from agentflow.durable.rows import RunHead
 
 __all__ = ["HEAD_COLUMNS", "RUN_STATEMENTS", "PostgresPart", "Statement", "Statements"]
 
-#: The head columns: the fields of :class:`~agentflow.durable.rows.RunHead`, in order.
+#: The head columns: the fields of :class:`~agentflow.checkpoint.rows.RunHead`, in order.
 HEAD_COLUMNS: Final = tuple(field.name for field in fields(RunHead))
 _PLACEHOLDER: Final = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
 
@@ -251,7 +251,7 @@ def write_text(shape: WriteShape) -> str:
 
     The head ``UPDATE`` sets every head column (but the lease when
     ``keep_lease``) and carries the guard terms the write's
-    :class:`~agentflow.durable.transitions.Guard` sets; a write with a body
+    :class:`~agentflow.checkpoint.plans.Guard` sets; a write with a body
     also requires the body row (a guard holding over a missing body is
     damage, reported by the caller). ``journal`` ``"puts"`` upserts the rows
     ``:kinds``/``:idxs``/``:entries``; ``"replace"`` makes both journals those

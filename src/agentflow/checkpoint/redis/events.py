@@ -18,6 +18,7 @@ from typing import Any, Final, TypeVar, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
+from agentflow.checkpoint.envelope import RunParts, stored_event
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.redis.keys import Keys
 from agentflow.checkpoint.redis.rows import encode_text, write_id
@@ -29,9 +30,7 @@ from agentflow.durable.events import (
     AppendOnceResult,
     repeated_append,
     run_member,
-    stored_event,
 )
-from agentflow.durable.parts import RunParts
 
 __all__ = ["LUA_APPEND", "LUA_REPLAY", "LUA_REWRITE", "RedisEvents"]
 

@@ -1,13 +1,13 @@
 """Between a record's Redis hash and the shared row layout.
 
-A run's hash holds the :class:`~agentflow.durable.rows.RunHead` fields by
+A run's hash holds the :class:`~agentflow.checkpoint.rows.RunHead` fields by
 name (integers in decimal, flags ``0`` / ``1``, None as the empty string),
 the last write id, the body, and each journal as its length (``jm``, ``jt``)
 and one field per entry (``jm.<i>``, ``jt.<i>``). Reads check every field
 before trusting it and refuse a hash with fields missing or extra, so a
 damaged run raises :class:`~agentflow.durable.errors.DurableCorrupted`,
 never reads as missing or as other data. Writes turn a planned
-:class:`~agentflow.durable.transitions.Write` into the arguments of the write
+:class:`~agentflow.checkpoint.plans.Write` into the arguments of the write
 script.
 """
 
@@ -18,12 +18,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from agentflow.checkpoint.plans import Guard, JournalReplace, Write
 from agentflow.checkpoint.redis.run_scripts import FIELDS, HEAD_FIELDS
+from agentflow.checkpoint.rows import RunHead, RunRow
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
-from agentflow.durable.rows import RunHead, RunRow
-from agentflow.durable.transitions import Guard, JournalReplace, Write
 
 __all__ = [
     "create_args",

@@ -18,7 +18,7 @@ from typing import Final
 
 from agentflow.checkpoint.redis.keys import RUN_LETTERS
 from agentflow.checkpoint.redis.scripts import LUA_COMMON, LUA_THREADS, bind
-from agentflow.durable.rows import RunHead
+from agentflow.checkpoint.rows import RunHead
 
 __all__ = [
     "FIELDS",

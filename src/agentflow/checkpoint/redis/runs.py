@@ -18,6 +18,13 @@ from typing import Any, TypeVar, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
+from agentflow.checkpoint.claims import (
+    check_claim_request,
+    claim_refusal,
+    claimed_head,
+    renew_refusal,
+)
+from agentflow.checkpoint.plans import Write, refusal
 from agentflow.checkpoint.redis.keys import Keys, run_range
 from agentflow.checkpoint.redis.rows import (
     create_args,
@@ -28,6 +35,7 @@ from agentflow.checkpoint.redis.rows import (
     write_args,
     write_id,
 )
+from agentflow.checkpoint.rows import summary_of
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
@@ -36,10 +44,8 @@ from agentflow.durable.errors import (
     DurableConflict,
     DurableCorrupted,
 )
-from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunSummary
-from agentflow.durable.transitions import Write, refusal
+from agentflow.durable.store import RunSummary
 from agentflow.durable.validators import validate_checkpoint_key
 
 __all__ = ["RedisRuns"]
@@ -172,7 +178,7 @@ class RedisRuns(RunsBase, abc.ABC):
         members, heads = await self._redis("list_runs", read)
         keys = [_key_of(member[skip:]) for member in members]
         runs = [
-            RunSummary.of(key, head_from(key, values))
+            summary_of(key, head_from(key, values))
             for key, values in zip(keys, heads, strict=False)
             if values != 0  # left the index between the two reads
         ]

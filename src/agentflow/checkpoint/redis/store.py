@@ -26,6 +26,7 @@ from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
+from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.redis import events, run_scripts, scripts
 from agentflow.checkpoint.redis.errors import driver_error
 from agentflow.checkpoint.redis.events import RedisEvents
@@ -47,7 +48,6 @@ from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import safe_url
 from agentflow.durable.errors import ClaimActive, DurableCorrupted
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.transitions import Write
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument, InvalidStoreUrl
 
 if TYPE_CHECKING:

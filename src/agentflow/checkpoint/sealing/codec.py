@@ -19,7 +19,7 @@ from agentflow.checkpoint.sealing.sealer import (
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
 
 if TYPE_CHECKING:
-    from agentflow.durable.parts import PartOpened
+    from agentflow.checkpoint.envelope import PartOpened
 
 __all__ = ["OpenedHook", "SealedCodec", "checkpoint_context"]
 
@@ -63,7 +63,7 @@ class SealedCodec:
     is set: only while a plaintext store is migrated (docs/sealing.md).
     ``on_open`` hears of every record opened, with the key id that opened it.
     A store given this codec keeps its durable records and events in the
-    same mode (:class:`~agentflow.durable.parts.StoredParts`): plaintext
+    same mode (:class:`~agentflow.checkpoint.envelope.StoredParts`): plaintext
     parts open with ``accept_plaintext``, and ``on_open_part`` hears of every
     part opened.
     """

@@ -31,15 +31,15 @@ from typing import Final, Literal
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.codec import CheckpointCodec, RecordKey
+from agentflow.checkpoint.envelope import EVENT, PartOpened
+from agentflow.checkpoint.plans import next_revision
 from agentflow.checkpoint.sealing.codec import OpenedHook, SealedCodec
 from agentflow.checkpoint.sealing.keyring import KeyRing
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.timestamps import wall_clock_ms
 from agentflow.checkpoint.walk import has_record_key
 from agentflow.durable.errors import DurableConflict
-from agentflow.durable.parts import EVENT, PartOpened
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.transitions import next_revision
 from agentflow.errors import CheckpointConflict, CheckpointCorrupted
 
 __all__ = ["MAX_LISTED", "LeftRecord", "PartCounts", "RekeyReport", "Walk"]

@@ -15,6 +15,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
+from agentflow.checkpoint.envelope import stored_event
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.sqlite.connection import SqliteConnection
 from agentflow.checkpoint.sqlite.sql import (
@@ -32,7 +33,6 @@ from agentflow.durable.events import (
     AppendOnceResult,
     repeated_append,
     run_member,
-    stored_event,
 )
 
 __all__ = ["SqliteEvents"]

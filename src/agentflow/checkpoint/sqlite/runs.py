@@ -23,6 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
+from agentflow.checkpoint.claims import (
+    check_claim_request,
+    claim_refusal,
+    claimed_head,
+    renew_refusal,
+)
+from agentflow.checkpoint.plans import JournalPut, JournalReplace, Write, refusal
+from agentflow.checkpoint.rows import RunHead, RunRow, summary_of
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.checkpoint.sqlite.connection import SqliteConnection
 from agentflow.checkpoint.sqlite.sql import (
@@ -55,10 +63,8 @@ from agentflow.durable.errors import (
     DurableCorrupted,
     DurableError,
 )
-from agentflow.durable.leases import check_claim_request, claim_refusal, claimed_head, renew_refusal
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.rows import RunHead, RunRow, RunSummary
-from agentflow.durable.transitions import JournalPut, JournalReplace, Write, refusal
+from agentflow.durable.store import RunSummary
 from agentflow.durable.validators import validate_checkpoint_key
 
 __all__ = ["SqliteRuns", "apply_write", "delete_run", "refused"]
@@ -366,5 +372,5 @@ class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
         rows: list[Any] = await self._read(
             "list_runs", lambda conn: conn.execute(statement, params).fetchall()
         )
-        runs = [RunSummary.of(row[0], head_from(row[0], row[1:])) for row in rows[:limit]]
+        runs = [summary_of(row[0], head_from(row[0], row[1:])) for row in rows[:limit]]
         return runs, runs[-1].key if len(rows) > limit else None

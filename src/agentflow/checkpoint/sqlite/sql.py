@@ -27,12 +27,12 @@ from dataclasses import fields
 from functools import lru_cache
 from typing import Final
 
+from agentflow.checkpoint.rows import RunHead
 from agentflow.checkpoint.store_base import RUN_STATUSES
 from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus
-from agentflow.durable.rows import RunHead
 
-#: The head columns: the fields of :class:`~agentflow.durable.rows.RunHead`, in order.
+#: The head columns: the fields of :class:`~agentflow.checkpoint.rows.RunHead`, in order.
 HEAD_COLUMNS: Final = tuple(field.name for field in fields(RunHead))
 _HEAD: Final = ", ".join(HEAD_COLUMNS)
 HEAD_PART: Final = 0
@@ -125,8 +125,8 @@ TRIM_JOURNAL: Final = f"DELETE FROM agentflow_journal WHERE {_RUN} AND kind = :k
 
 _RUNNING: Final = f"'{CheckpointStatus.RUNNING.value}'"
 _CLAIMABLE: Final = f"{_RUNNING}, '{CheckpointStatus.RECONCILIATION_REQUIRED.value}'"
-#: The rules of :func:`~agentflow.durable.leases.claim_refusal` and the overflow
-#: checks of :func:`~agentflow.durable.leases.claimed_head`, as one guard.
+#: The rules of :func:`~agentflow.checkpoint.claims.claim_refusal` and the overflow
+#: checks of :func:`~agentflow.checkpoint.claims.claimed_head`, as one guard.
 CLAIM: Final = f"""UPDATE agentflow_runs SET revision = revision + 1, status = {_RUNNING},
     resume_attempt = resume_attempt + :recovery, claim_token = :claim_token,
     claimed_cycle = :cycle_index, lease_expires_at_ms = :now + :lease_ms
@@ -162,7 +162,7 @@ def write_statement(
     A write with a body changes both rows (each column takes its new value on
     its own row, NULL on the other); any other write changes the head row
     alone. The optional guard terms are those a
-    :class:`~agentflow.durable.transitions.Guard` sets. ``RETURNING`` gives
+    :class:`~agentflow.checkpoint.plans.Guard` sets. ``RETURNING`` gives
     each changed row's part and the head's lease. The journal rows are written
     after it, in the same transaction, once it applied.
     """

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final
 from agentflow.checkpoint.backend import EncodedCheckpoint
 from agentflow.checkpoint.base import Redactor
 from agentflow.checkpoint.codec import CheckpointCodec
+from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.sqlite.checkpoints import SqliteCheckpoints, checked_size, put_rows
 from agentflow.checkpoint.sqlite.events import SqliteEvents
 from agentflow.checkpoint.sqlite.runs import SqliteRuns, apply_write, delete_run, refused
@@ -42,7 +43,6 @@ from agentflow.checkpoint.store_base import StoreBase
 from agentflow.durable.enums import ClaimMode
 from agentflow.durable.errors import ClaimActive
 from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.transitions import Write
 from agentflow.errors import InvalidArgument
 
 if TYPE_CHECKING:

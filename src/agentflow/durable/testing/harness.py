@@ -50,7 +50,7 @@ class DurableHarness:
     sealing)`` open stores with a key ring (None: plain), on the same backend.
     ``read_part`` and ``write_part`` reach one stored part directly in the
     database, keys or files: ``part`` is ``"body"``, a journal entry
-    (``"tool.0"``, ``"model.1"``: :func:`~agentflow.durable.parts.entry_part`)
+    (``"tool.0"``, ``"model.1"``: :func:`~agentflow.checkpoint.envelope.entry_part`)
     or ``"event"`` (then ``key`` is the event id). They give the bytes the
     backend keeps for that part, its framing included where it keeps the part
     inside a larger value (SQLite keeps a journal in one JSON array column: the
