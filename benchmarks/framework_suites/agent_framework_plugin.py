@@ -67,7 +67,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     recorder = config.pluginmanager.get_plugin("agentflow-outcomes")
     if isinstance(recorder, OutcomeRecorder):
-        recorder.keys.update((item.nodeid, item.nodeid) for item in items)
+        recorder.nodeids.update(item.nodeid for item in items)
 
 
 def application_types(package: str) -> list[str]:

@@ -79,13 +79,13 @@ class Run:
 
     @property
     def counted(self) -> dict[str, str]:
-        """Outcome per comparable test id, of the tests this run is about."""
-        by_key = self.outcomes.by_key()
+        """Outcome per test id, of the tests this run is about (for Agent
+        Framework's suite: those that created a storage)."""
+        outcomes = self.outcomes.by_nodeid
         only = self.outcomes.extra.get("storage_tests")
         if only is None:
-            return by_key
-        keys = {self.outcomes.keys.get(nodeid, nodeid) for nodeid in only}
-        return {key: out for key, out in by_key.items() if key in keys}
+            return outcomes
+        return {nodeid: out for nodeid, out in outcomes.items() if nodeid in set(only)}
 
 
 def run_suite(
