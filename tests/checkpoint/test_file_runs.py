@@ -26,7 +26,7 @@ from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import ClaimActive, LeaseLost, RecoveryRequired, RevisionConflict
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
-from agentflow.durable.validators import CapabilityRef
+from agentflow.durable.wire.validators import CapabilityRef
 from agentflow.errors import (
     CheckpointCorrupted,
     IncompatibleSchema,

@@ -17,7 +17,7 @@ from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import ClaimActive
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import claimed
 from agentflow.errors import InvalidThreadId, StoreUnavailable

@@ -11,7 +11,7 @@ from pymongo import AsyncMongoClient
 
 from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.durable import event_payload_digest
-from agentflow.durable.events import AppendOnceResult, EventPage
+from agentflow.durable.run.events import AppendOnceResult, EventPage
 from agentflow.errors import InvalidCursor
 from tests.backends.mongodb import Commands, Doc, Explained, MongoStore, explain
 from tests.backends.mongodb import scratch as scratch_body

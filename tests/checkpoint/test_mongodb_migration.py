@@ -26,8 +26,8 @@ from agentflow.checkpoint.mongodb import MongoCheckpointer, migration
 from agentflow.checkpoint.sealing import KeyRing
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.durable import OperationState, ReconciliationDecision
-from agentflow.durable.canonical import canonical_json
 from agentflow.durable.enums import CheckpointStatus
+from agentflow.durable.wire.canonical import canonical_json
 from agentflow.errors import CheckpointCorrupted, IncompatibleSchema
 from tests.backends.mongodb import Doc, MongoStore
 from tests.backends.mongodb import scratch as scratch_body

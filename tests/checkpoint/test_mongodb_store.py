@@ -17,7 +17,7 @@ from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import ClaimActive, DurableCorrupted, LeaseLost, RevisionConflict
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
 from agentflow.errors import CheckpointConflict

@@ -26,7 +26,7 @@ from agentflow.durable.errors import (
 )
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
-from agentflow.durable.validators import CapabilityRef
+from agentflow.durable.wire.validators import CapabilityRef
 from tests.backends.postgres import (
     DSN,
     Connection,

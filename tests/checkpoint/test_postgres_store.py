@@ -17,7 +17,7 @@ from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.durable import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import ClaimActive, LeaseLost, RevisionConflict
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, claimed, lapse, take
 from agentflow.errors import CheckpointConflict, InvalidArgument, StoreClosed, StoreUnavailable

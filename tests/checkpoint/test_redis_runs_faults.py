@@ -27,7 +27,7 @@ from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_diges
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, take
-from agentflow.durable.validators import CapabilityRef
+from agentflow.durable.wire.validators import CapabilityRef
 from agentflow.errors import StoreUnavailable
 from tests.backends.redis import (
     REDIS_URL,

@@ -21,7 +21,7 @@ from agentflow.cli.demo import build_demo_graph
 from agentflow.durable import ReconciliationDecision
 from agentflow.durable.enums import ClaimMode
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse
 from agentflow.durable.testing.harness import make_record
 from tests.cli.whole_threads import fill

@@ -8,10 +8,10 @@ from typing import Any
 from agentflow.checkpoint.store import Store
 from agentflow.cli.copy import source_threads
 from agentflow.cli.demo import build_demo_graph, demo_input
-from agentflow.durable.digests import event_payload_digest
 from agentflow.durable.enums import ClaimMode
 from agentflow.durable.testing.claims import LIVE_MS
 from agentflow.durable.testing.harness import make_record
+from agentflow.durable.wire.digests import event_payload_digest
 from tests.runtime.graphs import lost_reply_graph
 
 __all__ = ["Whole", "fill", "whole"]

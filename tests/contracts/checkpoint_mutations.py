@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.durable import resolve_json_pointer
-from agentflow.durable.pointers import pointer_tokens
+from agentflow.durable.wire.pointers import pointer_tokens
 
 __all__ = ["mutate", "set_at"]
 

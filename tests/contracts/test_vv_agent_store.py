@@ -34,7 +34,7 @@ from agentflow.durable import (
     admission,
     model_operation_id,
 )
-from agentflow.durable.record import evolve
+from agentflow.durable.run.record import evolve
 from agentflow.durable.testing.harness import make_tool_entry
 from tests.contracts.vv_agent_contract import load_contract
 

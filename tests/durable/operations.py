@@ -19,7 +19,7 @@ from agentflow.durable.errors import RevisionConflict
 from agentflow.durable.store import DurableEventStore, DurableStore
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LIVE_MS, take
-from agentflow.durable.validators import CapabilityRef
+from agentflow.durable.wire.validators import CapabilityRef
 
 T = TypeVar("T")
 

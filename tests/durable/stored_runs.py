@@ -7,9 +7,9 @@ import os
 
 from agentflow.checkpoint.sealing import KeyRing
 from agentflow.durable import ClaimMode, DurableCheckpoint, DurableEventStore, DurableStore
-from agentflow.durable.digests import event_payload_digest
-from agentflow.durable.events import AcceptedEvent
+from agentflow.durable.run.events import AcceptedEvent
 from agentflow.durable.testing.harness import make_record, make_tool_entry
+from agentflow.durable.wire.digests import event_payload_digest
 
 SECRET = "s3cr3t-ledger-note"
 TOKEN = "owner#1"

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentflow.durable import DurableError, canonical_json, es6_number, parse_json
-from agentflow.durable.canonical_walk import canonical_by_walk
+from agentflow.durable.wire.canonical_walk import canonical_by_walk
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

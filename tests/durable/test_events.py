@@ -9,7 +9,7 @@ from agentflow.durable import (
     EventOutboxEntry,
     event_payload_digest,
 )
-from agentflow.durable.events import check_append, resolve_append
+from agentflow.durable.run.events import check_append, resolve_append
 
 EVENT = {"type": "run_completed", "run_id": "r1"}
 DIGEST = event_payload_digest(EVENT)

@@ -12,7 +12,7 @@ from agentflow.checkpoint.plans import JournalPut, plan_record_operation
 from agentflow.checkpoint.rows import RunRow, encode_row
 from agentflow.checkpoint.sealing import KeyRing
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.testing.harness import make_record, make_tool_entry
 from agentflow.errors import InvalidArgument
 

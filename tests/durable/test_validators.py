@@ -13,7 +13,7 @@ from agentflow.durable import (
     validate_pointer,
     validate_sha256,
 )
-from agentflow.durable.validators import is_blank
+from agentflow.durable.wire.validators import is_blank
 
 
 def test_blank_follows_rust_white_space() -> None:

@@ -16,7 +16,6 @@ from dataclasses import replace
 
 from agentflow.checkpoint.plans import next_revision
 from agentflow.checkpoint.rows import RunHead
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
     CheckpointNotFound,
@@ -27,7 +26,8 @@ from agentflow.durable.errors import (
     RecoveryRequired,
     TerminalImmutable,
 )
-from agentflow.durable.validators import is_blank
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.wire.validators import is_blank
 
 __all__ = ["check_claim_request", "claim_refusal", "claimed_head", "renew_refusal"]
 

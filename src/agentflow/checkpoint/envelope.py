@@ -55,11 +55,11 @@ from xxhash import xxh3_64_hexdigest, xxh3_64_intdigest
 from agentflow.checkpoint.codec import RecordKey
 from agentflow.checkpoint.plans import JournalPut, JournalReplace, Write
 from agentflow.checkpoint.rows import RunRow, decode_row, encode_row
-from agentflow.durable.canonical import parse_json
 from agentflow.durable.enums import OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
-from agentflow.durable.events import AcceptedEvent
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.events import AcceptedEvent
+from agentflow.durable.run.record import DurableCheckpoint
+from agentflow.durable.wire.canonical import parse_json
 from agentflow.errors import CheckpointCorrupted, InvalidArgument
 
 if TYPE_CHECKING:

@@ -19,17 +19,17 @@ from typing import Any, ClassVar, Final
 from agentflow.checkpoint.cursor import CursorSigner
 from agentflow.checkpoint.envelope import StoredParts
 from agentflow.checkpoint.validation import check_limit
-from agentflow.durable.canonical import canonical_json
-from agentflow.durable.digests import run_event_identity
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.events import (
+from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
     EventPage,
     check_append,
     run_member,
 )
-from agentflow.durable.validators import CapabilityRef, require_non_empty
+from agentflow.durable.wire.canonical import canonical_json
+from agentflow.durable.wire.digests import run_event_identity
+from agentflow.durable.wire.validators import CapabilityRef, require_non_empty
 from agentflow.errors import InvalidCursor
 
 __all__ = ["EventsBase"]
@@ -60,7 +60,7 @@ class EventsBase(StoredParts, abc.ABC):
     ) -> AppendOnceResult:
         """Accept ``event`` (whose checked digest is ``computed_digest``) unless
         ``event_id`` was accepted before, deciding with
-        :func:`~agentflow.durable.events.resolve_append` against the stored
+        :func:`~agentflow.durable.run.events.resolve_append` against the stored
         digest; the cursor is the raw ``{"sequence": n}`` of the acceptance."""
 
     @abc.abstractmethod

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from agentflow.checkpoint.rows import RunHead, encode_body, encode_entry, head_of, identity_of
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
 from agentflow.durable.errors import (
     CheckpointNotFound,
@@ -35,10 +34,11 @@ from agentflow.durable.errors import (
     RevisionConflict,
     TerminalImmutable,
 )
-from agentflow.durable.events import EventCursor
-from agentflow.durable.journal import ALLOWED_TRANSITIONS, OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint, evolve
-from agentflow.durable.validators import is_blank, validate_sha256
+from agentflow.durable.run.events import EventCursor
+from agentflow.durable.run.journal import ALLOWED_TRANSITIONS, OperationJournalEntry
+from agentflow.durable.run.record import DurableCheckpoint, evolve
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.wire.validators import is_blank, validate_sha256
 
 __all__ = [
     "Guard",

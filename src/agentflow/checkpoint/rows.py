@@ -27,12 +27,12 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Any
 
-from agentflow.durable.canonical import canonical_json, parse_json
 from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
 from agentflow.durable.errors import DurableCorrupted, DurableError
-from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.journal import OperationJournalEntry
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import RunSummary
+from agentflow.durable.wire.canonical import canonical_json, parse_json
 
 __all__ = [
     "BODY_EXCLUDED_FIELDS",

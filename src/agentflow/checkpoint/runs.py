@@ -31,9 +31,9 @@ from agentflow.checkpoint.plans import (
 )
 from agentflow.checkpoint.validation import check_limit
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.events import EventCursor
-from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.events import EventCursor
+from agentflow.durable.run.journal import OperationJournalEntry
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import RunPage, RunSummary
 from agentflow.errors import InvalidCursor
 

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
-from agentflow.durable.events import AcceptedEvent
-from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.events import AcceptedEvent
+from agentflow.durable.run.journal import OperationJournalEntry
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
 
 __all__ = ["Store"]

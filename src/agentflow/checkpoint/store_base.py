@@ -27,9 +27,9 @@ from agentflow.checkpoint.timestamps import parse_instant, wall_clock_ms
 from agentflow.checkpoint.validation import check_checkpoint, check_prune_bounds, validate_thread
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
-from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint, evolve
-from agentflow.durable.validators import validate_checkpoint_key
+from agentflow.durable.run.journal import OperationJournalEntry
+from agentflow.durable.run.record import DurableCheckpoint, evolve
+from agentflow.durable.wire.validators import validate_checkpoint_key
 from agentflow.errors import CheckpointConflict, InvalidArgument
 
 __all__ = ["RUN_STATUSES", "StoreBase", "run_thread_status"]

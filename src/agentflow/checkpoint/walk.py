@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from agentflow.checkpoint.store import Store
 from agentflow.durable.errors import DurableError
-from agentflow.durable.validators import validate_checkpoint_key
+from agentflow.durable.wire.validators import validate_checkpoint_key
 
 __all__ = ["Position", "StoreIds", "has_record_key"]
 

@@ -28,8 +28,8 @@ from typing import Literal
 from agentflow.checkpoint.rows import identity_of
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.walk import has_record_key
-from agentflow.durable.events import AcceptedEvent
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.events import AcceptedEvent
+from agentflow.durable.run.record import DurableCheckpoint
 
 __all__ = [
     "EventIds",

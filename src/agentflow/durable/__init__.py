@@ -7,41 +7,6 @@ error codes. See docs/durable.md for the model and its guarantees.
 
 from typing import Any
 
-from agentflow.durable.admission import Admission, admission
-from agentflow.durable.canonical import (
-    MAX_WIRE_INTEGER,
-    canonical_json,
-    es6_number,
-    parse_json,
-    utf16_sort_key,
-    validate_i_json,
-)
-from agentflow.durable.config import DEFAULT_MAX_EXTENSION_STATE_BYTES, CheckpointConfig
-from agentflow.durable.credentials import (
-    CREDENTIAL_REDACTED,
-    KNOWN_CREDENTIAL_HEADERS,
-    live_credentials,
-    redact_run_definition,
-    require_declared_credential_headers,
-    validate_credential_slots,
-)
-from agentflow.durable.definition import (
-    RUN_DEFINITION_FIELDS,
-    RUN_DEFINITION_SCHEMA,
-    canonical_run_definition_bytes,
-    normalize_run_definition,
-    run_definition_digest,
-    validate_run_definition,
-)
-from agentflow.durable.digests import (
-    OPERATION_REQUEST_SCHEMA,
-    event_payload_digest,
-    model_request_digest,
-    operation_request_digest,
-    run_event_identity,
-    tool_request,
-    tool_request_digest,
-)
 from agentflow.durable.enums import (
     AmbiguousModelPolicy,
     AmbiguousToolPolicy,
@@ -68,7 +33,44 @@ from agentflow.durable.errors import (
     RevisionConflict,
     TerminalImmutable,
 )
-from agentflow.durable.events import (
+from agentflow.durable.policies.admission import Admission, admission
+from agentflow.durable.policies.failures import (
+    AMBIGUOUS_TOOL_ERROR_CODES,
+    DEFINITIVE_MODEL_MARKERS,
+    definitive_failure,
+)
+from agentflow.durable.policies.reconciliation import (
+    MODEL_RISK,
+    TOOL_RISK,
+    ReconciliationDecision,
+    ReconciliationError,
+    ReconciliationProvider,
+    ResumeObservation,
+    policy_decision,
+)
+from agentflow.durable.policies.stability import (
+    BEHAVIOR_METADATA_SLOT,
+    RECONCILIATION_PROVIDER_SLOT,
+    require_stable_producer,
+)
+from agentflow.durable.run.config import DEFAULT_MAX_EXTENSION_STATE_BYTES, CheckpointConfig
+from agentflow.durable.run.credentials import (
+    CREDENTIAL_REDACTED,
+    KNOWN_CREDENTIAL_HEADERS,
+    live_credentials,
+    redact_run_definition,
+    require_declared_credential_headers,
+    validate_credential_slots,
+)
+from agentflow.durable.run.definition import (
+    RUN_DEFINITION_FIELDS,
+    RUN_DEFINITION_SCHEMA,
+    canonical_run_definition_bytes,
+    normalize_run_definition,
+    run_definition_digest,
+    validate_run_definition,
+)
+from agentflow.durable.run.events import (
     EVENT_CURSOR_SCHEMA,
     AcceptedEvent,
     AppendOnceResult,
@@ -76,7 +78,7 @@ from agentflow.durable.events import (
     EventOutboxEntry,
     EventPage,
 )
-from agentflow.durable.extensions import (
+from agentflow.durable.run.extensions import (
     MAX_EXTENSION_ENTRY_BYTES,
     CheckpointExtension,
     ExtensionIdentity,
@@ -86,12 +88,44 @@ from agentflow.durable.extensions import (
     snapshot_extensions,
     validate_extension_state_size,
 )
-from agentflow.durable.failures import (
-    AMBIGUOUS_TOOL_ERROR_CODES,
-    DEFINITIVE_MODEL_MARKERS,
-    definitive_failure,
+from agentflow.durable.run.journal import (
+    ALLOWED_TRANSITIONS,
+    NULL_RECEIPT,
+    OperationError,
+    OperationJournalEntry,
 )
-from agentflow.durable.ids import (
+from agentflow.durable.run.migration import (
+    LEGACY_NON_TERMINAL,
+    LEGACY_WAIT_USER,
+    V1Migration,
+    decode_checkpoint,
+    migrate_v1,
+)
+from agentflow.durable.run.record import (
+    CHECKPOINT_V2_SCHEMA,
+    OPERATOR_ABORT_CODE,
+    DurableCheckpoint,
+)
+from agentflow.durable.run.v1 import CheckpointV1
+from agentflow.durable.store import DurableEventStore, DurableStore, RunPage, RunSummary
+from agentflow.durable.wire.canonical import (
+    MAX_WIRE_INTEGER,
+    canonical_json,
+    es6_number,
+    parse_json,
+    utf16_sort_key,
+    validate_i_json,
+)
+from agentflow.durable.wire.digests import (
+    OPERATION_REQUEST_SCHEMA,
+    event_payload_digest,
+    model_request_digest,
+    operation_request_digest,
+    run_event_identity,
+    tool_request,
+    tool_request_digest,
+)
+from agentflow.durable.wire.ids import (
     model_operation_id,
     new_checkpoint_key,
     new_claim_token,
@@ -100,42 +134,8 @@ from agentflow.durable.ids import (
     tool_idempotency_key,
     tool_operation_id,
 )
-from agentflow.durable.journal import (
-    ALLOWED_TRANSITIONS,
-    NULL_RECEIPT,
-    OperationError,
-    OperationJournalEntry,
-)
-from agentflow.durable.migration import (
-    LEGACY_NON_TERMINAL,
-    LEGACY_WAIT_USER,
-    V1Migration,
-    decode_checkpoint,
-    migrate_v1,
-)
-from agentflow.durable.pointers import resolve_json_pointer, set_json_pointer, validate_pointer
-from agentflow.durable.reconciliation import (
-    MODEL_RISK,
-    TOOL_RISK,
-    ReconciliationDecision,
-    ReconciliationError,
-    ReconciliationProvider,
-    ResumeObservation,
-    policy_decision,
-)
-from agentflow.durable.record import (
-    CHECKPOINT_V2_SCHEMA,
-    OPERATOR_ABORT_CODE,
-    DurableCheckpoint,
-)
-from agentflow.durable.stability import (
-    BEHAVIOR_METADATA_SLOT,
-    RECONCILIATION_PROVIDER_SLOT,
-    require_stable_producer,
-)
-from agentflow.durable.store import DurableEventStore, DurableStore, RunPage, RunSummary
-from agentflow.durable.v1 import CheckpointV1
-from agentflow.durable.validators import (
+from agentflow.durable.wire.pointers import resolve_json_pointer, set_json_pointer, validate_pointer
+from agentflow.durable.wire.validators import (
     MAX_CHECKPOINT_KEY_BYTES,
     MAX_EXTENSION_NAMESPACE_BYTES,
     CapabilityRef,

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self, runtime_checkable
 
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.events import AcceptedEvent, AppendOnceResult, EventCursor, EventPage
-from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint
-from agentflow.durable.validators import CapabilityRef
+from agentflow.durable.run.events import AcceptedEvent, AppendOnceResult, EventCursor, EventPage
+from agentflow.durable.run.journal import OperationJournalEntry
+from agentflow.durable.run.record import DurableCheckpoint
+from agentflow.durable.wire.validators import CapabilityRef
 
 __all__ = ["AcceptedEvent", "DurableEventStore", "DurableStore", "RunPage", "RunSummary"]
 
@@ -265,11 +265,11 @@ class DurableEventStore(Protocol):
 
         The first call returns ``inserted=True`` and the new cursor; a repeat
         with the same digest returns ``inserted=False`` and the first cursor.
-        Argument errors follow :func:`~agentflow.durable.events.check_append`;
+        Argument errors follow :func:`~agentflow.durable.run.events.check_append`;
         then an id accepted with another digest raises
         ``event_identity_conflict`` and a digest that is not the event's own
         ``event_payload_digest_mismatch`` (see
-        :func:`~agentflow.durable.events.resolve_append`). Concurrent appends
+        :func:`~agentflow.durable.run.events.resolve_append`). Concurrent appends
         of one id accept it exactly once.
         """
         ...

@@ -14,7 +14,7 @@ never persisted, rotating it keeps the digest, and a resume must be given the
 live value (a placeholder is refused with ``checkpoint_credential_not_supplied``).
 
 The original's producer stability rules apply here, where the definition is
-built (:func:`~agentflow.durable.stability.require_stable_producer`): a
+built (:func:`~agentflow.durable.policies.stability.require_stable_producer`): a
 reconciliation provider and non-empty metadata steer the run from process-local
 code, so each needs a stable reference in ``capability_refs`` (slots
 ``reconciliation_provider`` and ``behavior_affecting_run_metadata``), else the
@@ -45,7 +45,7 @@ from agentflow.durable import (
     run_definition_digest,
 )
 from agentflow.durable.errors import DurableError
-from agentflow.durable.stability import (
+from agentflow.durable.policies.stability import (
     BEHAVIOR_METADATA_SLOT,
     RECONCILIATION_PROVIDER_SLOT,
     require_stable_producer,

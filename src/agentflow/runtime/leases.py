@@ -43,7 +43,7 @@ from agentflow.durable import (
     OperationJournalEntry,
     OperationKind,
 )
-from agentflow.durable.record import evolve
+from agentflow.durable.run.record import evolve
 from agentflow.errors import AgentflowError, StoreUnavailable
 from agentflow.runtime.errors import StepClaimed
 

@@ -18,7 +18,7 @@ from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.cli.commands import history_of
 from agentflow.cli.records import lease_of, operations_of, record_of
 from agentflow.durable import DurableCheckpoint, DurableError
-from agentflow.durable.events import AcceptedEvent
+from agentflow.durable.run.events import AcceptedEvent
 from agentflow.runtime import status_of
 from agentflow.runtime.recovery import pending_observations
 

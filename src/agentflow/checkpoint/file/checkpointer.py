@@ -43,7 +43,7 @@ from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import local_path
 from agentflow.checkpoint.validation import validate_thread
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import (
     AgentflowError,
     CheckpointError,

@@ -50,14 +50,14 @@ from agentflow.checkpoint.file.fs import (
     unlink,
     write_new,
 )
-from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.events import (
+from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
     repeated_append,
     run_member,
 )
+from agentflow.durable.wire.canonical import canonical_json
 from agentflow.errors import InvalidArgument
 
 __all__ = ["EVENTS", "FileEvents"]

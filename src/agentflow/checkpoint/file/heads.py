@@ -23,9 +23,9 @@ import orjson
 
 from agentflow.checkpoint.plans import JournalReplace, Write
 from agentflow.checkpoint.rows import RunHead, RunRow
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 __all__ = [
     "FORMAT",

@@ -11,13 +11,13 @@ from typing import Any
 
 from agentflow.checkpoint.envelope import stored_event
 from agentflow.checkpoint.events import EventsBase
-from agentflow.durable.canonical import canonical_json, parse_json
-from agentflow.durable.events import (
+from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
     resolve_append,
     run_member,
 )
+from agentflow.durable.wire.canonical import canonical_json, parse_json
 
 __all__ = ["MemoryEvents", "StoredEvents"]
 

@@ -23,12 +23,12 @@ from agentflow.checkpoint.claims import (
 from agentflow.checkpoint.plans import JournalReplace, Write, refusal
 from agentflow.checkpoint.rows import RunHead, RunRow, summary_of
 from agentflow.checkpoint.runs import RunsBase
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import RunSummary
-from agentflow.durable.validators import validate_checkpoint_key
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.wire.validators import validate_checkpoint_key
 
 __all__ = ["MemoryRuns", "SortedKeys", "StoredRuns"]
 

@@ -19,7 +19,7 @@ from agentflow.checkpoint.rows import RunHead
 from agentflow.checkpoint.store_base import StoreBase, run_thread_status
 from agentflow.checkpoint.timestamps import wall_clock_ms
 from agentflow.durable.enums import ClaimMode
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import StoreNotFound
 
 if TYPE_CHECKING:

@@ -34,9 +34,9 @@ from agentflow.checkpoint.envelope import stored_event as opened_event
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.mongodb.documents import Document, plain
 from agentflow.checkpoint.mongodb.records import check_text
-from agentflow.durable.canonical import MAX_WIRE_INTEGER, canonical_json
 from agentflow.durable.errors import DurableConflict, DurableCorrupted
-from agentflow.durable.events import AcceptedEvent, AppendOnceResult, resolve_append, run_member
+from agentflow.durable.run.events import AcceptedEvent, AppendOnceResult, resolve_append, run_member
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER, canonical_json
 
 __all__ = ["EVENT_INDEXES", "MongoEvents"]
 

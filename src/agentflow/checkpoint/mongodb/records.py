@@ -38,10 +38,10 @@ from agentflow.checkpoint.mongodb.documents import Document, plain, summary_key
 from agentflow.checkpoint.plans import Guard, JournalReplace, Write
 from agentflow.checkpoint.rows import RunHead, RunRow
 from agentflow.checkpoint.store_base import run_thread_status
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.store import RunSummary
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 LISTING_INDEX: Final = "agentflow_runs"
 STATUS_INDEX: Final = "agentflow_run_status"

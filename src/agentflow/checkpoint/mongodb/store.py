@@ -53,7 +53,7 @@ from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from agentflow.checkpoint.postgres.runs_sql import Statement, Statements
 from agentflow.checkpoint.postgres.schema import prepare
 from agentflow.checkpoint.store_base import RUN_STATUSES, StoreBase
 from agentflow.durable.errors import ClaimActive, DurableConflict
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import AgentflowError, CheckpointCorrupted
 
 if TYPE_CHECKING:

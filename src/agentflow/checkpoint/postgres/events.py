@@ -21,14 +21,14 @@ from typing import Any
 from agentflow.checkpoint.envelope import stored_event
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.postgres.runs_sql import PostgresPart
-from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.events import (
+from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
     repeated_append,
     run_member,
 )
+from agentflow.durable.wire.canonical import canonical_json
 
 __all__ = ["PostgresEvents", "run_lock"]
 

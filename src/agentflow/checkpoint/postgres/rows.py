@@ -19,10 +19,10 @@ from agentflow.checkpoint.plans import JournalReplace, Write
 from agentflow.checkpoint.postgres.runs_sql import HEAD_COLUMNS, WriteShape
 from agentflow.checkpoint.rows import RunHead, RunRow
 from agentflow.checkpoint.store_base import run_thread_status
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 __all__ = ["HEAD_WIDTH", "decode_run", "head_from", "row_params", "step_params", "write_params"]
 

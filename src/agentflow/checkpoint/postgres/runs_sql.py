@@ -28,8 +28,8 @@ from typing import Any, Final
 
 from agentflow.checkpoint.postgres.sql import checkpoint_statements, summary_upsert, table_names
 from agentflow.checkpoint.rows import RunHead
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 __all__ = ["HEAD_COLUMNS", "RUN_STATEMENTS", "PostgresPart", "Statement", "Statements"]
 

@@ -23,14 +23,14 @@ from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.redis.keys import Keys
 from agentflow.checkpoint.redis.rows import encode_text, write_id
 from agentflow.checkpoint.redis.scripts import LUA_COMMON, bind
-from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.events import (
+from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
     repeated_append,
     run_member,
 )
+from agentflow.durable.wire.canonical import canonical_json
 
 __all__ = ["LUA_APPEND", "LUA_REPLAY", "LUA_REWRITE", "RedisEvents"]
 

@@ -21,9 +21,9 @@ from typing import Final
 from agentflow.checkpoint.plans import Guard, JournalReplace, Write
 from agentflow.checkpoint.redis.run_scripts import FIELDS, HEAD_FIELDS
 from agentflow.checkpoint.rows import RunHead, RunRow
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 __all__ = [
     "create_args",

@@ -44,9 +44,9 @@ from agentflow.durable.errors import (
     DurableConflict,
     DurableCorrupted,
 )
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import RunSummary
-from agentflow.durable.validators import validate_checkpoint_key
+from agentflow.durable.wire.validators import validate_checkpoint_key
 
 __all__ = ["RedisRuns"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Final
 
 from agentflow.checkpoint.redis.keys import IMPOSED
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 __all__ = [
     "LUA_COMMON",

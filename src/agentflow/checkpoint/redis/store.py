@@ -47,7 +47,7 @@ from agentflow.checkpoint.redis.runs import RedisRuns
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import safe_url
 from agentflow.durable.errors import ClaimActive, DurableCorrupted
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument, InvalidStoreUrl
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.timestamps import wall_clock_ms
 from agentflow.checkpoint.walk import has_record_key
 from agentflow.durable.errors import DurableConflict
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import CheckpointConflict, CheckpointCorrupted
 
 __all__ = ["MAX_LISTED", "LeftRecord", "PartCounts", "RekeyReport", "Walk"]

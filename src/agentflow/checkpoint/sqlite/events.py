@@ -26,14 +26,14 @@ from agentflow.checkpoint.sqlite.sql import (
     REPLAY_FAMILY,
     REWRITE_EVENT,
 )
-from agentflow.durable.canonical import canonical_json
 from agentflow.durable.errors import DurableCorrupted
-from agentflow.durable.events import (
+from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
     repeated_append,
     run_member,
 )
+from agentflow.durable.wire.canonical import canonical_json
 
 __all__ = ["SqliteEvents"]
 

@@ -54,7 +54,6 @@ from agentflow.checkpoint.sqlite.sql import (
 )
 from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.checkpoint.timestamps import wall_clock_ms
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
 from agentflow.durable.errors import (
     CheckpointAlreadyExists,
@@ -63,9 +62,10 @@ from agentflow.durable.errors import (
     DurableCorrupted,
     DurableError,
 )
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import RunSummary
-from agentflow.durable.validators import validate_checkpoint_key
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
+from agentflow.durable.wire.validators import validate_checkpoint_key
 
 __all__ = ["SqliteRuns", "apply_write", "delete_run", "refused"]
 

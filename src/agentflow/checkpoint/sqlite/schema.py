@@ -21,8 +21,8 @@ from typing import Any, Final
 
 from agentflow.checkpoint.sqlite.sql import BODY_PART, HEAD_PART, RUN_STATUS_OF
 from agentflow.checkpoint.timestamps import parse_instant
-from agentflow.durable.canonical import canonical_json, parse_json
 from agentflow.durable.errors import DurableCorrupted, DurableError
+from agentflow.durable.wire.canonical import canonical_json, parse_json
 from agentflow.errors import (
     CheckpointCorrupted,
     CheckpointError,

@@ -29,8 +29,8 @@ from typing import Final
 
 from agentflow.checkpoint.rows import RunHead
 from agentflow.checkpoint.store_base import RUN_STATUSES
-from agentflow.durable.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.enums import CheckpointStatus
+from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 #: The head columns: the fields of :class:`~agentflow.checkpoint.rows.RunHead`, in order.
 HEAD_COLUMNS: Final = tuple(field.name for field in fields(RunHead))

@@ -42,7 +42,7 @@ from agentflow.checkpoint.sqlite.workers import PairKey
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.durable.enums import ClaimMode
 from agentflow.durable.errors import ClaimActive
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import InvalidArgument
 
 if TYPE_CHECKING:

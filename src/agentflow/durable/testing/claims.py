@@ -20,7 +20,7 @@ from agentflow.durable.errors import (
     RecoveryRequired,
     RevisionConflict,
 )
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
 from agentflow.durable.testing.harness import DurableHarness, make_record
 

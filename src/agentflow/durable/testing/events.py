@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from agentflow.durable.digests import event_payload_digest
 from agentflow.durable.errors import DurableError
 from agentflow.durable.testing.harness import DurableHarness
+from agentflow.durable.wire.digests import event_payload_digest
 from agentflow.errors import InvalidCursor
 
 __all__ = ["EventStoreConformance"]

@@ -7,13 +7,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentflow.durable.definition import RUN_DEFINITION_SCHEMA
-from agentflow.durable.digests import tool_request_digest
 from agentflow.durable.enums import ToolIdempotency
-from agentflow.durable.ids import tool_idempotency_key, tool_operation_id
-from agentflow.durable.journal import OperationJournalEntry
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.definition import RUN_DEFINITION_SCHEMA
+from agentflow.durable.run.journal import OperationJournalEntry
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
+from agentflow.durable.wire.digests import tool_request_digest
+from agentflow.durable.wire.ids import tool_idempotency_key, tool_operation_id
 
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing

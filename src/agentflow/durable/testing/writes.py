@@ -16,13 +16,13 @@ from agentflow.durable.errors import (
     RevisionConflict,
     TerminalImmutable,
 )
-from agentflow.durable.events import EventCursor, EventOutboxEntry
-from agentflow.durable.journal import OperationError
-from agentflow.durable.record import OPERATOR_ABORT_CODE, DurableCheckpoint
+from agentflow.durable.run.events import EventCursor, EventOutboxEntry
+from agentflow.durable.run.journal import OperationError
+from agentflow.durable.run.record import OPERATOR_ABORT_CODE, DurableCheckpoint
 from agentflow.durable.store import DurableStore
 from agentflow.durable.testing.claims import LIVE_MS, claimed, take
 from agentflow.durable.testing.harness import DurableHarness, make_record, make_tool_entry
-from agentflow.durable.validators import CapabilityRef
+from agentflow.durable.wire.validators import CapabilityRef
 
 __all__ = ["WriteConformance"]
 

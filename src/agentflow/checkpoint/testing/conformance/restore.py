@@ -9,12 +9,12 @@ import pytest
 
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.testing.harness import BackendHarness, make_checkpoint
-from agentflow.durable.digests import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import CheckpointNotFound, ClaimActive, DurableConflict, DurableError
-from agentflow.durable.record import DurableCheckpoint
+from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.testing.claims import LIVE_MS
 from agentflow.durable.testing.harness import make_record, make_tool_entry
+from agentflow.durable.wire.digests import event_payload_digest
 
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing

@@ -9,13 +9,13 @@ import pytest
 from agentflow.checkpoint.base import Checkpointer
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.testing.harness import BackendHarness, make_checkpoint
-from agentflow.durable.digests import event_payload_digest
 from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
 from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError, LeaseLost
-from agentflow.durable.record import OPERATOR_ABORT_CODE, DurableCheckpoint
+from agentflow.durable.run.record import OPERATOR_ABORT_CODE, DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse
 from agentflow.durable.testing.harness import make_record, make_tool_entry
+from agentflow.durable.wire.digests import event_payload_digest
 from agentflow.errors import CheckpointConflict, InvalidCursor
 
 __all__ = ["StoreConformance"]
