@@ -20,6 +20,7 @@ backends), for DBOS the transactions of its system database that ran an
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sqlite3
 import statistics
@@ -105,17 +106,19 @@ class _Dbos:
     """DBOS Transact on one system database, with its write transactions counted."""
 
     def __init__(self, url: str) -> None:
-        import sqlalchemy as sa
-        from dbos import DBOS
+        # Imported by name: DBOS and SQLAlchemy come with the `benchmark` extra only,
+        # and the type checks run without it.
+        sa: Any = importlib.import_module("sqlalchemy")
+        DBOS: Any = importlib.import_module("dbos").DBOS
 
         self.dbos = DBOS
         DBOS(config={"name": "agentflow-bench", "system_database_url": url})
         DBOS.launch()
-        from dbos._dbos import _get_dbos_instance
+        dbos_instance: Any = importlib.import_module("dbos._dbos")._get_dbos_instance()
 
         self.commits = 0
         writing: dict[int, bool] = {}
-        engine = _get_dbos_instance()._sys_db.engine
+        engine = dbos_instance._sys_db.engine
 
         def statement(conn: Any, cursor: Any, text: str, *rest: Any) -> None:
             if text.lstrip().upper().startswith(_WRITE_VERBS):
@@ -129,22 +132,21 @@ class _Dbos:
         sa.event.listen(engine, "commit", commit)
         sa.event.listen(engine, "rollback", lambda conn: writing.pop(id(conn), None))
 
-        @DBOS.step()
         async def work(i: int) -> dict[str, Any]:
             return {"ok": i}
 
-        @DBOS.workflow()
+        step = DBOS.step()(work)
+
         async def workflow(n: int) -> int:
             for i in range(n):
-                await work(i)
+                await step(i)
             return n
 
-        self._workflow = workflow
+        self._workflow = DBOS.workflow()(workflow)
 
     async def run(self) -> None:
-        from dbos import SetWorkflowID
-
-        with SetWorkflowID(uuid.uuid4().hex):
+        set_workflow_id: Any = importlib.import_module("dbos").SetWorkflowID
+        with set_workflow_id(uuid.uuid4().hex):
             await self._workflow(STEPS)
 
     def close(self) -> None:
