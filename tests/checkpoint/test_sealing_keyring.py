@@ -191,4 +191,4 @@ def test_without_cryptography_the_import_says_which_extra_to_install() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert "pip install 'agentflow[sealing]'" in result.stdout
+    assert "pip install 'agentflow-durable[sealing]'" in result.stdout

@@ -50,7 +50,7 @@ def test_a_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setitem(sys.modules, "asyncpg", None)
     for name in [m for m in sys.modules if m.startswith("agentflow.checkpoint.postgres")]:
         monkeypatch.delitem(sys.modules, name)
-    with pytest.raises(InvalidStoreUrl, match=r"pip install 'agentflow\[postgres\]'"):
+    with pytest.raises(InvalidStoreUrl, match=r"pip install 'agentflow-durable\[postgres\]'"):
         open_store("postgresql://u:secret@127.0.0.1/db")
 
 

@@ -369,6 +369,6 @@ def test_without_the_sealing_extra_keys_fail_clearly_and_plain_stores_still_work
         assert done.returncode == 1, done
         error = json.loads(done.stderr)
         assert error["error"] == "sealing_unavailable"
-        assert "pip install 'agentflow[sealing]'" in error["message"]
+        assert "pip install 'agentflow-durable[sealing]'" in error["message"]
     plain = run("rekey", "--plain")
-    assert plain.returncode == 1 and "pip install 'agentflow[sealing]'" in plain.stderr
+    assert plain.returncode == 1 and "pip install 'agentflow-durable[sealing]'" in plain.stderr

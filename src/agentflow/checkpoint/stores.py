@@ -138,7 +138,12 @@ def _opener(scheme: str, url: str) -> StoreOpener:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        hint = f"; install it with: pip install 'agentflow[{extra}]'" if extra else ""
+        hint = (
+            f"; install it with: pip install 'agentflow-durable[{extra}]' "
+            f"(from a clone: pip install -e '.[{extra}]')"
+            if extra
+            else ""
+        )
         raise InvalidStoreUrl(f"the {scheme} backend is not available ({exc}){hint}") from exc
     opener: StoreOpener = module.from_url
     return opener

@@ -42,7 +42,8 @@ def keyring_from_args(args: Any) -> KeyRing | None:
     except ImportError:
         raise SealingUnavailable(
             f"sealing keys are given ({KEYS_FROM}) but sealing is not installed: "
-            "pip install 'agentflow[sealing]'"
+            "pip install 'agentflow-durable[sealing]' (from a clone: "
+            "pip install -e '.[sealing]')"
         ) from None
     try:
         return load_keyring(keys_file, KEYS_ENV)

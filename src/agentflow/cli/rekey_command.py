@@ -41,7 +41,8 @@ async def rekey(args: Any) -> int:
         from agentflow.checkpoint.sealing import rekey_command
     except ImportError:
         raise SealingUnavailable(
-            "rekey needs the sealing extra: pip install 'agentflow[sealing]'"
+            "rekey needs the sealing extra: pip install 'agentflow-durable[sealing]' "
+            "(from a clone: pip install -e '.[sealing]')"
         ) from None
     target = StoreTarget.from_args(getattr(args, "store", None), getattr(args, "namespace", None))
 

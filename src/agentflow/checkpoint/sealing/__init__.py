@@ -1,6 +1,6 @@
 """Sealed checkpoints: authenticated encryption bound to each record (opt in).
 
-Needs the ``sealing`` extra (``pip install 'agentflow[sealing]'``). Pass
+Needs the ``sealing`` extra (``pip install 'agentflow-durable[sealing]'``). Pass
 ``codec=SealedCodec(KeyRing.from_env())`` to any backend; docs/sealing.md has
 the threat model, key rotation with :func:`rekey`, and migration.
 """

@@ -20,7 +20,8 @@ try:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
-        "sealing needs the cryptography package: pip install 'agentflow[sealing]'"
+        "sealing needs the cryptography package: pip install 'agentflow-durable[sealing]' "
+        "(from a clone: pip install -e '.[sealing]')"
     ) from exc
 
 __all__ = ["AEAD", "NONCE_BYTES", "TAG_BYTES", "InvalidTag"]
