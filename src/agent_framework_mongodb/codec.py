@@ -40,7 +40,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_framework_mongodb.canonical import canonical_bytes, object_state
-from agent_framework_mongodb.errors import MongoDBCheckpointStorageError, MongoDBSerializationError
+from agent_framework_mongodb.errors import (
+    MongoDBCheckpointStorageError,
+    MongoDBSerializationError,
+    MongoDBTypeNotPermittedError,
+)
 from agent_framework_mongodb.opcodes import verify
 from agent_framework_mongodb.typeforms import BUILDER_FUNCTIONS, Builder, form_reduction
 from agent_framework_mongodb.typepolicy import NATIVE_TYPES, REDUCIBLE_STANDARD_TYPES, TypePolicy
@@ -160,6 +164,15 @@ class CheckpointCodec:
         return EncodedPayload(payload, hashlib.sha256(original).hexdigest())
 
     def decode(self, payload: bytes) -> dict[str, Any]:
-        """The public checkpoint dictionary stored as ``payload``, loaded without running hooks."""
-        public: dict[str, Any] = loads(payload, self._policy)  # the verifier admits only a dict
+        """The public checkpoint dictionary stored as ``payload``, loaded without running hooks.
+
+        A class the policy does not permit is refused in Agent Framework's own
+        words ("Checkpoint deserialization blocked for type ..."), as its
+        storages refuse one.
+        """
+        try:
+            public: dict[str, Any] = loads(payload, self._policy)  # the verifier admits a dict
+        except MongoDBTypeNotPermittedError as exc:
+            blocked = f"Checkpoint deserialization blocked for type '{exc.type_key}': {exc}"
+            raise MongoDBTypeNotPermittedError(blocked, exc.type_key) from exc
         return public

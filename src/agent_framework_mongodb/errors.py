@@ -108,10 +108,17 @@ class MongoDBTypeNotPermittedError(MongoDBSerializationError):
     building, hashing or saving it would run its own code (pickle hooks,
     attribute hooks, a custom metaclass). Nothing of the class ran. At load
     this is a refusal, not damage: list the class, or migrate the value.
+    ``type_key`` is the class's ``module:qualname``; at load the message starts
+    with Agent Framework's own words for it ("Checkpoint deserialization
+    blocked for type ...").
     """
 
     code = "mongodb_checkpoint_type_not_permitted"
     category = "type_not_permitted"
+
+    def __init__(self, message: str, type_key: str) -> None:
+        super().__init__(message)
+        self.type_key = type_key
 
 
 class MongoDBConcurrencyError(MongoDBCheckpointStorageError):

@@ -220,7 +220,8 @@ class TypePolicy:
         if refusal is not None:
             raise MongoDBTypeNotPermittedError(
                 f"{key} is not permitted because loading or saving could run its code "
-                f"({refusal}); checkpoint types must be plain data classes"
+                f"({refusal}); checkpoint types must be plain data classes",
+                key,
             )
         hooks = pickle_hooks(cls)
         is_enum = issubclass(cls, enum.Enum)
@@ -230,7 +231,8 @@ class TypePolicy:
         if hooks:
             raise MongoDBTypeNotPermittedError(
                 f"{key} defines pickle hooks {hooks}, so it is not permitted; checkpoint "
-                "types must use default object serialization"
+                "types must use default object serialization",
+                key,
             )
         if inspect.isabstract(cls):
             raise MongoDBMappingError(f"{key} is abstract and cannot be checkpointed")
@@ -245,7 +247,8 @@ class TypePolicy:
 def _not_permitted(key: str) -> MongoDBTypeNotPermittedError:
     return MongoDBTypeNotPermittedError(
         f"type {key} is not permitted in checkpoints; list it in "
-        "allowed_checkpoint_types or migrate the value to plain data"
+        "allowed_checkpoint_types or migrate the value to plain data",
+        key,
     )
 
 

@@ -30,10 +30,12 @@ from agent_framework_mongodb import (
     MongoDBCheckpointStorage,
     MongoDBCheckpointStorageError,
     MongoDBStaleCheckpointError,
+    MongoDBTypeNotPermittedError,
 )
 from agent_framework_mongodb.refusals import REFUSED_SAVES, Refusal
 from tests.agent_framework_mongodb import af_request_workflows as requests
 from tests.agent_framework_mongodb.af_request_resume import mongodb_options
+from tests.agent_framework_mongodb.af_workflows import ReviewState
 from tests.agent_framework_mongodb.conftest import DATABASE, StorageFactory, make_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,3 +126,17 @@ def test_a_refused_write_that_landed_after_all_is_not_stale() -> None:
     assert refusal.makes_stale({"checkpoint_id": "cp-6", "sequence": 7})
     assert not refusal.makes_stale({"checkpoint_id": "cp-8", "sequence": 8})
     assert refusal.makes_stale(None)
+
+
+async def test_a_type_refused_at_load_says_so_in_agent_frameworks_words(
+    make_storage: StorageFactory,
+) -> None:
+    listed = make_storage()  # the suite's scope lists the af_workflows classes
+    checkpoint = make_checkpoint(state={"review": ReviewState(notes=["n"])})
+    await listed.save(checkpoint)
+    with pytest.raises(MongoDBTypeNotPermittedError) as refused:
+        await make_storage(allowed_checkpoint_types=()).load(checkpoint.checkpoint_id)
+    key = "tests.agent_framework_mongodb.af_workflows:ReviewState"
+    assert str(refused.value).startswith(f"Checkpoint deserialization blocked for type '{key}'")
+    assert "not permitted" in str(refused.value) and refused.value.type_key == key
+    assert isinstance(refused.value, WorkflowCheckpointException)
