@@ -2,7 +2,7 @@
 
 Each adapter lives in its own subpackage and imports its framework only there,
 so ``import agentflow`` needs none of them: :mod:`agentflow.integrations.langgraph`
-(``AgentflowSaver``) needs ``pip install 'agentflow[langgraph]'``, and
+(``AgentflowSaver``) needs ``pip install 'agentflow-durable[langgraph]'``, and
 :mod:`agentflow.integrations.agent_framework` (``AgentflowCheckpointStorage``)
-needs ``pip install 'agentflow[agent-framework]'``.
+needs ``pip install 'agentflow-durable[agent-framework]'``.
 """
