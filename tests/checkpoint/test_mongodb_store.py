@@ -17,6 +17,7 @@ from agentflow.checkpoint.mongodb import MongoCheckpointer
 from agentflow.checkpoint.testing.harness import make_checkpoint
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import ClaimActive, DurableCorrupted, LeaseLost, RevisionConflict
+from agentflow.durable.run.journal import OperationError
 from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.testing import make_record, make_tool_entry
 from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
@@ -171,6 +172,9 @@ async def test_a_records_status_is_its_threads_in_the_same_update(scratch: Mongo
             kept = (await scratch.raw.find_one(_thread()) or {}).get("rs")
             claimed = await take(store, "owner-b", key="t", mode=ClaimMode.RECOVERY)
             cleared = (await scratch.raw.find_one(_thread()) or {}).get("rs", "gone")
+            failure = OperationError("aborted", "the operator aborted the call")
+            settled = entry.mark_ambiguous().fail(failure)  # no finalize over an ambiguous call
+            claimed = await store.record_operations(claimed, [settled], claim_token="owner-b")
             claimed.status = CheckpointStatus.FAILED
             claimed.terminal_result = {"status": "failed", "error": {"code": "aborted"}}
             await store.finalize_claimed(claimed, claim_token="owner-b")

@@ -16,7 +16,12 @@ from agentflow.checkpoint.envelope import RunParts
 from agentflow.checkpoint.postgres import PostgresCheckpointer
 from agentflow.checkpoint.postgres.runs_sql import Statements
 from agentflow.checkpoint.rows import encode_entry
-from agentflow.durable import EventCursor, EventOutboxEntry, event_payload_digest
+from agentflow.durable import (
+    OPERATOR_ABORT_CODE,
+    EventCursor,
+    EventOutboxEntry,
+    event_payload_digest,
+)
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.errors import (
     ClaimActive,
@@ -107,6 +112,9 @@ async def test_each_operation_is_one_statement(table: str) -> None:
         )
         record = await op("suspend", store.suspend(record, claim_token="owner-a"))
         record = await take(store, "owner-c", cycle=2, mode=ClaimMode.RECOVERY)
+        record = await store.record_operation(  # settled: a finalize refuses an ambiguous call
+            record, record.tool_journal[0].succeed({"ok": True}), claim_token="owner-c"
+        )
         terminal = {"status": "completed"}
         record = await op(
             "finalize_claimed",
@@ -134,7 +142,7 @@ async def test_each_operation_is_one_statement(table: str) -> None:
                 replace(
                     make_record("run-2"),
                     status=CheckpointStatus.FAILED,
-                    terminal_result={"status": "failed"},
+                    terminal_result={"status": "failed", "error_code": OPERATOR_ABORT_CODE},
                 )
             ),
         )

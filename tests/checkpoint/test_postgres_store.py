@@ -14,7 +14,7 @@ import pytest
 
 from agentflow.checkpoint.postgres import PostgresCheckpointer, from_url
 from agentflow.checkpoint.testing import make_checkpoint
-from agentflow.durable import event_payload_digest
+from agentflow.durable import OPERATOR_ABORT_CODE, event_payload_digest
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import ClaimActive, LeaseLost, RevisionConflict
 from agentflow.durable.run.record import DurableCheckpoint
@@ -216,7 +216,9 @@ async def test_the_record_sets_the_threads_status_in_listings_and_filters(
         "reconciliation_required",
     )
     aborted = replace(
-        suspended, status=CheckpointStatus.FAILED, terminal_result={"status": "failed"}
+        suspended,
+        status=CheckpointStatus.FAILED,
+        terminal_result={"status": "failed", "error_code": OPERATOR_ABORT_CODE},
     )
     await store.finalize(aborted)
     assert await listed("failed") == ["t"] and await listed("reconciliation_required") == []

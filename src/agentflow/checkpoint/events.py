@@ -13,7 +13,7 @@ of another store or namespace, or an edited one, raises
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from agentflow.checkpoint.cursor import CursorSigner
@@ -32,9 +32,20 @@ from agentflow.durable.wire.digests import run_event_identity
 from agentflow.durable.wire.validators import CapabilityRef, require_non_empty
 from agentflow.errors import InvalidCursor
 
-__all__ = ["EventsBase"]
+__all__ = ["EventsBase", "stored_event_row"]
 
 _EVENTS: Final = "events"
+
+
+def stored_event_row(event_id: str, rows: Sequence[Any]) -> tuple[str, int] | None:
+    """The digest and sequence of an SQL event row ``(digest, sequence)``, None for no
+    row: what :func:`~agentflow.durable.run.events.repeated_append` compares with."""
+    if not rows:
+        return None
+    digest, sequence = rows[0]
+    if not isinstance(digest, str) or type(sequence) is not int:
+        raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
+    return digest, sequence
 
 
 class EventsBase(StoredParts, abc.ABC):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, NoReturn
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint
 from agentflow.checkpoint.base import Checkpoint, ThreadStatus
@@ -26,11 +26,16 @@ from agentflow.checkpoint.runs import RunsBase
 from agentflow.checkpoint.timestamps import parse_instant, wall_clock_ms
 from agentflow.checkpoint.validation import check_checkpoint, check_prune_bounds, validate_thread
 from agentflow.durable.enums import CheckpointStatus
-from agentflow.durable.errors import CheckpointAlreadyExists, DurableError
+from agentflow.durable.errors import CheckpointAlreadyExists, DurableCorrupted, DurableError
 from agentflow.durable.run.journal import OperationJournalEntry
 from agentflow.durable.run.record import DurableCheckpoint, evolve
 from agentflow.durable.wire.validators import validate_checkpoint_key
-from agentflow.errors import CheckpointConflict, InvalidArgument
+from agentflow.errors import (
+    AgentflowError,
+    CheckpointConflict,
+    CheckpointCorrupted,
+    InvalidArgument,
+)
 
 __all__ = ["RUN_STATUSES", "StoreBase", "run_thread_status"]
 
@@ -69,6 +74,19 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, abc.ABC):
     @abc.abstractmethod
     def database(self) -> str:
         """Where this store's data lives, without credentials (see the Store protocol)."""
+
+    def _reraise_part(self, exc: Exception, operation: str) -> NoReturn:
+        """Raise what ``exc``, met by a record or event ``operation``, is in agentflow's
+        terms: the driver's errors mapped as for checkpoints, but damage there is the
+        durable layer's :class:`~agentflow.durable.DurableCorrupted`."""
+        if isinstance(exc, AgentflowError):
+            raise exc
+        error = self._driver_error(exc, operation)
+        if error is None:
+            raise exc
+        if isinstance(error, CheckpointCorrupted):
+            error = DurableCorrupted("checkpoint_row_invalid", str(error))
+        raise error from exc
 
     @abc.abstractmethod
     async def _delete_run(self, key: str, *, force: bool) -> bool:

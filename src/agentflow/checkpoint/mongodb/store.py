@@ -52,7 +52,6 @@ from agentflow.checkpoint.mongodb.runs import MongoRuns
 from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.store_base import StoreBase
-from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.errors import AgentflowError, CheckpointCorrupted, InvalidArgument
 
@@ -179,15 +178,8 @@ class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
         try:
             await self._ready()
             return await job()
-        except AgentflowError:
-            raise
         except Exception as exc:
-            error = self._driver_error(exc, operation)
-            if error is None:
-                raise
-            if isinstance(error, CheckpointCorrupted):
-                error = DurableCorrupted("checkpoint_row_invalid", str(error))
-            raise error from exc
+            self._reraise_part(exc, operation)
 
     # -- writes ------------------------------------------------------------
 

@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.checkpoint.envelope import stored_event
-from agentflow.checkpoint.events import EventsBase
+from agentflow.checkpoint.events import EventsBase, stored_event_row
 from agentflow.checkpoint.postgres.runs_sql import PostgresPart
-from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
@@ -38,16 +37,6 @@ def run_lock(namespace: str, run_id: str) -> int:
     scope = canonical_json(["agentflow-events", namespace, run_id])
     digest = hashlib.blake2b(scope, digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-def _stored(event_id: str, rows: list[Any]) -> tuple[str, int] | None:
-    """The digest and sequence of an event row ``(digest, sequence)``, None for no row."""
-    if not rows:
-        return None
-    digest, sequence = rows[0]
-    if not isinstance(digest, str) or type(sequence) is not int:
-        raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
-    return digest, sequence
 
 
 class PostgresEvents(PostgresPart, EventsBase, abc.ABC):
@@ -77,7 +66,8 @@ class PostgresEvents(PostgresPart, EventsBase, abc.ABC):
                 return AppendOnceResult(True, {"sequence": rows[0][1]})
         if not rows:  # refused either way, or accepted by a racer our snapshot missed
             rows = await self._fetch("append_once", "fetch", "event_by_id", ids)
-        return repeated_append(event_id, payload_digest, computed_digest, _stored(event_id, rows))
+        stored = stored_event_row(event_id, rows)
+        return repeated_append(event_id, payload_digest, computed_digest, stored)
 
     async def _replay(
         self, run_id: str, after: int, count: int, include_children: bool

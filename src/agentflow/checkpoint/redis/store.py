@@ -180,15 +180,8 @@ class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
         try:
             await self._setup()
             return await job()
-        except AgentflowError:
-            raise
         except Exception as exc:
-            error = self._driver_error(exc, operation)
-            if error is None:
-                raise
-            if isinstance(error, CheckpointCorrupted):
-                error = DurableCorrupted("checkpoint_row_invalid", str(error))
-            raise error from exc
+            self._reraise_part(exc, operation)
 
     def _thread_keys(self, thread: str) -> list[bytes]:
         """The keys of ``thread`` and of the namespace indexes it is in."""

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.checkpoint.envelope import stored_event
-from agentflow.checkpoint.events import EventsBase
+from agentflow.checkpoint.events import EventsBase, stored_event_row
 from agentflow.checkpoint.sqlite.connection import SqliteConnection
 from agentflow.checkpoint.sqlite.sql import (
     DELETE_EVENTS,
@@ -26,7 +26,6 @@ from agentflow.checkpoint.sqlite.sql import (
     REPLAY_FAMILY,
     REWRITE_EVENT,
 )
-from agentflow.durable.errors import DurableCorrupted
 from agentflow.durable.run.events import (
     AcceptedEvent,
     AppendOnceResult,
@@ -36,16 +35,6 @@ from agentflow.durable.run.events import (
 from agentflow.durable.wire.canonical import canonical_json
 
 __all__ = ["SqliteEvents"]
-
-
-def _stored(event_id: str, rows: list[Any]) -> tuple[str, int] | None:
-    """The digest and sequence of an event row ``(digest, sequence)``, None for no row."""
-    if not rows:
-        return None
-    digest, sequence = rows[0]
-    if not isinstance(digest, str) or type(sequence) is not int:
-        raise DurableCorrupted("checkpoint_row_invalid", f"stored event {event_id!r} is damaged")
-    return digest, sequence
 
 
 class SqliteEvents(SqliteConnection, EventsBase, abc.ABC):
@@ -78,7 +67,8 @@ class SqliteEvents(SqliteConnection, EventsBase, abc.ABC):
             )
         if inserted:
             return AppendOnceResult(True, {"sequence": inserted[0][0]})
-        return repeated_append(event_id, payload_digest, computed_digest, _stored(event_id, found))
+        stored = stored_event_row(event_id, found)
+        return repeated_append(event_id, payload_digest, computed_digest, stored)
 
     async def _replay(
         self, run_id: str, after: int, count: int, include_children: bool
