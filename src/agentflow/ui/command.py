@@ -17,7 +17,7 @@ from agentflow.errors import AgentflowError
 
 __all__ = ["ConsoleUnavailable", "ui"]
 
-_INSTALL = "pip install 'agentflow[ui]'"
+_INSTALL = "pip install 'agentflow-durable[ui]'"
 
 
 class ConsoleUnavailable(AgentflowError):
