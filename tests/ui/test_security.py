@@ -183,5 +183,5 @@ def test_the_console_without_its_extra_names_the_install(paused: Path) -> None:
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr == (
         "agentflow: error: the console needs the ui extra (starlette is missing): "
-        "pip install 'agentflow[ui]'\n"
+        "pip install 'agentflow-durable[ui]'\n"
     )
