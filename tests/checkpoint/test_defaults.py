@@ -4,6 +4,7 @@ keeps working: every later method comes from the protocol's defaults."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -41,8 +42,9 @@ class CoreOnly:
         return await self._inner.prune(thread, before_step=before_step, older_than=older_than)
 
 
-class Subclassed(CoreOnly, Checkpointer):
-    """The same backend, declaring the protocol: it inherits the defaults itself."""
+class Subclassed(CoreOnly, Checkpointer):  # type: ignore[misc]  # history has no bounds
+    """The same backend, declaring the protocol: it inherits the defaults itself
+    (and :func:`with_defaults` gives its unbounded history the bounds)."""
 
 
 def test_only_the_core_methods_make_a_checkpointer() -> None:
@@ -98,3 +100,52 @@ async def test_a_subclass_inherits_the_defaults() -> None:
         await cp.put(make_checkpoint("a", 0))
         assert [i.thread for i in (await cp.list_threads_page()).threads] == ["a"]
         assert (await cp.list_due("2026-01-01T00:00:00Z")).threads == []
+        bounded = with_defaults(cp)
+        assert [c.step async for c in bounded.history("a", limit=1, newest_first=True)] == [0]
+
+
+async def test_a_core_only_history_gets_the_bounds() -> None:
+    """history(thread) alone is wrapped: the bounds come from the default, which
+    reads the whole history and gives what the native reads give."""
+    backend = CoreOnly()
+    cp = with_defaults(backend)
+    for step in (0, 1, 3, 4, 6):
+        await cp.put(make_checkpoint("t", step))
+
+    async def steps(**bounds: Any) -> list[int]:
+        return [c.step async for c in cp.history("t", **bounds)]
+
+    assert await steps() == [0, 1, 3, 4, 6]
+    assert await steps(after=1, before=6) == [3, 4]
+    assert await steps(limit=2, newest_first=True) == [6, 4]
+    assert await steps(before=4, limit=2, newest_first=True) == [3, 1]
+    assert await steps(after=0, limit=2) == [1, 3]
+    with pytest.raises(InvalidArgument):
+        await steps(limit=0)
+    assert with_defaults(MemoryCheckpointer()).history("t") is not None
+
+
+async def test_a_backend_with_every_later_method_but_an_unbounded_history_is_wrapped() -> None:
+    class Listing(CoreOnly):
+        async def list_threads_page(self, **kwargs: Any) -> Any:
+            return await self._inner.list_threads_page(**kwargs)
+
+        async def list_due(self, now: Any, **kwargs: Any) -> Any:
+            return await self._inner.list_due(now, **kwargs)
+
+        async def close(self) -> None:
+            await self._inner.close()
+
+        async def __aenter__(self) -> Listing:
+            return self
+
+        async def __aexit__(self, *exc_info: object) -> None:
+            await self.close()
+
+    backend = Listing()
+    cp = with_defaults(backend)
+    assert cp is not backend  # type: ignore[comparison-overlap]
+    await cp.put(make_checkpoint("a", 0))
+    page = await cp.list_threads_page(limit=1)
+    assert page.next_cursor is None and [i.thread for i in page.threads] == ["a"]
+    assert [c.step async for c in cp.history("a", newest_first=True)] == [0]

@@ -41,7 +41,9 @@ from agentflow.checkpoint.redaction import redact_checkpoint, redact_none
 from agentflow.checkpoint.timestamps import instant_of, parse_instant, utc_now_iso
 from agentflow.checkpoint.validation import (
     MAX_PAGE,
+    StepRange,
     check_checkpoint,
+    check_history_bounds,
     check_limit,
     check_offset,
     check_prune_bounds,
@@ -63,7 +65,7 @@ from agentflow.errors import (
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing
 
-__all__ = ["CheckpointerBase", "EncodedCheckpoint", "StoredRow"]
+__all__ = ["CheckpointerBase", "EncodedCheckpoint", "StepRange", "StoredRow"]
 
 #: The listings whose cursors are told apart (a cursor of one fails on another).
 _THREADS: Final = "threads"
@@ -101,6 +103,13 @@ class EncodedCheckpoint:
         return ThreadInfo(
             self.thread, self.step, self.interrupted, self.done, self.ts, self.wake_at, run_status
         )
+
+
+def _in_order(previous: int | None, step: int, steps: StepRange) -> bool:
+    """Whether ``step`` may follow ``previous`` in a history read of ``steps``."""
+    if previous is None:
+        return True
+    return step < previous if steps.newest_first else step > previous
 
 
 def _is_int(value: object) -> bool:
@@ -182,8 +191,11 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         return the row already passed through :meth:`_decode_row`."""
 
     @abc.abstractmethod
-    def _read_history(self, thread: str) -> AsyncIterator[StoredRow | Checkpoint]:
-        """Every row of ``thread`` in ascending step order, in bounded batches."""
+    def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[StoredRow | Checkpoint]:
+        """The rows of ``thread`` whose step ``steps`` holds, in its order, at most
+        ``steps.limit`` of them: keyset reads by step in bounded batches, each
+        asking for no more rows than are left to yield, so a bounded read costs
+        O(limit) whatever the length of the thread."""
 
     @abc.abstractmethod
     async def _read_threads(
@@ -330,20 +342,34 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             raise CheckpointCorrupted(f"thread {thread!r}: asked for step {step}, read another")
         return self._decode_row(thread, row)
 
-    async def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+    async def history(
+        self,
+        thread: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> AsyncIterator[Checkpoint]:
         self._check_open()
         validate_thread(thread)
+        steps = check_history_bounds(after, before, limit, newest_first)
         if self._binds_store and not self._store_id:
             await self._bind_store("history")
-        rows = self._read_history(thread)
-        previous = -1
+        rows = self._read_history(thread, steps)
+        previous: int | None = None
+        left = steps.limit
         try:
             async for row in rows:
                 cp = row if isinstance(row, Checkpoint) else self._decode_row(thread, row)
-                if cp.step <= previous:
+                if not steps.holds(cp.step) or not _in_order(previous, cp.step, steps):
                     raise CheckpointCorrupted(f"thread {thread!r}: history is out of step order")
                 previous = cp.step
                 yield cp
+                if left is not None:
+                    left -= 1
+                    if not left:
+                        return
         except Exception as exc:
             self._reraise(exc, "history")
         finally:

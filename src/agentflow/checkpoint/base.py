@@ -8,6 +8,7 @@ checks on every backend.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any, Final, Protocol, Self, runtime_checkable
@@ -103,11 +104,31 @@ class Checkpointer(Protocol):
         A ``step`` that is not a non-negative int raises InvalidArgument."""
         ...
 
-    def history(self, thread: str) -> AsyncIterator[Checkpoint]:
-        """Yield every checkpoint for ``thread`` in ascending step order.
+    def history(
+        self,
+        thread: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> AsyncIterator[Checkpoint]:
+        """Yield the checkpoints of ``thread`` in ascending step order (newest
+        first with ``newest_first=True``): every one, or those whose step is
+        strictly between ``after`` and ``before`` (each a step, None:
+        unbounded), at most ``limit`` of them (a positive int, None: all).
 
-        Reads in bounded batches, so memory does not grow with the length of
-        the thread; nothing is yielded for an unknown thread."""
+        The bounds are a keyset: to read the next page, pass the last step a
+        page yielded as ``after`` (oldest first) or ``before`` (newest first).
+        A bounded read costs O(limit) reads whatever the length of the thread,
+        and every read goes in bounded batches, so memory does not grow with
+        the thread either. Nothing is yielded for an unknown thread. A bound
+        that is not valid raises :class:`~agentflow.errors.InvalidArgument`
+        before anything is read.
+
+        ``history(thread)`` alone is the original protocol's method: a backend
+        that implements only that gets the bounds from a default that walks
+        the whole thread (:func:`with_defaults`)."""
         ...
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
@@ -196,17 +217,42 @@ def with_defaults(checkpointer: object) -> Checkpointer:
             f"{type(checkpointer).__name__} is not a Checkpointer: "
             f"it needs {', '.join(CORE_METHODS)}"
         )
-    if all(callable(getattr(checkpointer, name, None)) for name in _LATER_METHODS):
+    if _bounded_history(type(checkpointer)) and all(
+        callable(getattr(checkpointer, name, None)) for name in _LATER_METHODS
+    ):
         return checkpointer  # type: ignore[return-value]
 
     return CoreOnlyCheckpointer(checkpointer)  # type: ignore[arg-type]
 
 
 _LATER_METHODS: Final = ("list_threads_page", "list_due", "close", "__aenter__", "__aexit__")
+#: What ``history`` takes beyond the thread since the protocol bounded it.
+_HISTORY_BOUNDS: Final = frozenset({"after", "before", "limit", "newest_first"})
+
+
+#: :func:`_bounded_history` of each class asked about (a signature costs ~20 µs).
+_BOUNDED: dict[type, bool] = {}
+
+
+def _bounded_history(cls: type) -> bool:
+    """Whether ``cls.history`` takes the bounds (or any keyword) besides the thread."""
+    known = _BOUNDED.get(cls)
+    if known is None:
+        try:
+            history = cls.history  # type: ignore[attr-defined]
+            parameters = inspect.signature(history).parameters.values()
+        except (AttributeError, TypeError, ValueError):
+            parameters = None
+        known = _BOUNDED[cls] = parameters is not None and (
+            any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+            or {p.name for p in parameters} >= _HISTORY_BOUNDS
+        )
+    return known
 
 
 class CoreOnlyCheckpointer(Checkpointer):
-    """A backend with only the original six methods, given every later one."""
+    """A backend with only the original six methods, given every later one
+    (a later method the backend has is its own, not the default)."""
 
     __slots__ = ("_inner",)
 
@@ -222,8 +268,24 @@ class CoreOnlyCheckpointer(Checkpointer):
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         return await self._inner.get(thread, step)
 
-    def history(self, thread: str) -> AsyncIterator[Checkpoint]:
-        return self._inner.history(thread)
+    def history(
+        self,
+        thread: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> AsyncIterator[Checkpoint]:
+        from agentflow.checkpoint.defaults import bounded_history
+
+        if _bounded_history(type(self._inner)):
+            return self._inner.history(
+                thread, after=after, before=before, limit=limit, newest_first=newest_first
+            )
+        return bounded_history(
+            self._inner, thread, after=after, before=before, limit=limit, newest_first=newest_first
+        )
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         return await self._inner.list_threads(limit=limit, offset=offset)
@@ -235,6 +297,30 @@ class CoreOnlyCheckpointer(Checkpointer):
         self, thread: str, *, before_step: int | None = None, older_than: str | None = None
     ) -> int:
         return await self._inner.prune(thread, before_step=before_step, older_than=older_than)
+
+    async def list_threads_page(
+        self,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        status: ThreadStatus | None = None,
+    ) -> ThreadPage:
+        native: Callable[..., Awaitable[ThreadPage]] | None = getattr(
+            self._inner, "list_threads_page", None
+        )
+        if callable(native):
+            return await native(limit=limit, cursor=cursor, status=status)
+        return await super().list_threads_page(limit=limit, cursor=cursor, status=status)
+
+    async def list_due(
+        self, now: str | datetime, *, limit: int = 100, cursor: str | None = None
+    ) -> ThreadPage:
+        native: Callable[..., Awaitable[ThreadPage]] | None = getattr(
+            self._inner, "list_due", None
+        )
+        if callable(native):
+            return await native(now, limit=limit, cursor=cursor)
+        return await super().list_due(now, limit=limit, cursor=cursor)
 
     async def close(self) -> None:
         close: Callable[[], Awaitable[None]] | None = getattr(self._inner, "close", None)

@@ -1,29 +1,80 @@
 """The later protocol methods for a backend that implements only the original six.
 
 These are correct but not fast: they page with ``list_threads`` offsets and
-filter in memory. Their cursors are plain positions, not authenticated: the
-backend has nowhere agentflow could keep a secret. agentflow's own backends
-never use this module; they override every method natively.
+filter in memory, and a bounded history walks the thread's whole history.
+Their cursors are plain positions, not authenticated: the backend has nowhere
+agentflow could keep a secret. agentflow's own backends never use this
+module; they override every method natively.
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Final, Protocol
 
-from agentflow.checkpoint.model import ThreadInfo, ThreadPage, ThreadStatus
+from agentflow.checkpoint.model import Checkpoint, ThreadInfo, ThreadPage, ThreadStatus
 from agentflow.checkpoint.timestamps import instant_of, parse_instant
-from agentflow.checkpoint.validation import check_limit, check_status
+from agentflow.checkpoint.validation import (
+    check_history_bounds,
+    check_limit,
+    check_status,
+    validate_thread,
+)
 from agentflow.errors import InvalidCursor
 
-__all__ = ["Listing", "list_due", "list_threads_page"]
+__all__ = ["History", "Listing", "bounded_history", "list_due", "list_threads_page"]
 
 
 class Listing(Protocol):
     """What the defaults need of a backend: the original offset listing."""
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]: ...
+
+
+class History(Protocol):
+    """What the bounded history needs of a backend: the original whole history."""
+
+    def history(self, thread: str) -> AsyncIterator[Checkpoint]: ...
+
+
+async def bounded_history(
+    cp: History,
+    thread: str,
+    *,
+    after: int | None,
+    before: int | None,
+    limit: int | None,
+    newest_first: bool,
+) -> AsyncIterator[Checkpoint]:
+    """``history`` with bounds over the whole ascending history: it reads every
+    step up to ``before``, holding at most ``limit`` checkpoints when newest first
+    (the last ``limit`` seen), and stops as soon as an oldest-first page is full."""
+    bounds = check_history_bounds(after, before, limit, newest_first)
+    validate_thread(thread)
+    kept: collections.deque[Checkpoint] = collections.deque(maxlen=bounds.limit)
+    yielded = 0
+    rows = cp.history(thread)
+    try:
+        async for item in rows:
+            if bounds.before is not None and item.step >= bounds.before:
+                break
+            if item.step <= bounds.after:
+                continue
+            if bounds.newest_first:
+                kept.append(item)
+                continue
+            yield item
+            yielded += 1
+            if yielded == bounds.limit:
+                return
+    finally:
+        close = getattr(rows, "aclose", None)
+        if close is not None:
+            await close()
+    while kept:
+        yield kept.pop()
 
 
 #: Threads per ``list_threads`` call while a default walks the store.

@@ -9,7 +9,7 @@ JSON): the codec reports that, also before any write.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, get_args
+from typing import Final, NamedTuple, get_args
 
 from agentflow.checkpoint.model import Checkpoint, ThreadStatus
 from agentflow.checkpoint.timestamps import parse_instant
@@ -18,7 +18,10 @@ from agentflow.errors import InvalidArgument, InvalidThreadId
 __all__ = [
     "MAX_PAGE",
     "MAX_REVISION",
+    "WHOLE_THREAD",
+    "StepRange",
     "check_checkpoint",
+    "check_history_bounds",
     "check_limit",
     "check_offset",
     "check_prune_bounds",
@@ -112,6 +115,39 @@ def check_status(status: object) -> ThreadStatus | None:
     raise InvalidArgument(
         f"status must be None or one of {sorted(_THREAD_STATUSES)}, not {status!r}"
     )
+
+
+class StepRange(NamedTuple):
+    """Which steps of a thread a history read yields, checked: those strictly
+    between ``after`` (-1: from the first) and ``before`` (None: to the last),
+    at most ``limit`` of them (None: all), newest first or oldest first."""
+
+    after: int = -1
+    before: int | None = None
+    limit: int | None = None
+    newest_first: bool = False
+
+    def holds(self, step: int) -> bool:
+        """Whether ``step`` lies between the bounds."""
+        return self.after < step and (self.before is None or step < self.before)
+
+
+#: The whole thread, oldest first: what ``history(thread)`` reads.
+WHOLE_THREAD: Final = StepRange()
+
+
+def check_history_bounds(
+    after: object, before: object, limit: object, newest_first: object
+) -> StepRange:
+    """The :class:`StepRange` of ``history``'s bounds once each is valid: steps
+    (exclusive) or None, a positive int ``limit`` or None, a bool order."""
+    low = -1 if after is None else validate_step(after, what="after")
+    high = None if before is None else validate_step(before, what="before")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidArgument(f"limit must be None or a positive int, got {limit!r}")
+    if not isinstance(newest_first, bool):
+        raise InvalidArgument(f"newest_first must be a bool, got {newest_first!r}")
+    return StepRange(low, high, limit, newest_first)
 
 
 def check_prune_bounds(before_step: object, older_than: object) -> int | None:

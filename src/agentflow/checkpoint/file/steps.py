@@ -20,7 +20,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final, get_args
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StepRange, StoredRow
 from agentflow.checkpoint.base import Checkpoint, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.file import index
 from agentflow.checkpoint.file import thread as thread_dir
@@ -146,12 +146,19 @@ class FileSteps(FileParts, CheckpointerBase):
                 found = thread_dir.read(tfd, thread, step)
             return None if found is None else self._decode(thread, found)
 
-    async def _read_history(self, thread: str) -> AsyncIterator[Checkpoint]:
+    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[Checkpoint]:
+        """One listing of the thread's directory, then its files in the order
+        asked, in batches of no more files than are left to yield (a step pruned
+        since the listing is skipped, and the next one read)."""
         check_thread(thread)
-        steps = sorted(await self._io("history", self._steps, thread))
-        start = 0
-        while start < len(steps):
-            batch, start = await self._io("history", self._read_batch, thread, steps, start)
+        listed = await self._io("history", self._steps, thread)
+        chosen = sorted((s for s in listed if steps.holds(s)), reverse=steps.newest_first)
+        start, left = 0, steps.limit
+        while start < len(chosen) and left != 0:
+            most = _BATCH_FILES if left is None else min(_BATCH_FILES, left)
+            batch, start = await self._io("history", self._read_batch, thread, chosen, start, most)
+            if left is not None:
+                left -= len(batch)
             for cp in batch:
                 yield cp
 
@@ -160,15 +167,16 @@ class FileSteps(FileParts, CheckpointerBase):
             return set() if tfd is None else thread_dir.steps(tfd)
 
     def _read_batch(
-        self, thread: str, steps: list[int], start: int
+        self, thread: str, steps: list[int], start: int, most: int
     ) -> tuple[list[Checkpoint], int]:
-        """One worker call's worth of history: the budget keeps memory bounded."""
+        """One worker call's worth of history (at most ``most`` files): the budget
+        keeps memory bounded."""
         batch: list[Checkpoint] = []
         size = 0
         position = start
         with self._thread_fd(thread) as (_, tfd):
             while tfd is not None and position < len(steps):
-                if len(batch) == _BATCH_FILES or size >= _BATCH_BYTES:
+                if len(batch) == most or size >= _BATCH_BYTES:
                     return batch, position
                 try:
                     found = thread_dir.read(tfd, thread, steps[position])

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import EncodedCheckpoint, StepRange, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
@@ -208,10 +208,13 @@ class MemoryCheckpointer(MemoryRuns, MemoryEvents, StoreBase):
             return None
         return StoredRow(stored.encoded.step, stored.revision, stored.encoded.payload)
 
-    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
-        steps = self._data.threads.get(thread, {})
-        for step in sorted(steps):
-            stored = steps.get(step)
+    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[StoredRow]:
+        stored_steps = self._data.threads.get(thread, {})
+        chosen = sorted(
+            (step for step in stored_steps if steps.holds(step)), reverse=steps.newest_first
+        )
+        for step in chosen[: steps.limit]:
+            stored = stored_steps.get(step)
             if stored is not None:
                 yield StoredRow(step, stored.revision, stored.encoded.payload)
 

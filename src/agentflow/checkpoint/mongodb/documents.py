@@ -147,6 +147,16 @@ def steps(namespace: str, thread: str, before: int | None = None) -> Document:
     return {"$gte": low, "$lt": checkpoint_key(namespace, thread, before)}
 
 
+def step_range(namespace: str, thread: str, after: int, before: int | None) -> Document:
+    """An ``_id`` range over a thread's checkpoints with ``after < step < before``
+    (``after`` -1: from the first; ``before`` None: to the last)."""
+    low = "$gte", checkpoint_key(namespace, thread, MinKey() if after < 0 else after)
+    if after >= 0:
+        low = "$gt", low[1]
+    high = checkpoint_key(namespace, thread, MaxKey() if before is None else before)
+    return {low[0]: low[1], "$lt": high}
+
+
 def plain(value: object) -> object:
     """``value`` with BSON's 64-bit integer type read back as a plain int, as stored."""
     return int(value) if type(value) is Int64 else value

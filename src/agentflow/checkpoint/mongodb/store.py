@@ -28,7 +28,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, ConfigurationError, InvalidName
 from pymongo.write_concern import WriteConcern
 
-from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import EncodedCheckpoint, StepRange, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
@@ -42,6 +42,7 @@ from agentflow.checkpoint.mongodb.documents import (
     new_checkpoint,
     plain,
     rewrite,
+    step_range,
     steps,
     stored_row,
 )
@@ -329,12 +330,16 @@ class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
             doc = await self._coll.find_one(latest, PAYLOAD, sort=[("_id", -1)])
         return None if doc is None else stored_row(doc)
 
-    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
+    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[StoredRow]:
         await self._checked()
-        every = {"_id": steps(self._namespace, thread)}
-        cursor = self._coll.find(every, PAYLOAD, sort=[("_id", 1)], batch_size=_HISTORY_BATCH)
+        where = {"_id": step_range(self._namespace, thread, steps.after, steps.before)}
+        order = [("_id", -1 if steps.newest_first else 1)]
+        batch = _HISTORY_BATCH if steps.limit is None else min(_HISTORY_BATCH, steps.limit)
+        cursor = self._coll.find(
+            where, PAYLOAD, sort=order, batch_size=batch, limit=steps.limit or 0
+        )
         try:
-            while docs := await cursor.to_list(_HISTORY_BATCH):
+            while docs := await cursor.to_list(batch):
                 for doc in docs:
                     yield stored_row(doc)
         finally:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg
 
-from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import EncodedCheckpoint, StepRange, StoredRow
 from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
@@ -53,6 +53,8 @@ DEFAULT_DSN: Final = "postgresql://postgres@127.0.0.1:5432/test"
 _HISTORY_BATCH_BYTES: Final = 2 * 1024 * 1024
 _HISTORY_FIRST_ROWS: Final = 8
 _HISTORY_MAX_ROWS: Final = 1_024
+#: The highest step a row can have (steps are BIGINT).
+_LAST_STEP: Final = 2**63 - 1
 #: Sorts before every stored wake instant: where the first page of list_due starts.
 _BEFORE_ANY_WAKE: Final = (-(2**63), "")
 _RUN_STATUSES: Final = frozenset({None, *RUN_STATUSES.values()})
@@ -284,22 +286,30 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
             row = await self._query("fetchrow", "get_step", thread, step)
         return None if row is None else StoredRow(*row)
 
-    async def _read_history(self, thread: str) -> AsyncIterator[Checkpoint]:
+    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[Checkpoint]:
         """Keyset batches of about 2 MiB of payload: memory stays bounded for
         5 MB states and round trips stay few for small ones, and no connection
-        is held while the caller consumes a batch. Rows are decoded here, from
-        asyncpg's records, sparing a StoredRow per row."""
-        after, limit = -1, _HISTORY_FIRST_ROWS
-        while True:
-            rows = await self._query("fetch", "history", thread, after, limit)
-            last_batch = len(rows) < limit
+        is held while the caller consumes a batch; no batch asks for more rows
+        than are left to yield. Rows are decoded here, from asyncpg's records,
+        sparing a StoredRow per row."""
+        statement = "history_newest_first" if steps.newest_first else "history"
+        low, high = steps.after, _LAST_STEP if steps.before is None else steps.before - 1
+        size, left = _HISTORY_FIRST_ROWS, steps.limit
+        while low < high:
+            asked = size if left is None else min(size, left)
+            rows = await self._query("fetch", statement, thread, low, high, asked)
             if rows:
-                after = rows[-1][0]
+                if steps.newest_first:
+                    high = rows[-1][0] - 1
+                else:
+                    low = rows[-1][0]
                 average = max(1, sum(len(row[2]) for row in rows) // len(rows))
-                limit = max(1, min(_HISTORY_MAX_ROWS, _HISTORY_BATCH_BYTES // average))
+                size = max(1, min(_HISTORY_MAX_ROWS, _HISTORY_BATCH_BYTES // average))
+            if left is not None:
+                left -= len(rows)
             for row in rows:
                 yield self._decode_row(thread, row)
-            if last_batch:
+            if len(rows) < asked or left == 0:
                 return
             del rows  # never hold two batches while the next one is fetched
 

@@ -141,7 +141,9 @@ _SQL: Final = {
     "revision": f"SELECT revision FROM {{cp}} WHERE {_KEY} AND step = $3",
     "get_latest": f"{_ROW} ORDER BY step DESC LIMIT 1",
     "get_step": f"{_ROW} AND step = $3",
-    "history": f"{_ROW} AND step > $3 ORDER BY step LIMIT $4",
+    # The rows with $3 < step <= $4, oldest first or newest first.
+    "history": f"{_ROW} AND step > $3 AND step <= $4 ORDER BY step LIMIT $5",
+    "history_newest_first": f"{_ROW} AND step > $3 AND step <= $4 ORDER BY step DESC LIMIT $5",
     "list_after": f'{_INFO} WHERE namespace = $1 AND thread > $2 ORDER BY thread COLLATE "C"'
     " LIMIT $3",
     # The effective status (the record's, else the latest step's) is indexed.

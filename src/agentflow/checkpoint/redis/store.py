@@ -22,7 +22,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 
-from agentflow.checkpoint.backend import EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import EncodedCheckpoint, StepRange, StoredRow
 from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
@@ -242,24 +242,29 @@ class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
             None if payload is None and meta is None else stored_row(thread, member, payload, meta)
         )
 
-    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow]:
-        """Reads step ids in keyset batches, then their data in reads sized by
-        the payload bytes seen so far: plain commands, no payload through Lua.
+    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[StoredRow]:
+        """Reads step ids in keyset batches (a lex range of the step index, no
+        more ids than are left to yield), then their data in reads sized by the
+        payload bytes seen so far: plain commands, no payload through Lua.
 
         Each data read is one ``HMGET`` (payload and revision from one
         instant). A step pruned between the two reads is skipped; a step still
         indexed but without data is damage."""
         await self._setup()
         index, data = self._keys.thread(thread)
-        start, chunk = b"-", 1
+        low = b"-" if steps.after < 0 else b"(" + step_member(steps.after)
+        high = b"+" if steps.before is None else b"(" + step_member(steps.before)
+        chunk, left = 1, steps.limit
         while True:
-            steps = cast(
-                list[bytes],
-                await self._client.zrange(index, start, b"+", bylex=True, offset=0, num=_BATCH),
+            asked = _BATCH if left is None else min(_BATCH, left)
+            bounds = (high, low) if steps.newest_first else (low, high)
+            ids = await self._client.zrange(
+                index, *bounds, desc=steps.newest_first, bylex=True, offset=0, num=asked
             )
+            found = cast(list[bytes], ids)
             done = 0
-            while done < len(steps):
-                part = steps[done : done + chunk]
+            while done < len(found):
+                part = found[done : done + chunk]
                 done += len(part)
                 fields = [f for s in part for f in (s, s + b"m")]
                 values = cast(_Values, await self._client.hmget(data, fields))
@@ -272,10 +277,15 @@ class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
                 chunk = max(1, min(_BATCH, _HISTORY_BYTES * len(part) // max(size, 1)))
                 for member, payload, meta in pairs:
                     if payload is not None or meta is not None:
+                        if left is not None:
+                            left -= 1
                         yield stored_row(thread, member, payload, meta)
-            if len(steps) < _BATCH:
+            if len(found) < asked or left == 0:
                 return
-            start = b"(" + steps[-1]
+            if steps.newest_first:
+                high = b"(" + found[-1]
+            else:
+                low = b"(" + found[-1]
 
     async def _scan(
         self, target: bytes, bounds: tuple[bytes, bytes, int], limit: int

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, get_args
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StoredRow
+from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StepRange, StoredRow
 from agentflow.checkpoint.base import Checkpoint, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.sqlite.connection import SqliteConnection
@@ -28,6 +28,7 @@ from agentflow.checkpoint.sqlite.sql import (
     GET_LATEST,
     GET_STEP,
     HISTORY,
+    HISTORY_NEWEST_FIRST,
     LIST_AFTER,
     LIST_STATUS_AFTER,
     READ_SECRET,
@@ -48,6 +49,8 @@ _DECODE_ON_LOOP_MAX: Final = 64 * 1024
 #: SQLite's default SQLITE_MAX_LENGTH: a larger payload would fail its whole group.
 _MAX_PAYLOAD: Final = 1_000_000_000
 _THREAD_STATUSES: Final = frozenset(get_args(ThreadStatus))
+#: The highest step a row can have (steps are signed 64-bit integers).
+_LAST_STEP: Final = 2**63 - 1
 
 
 def checked_size(encoded: EncodedCheckpoint) -> EncodedCheckpoint:
@@ -143,20 +146,25 @@ class SqliteCheckpoints(SqliteConnection, CheckpointerBase, abc.ABC):
         found: Checkpoint | None = await self._read("get", read)
         return found
 
-    async def _read_history(self, thread: str) -> AsyncIterator[StoredRow | Checkpoint]:
+    async def _read_history(
+        self, thread: str, steps: StepRange
+    ) -> AsyncIterator[StoredRow | Checkpoint]:
         """Stream in keyset batches, reading the next batch while this one is consumed.
 
         Rows are decoded one at a time as they are yielded, so only what the
         caller holds is alive as objects (a whole decoded batch costs more in
         garbage collection than the decoding itself); a payload over
         ``_DECODE_ON_LOOP_MAX`` bytes is decoded on the reader thread instead,
-        so no single step stalls the event loop.
+        so no single step stalls the event loop. No batch asks for more rows
+        than are left to yield.
         """
         key = (self._namespace, thread)
+        sql = HISTORY_NEWEST_FIRST if steps.newest_first else HISTORY
+        left = steps.limit
 
-        def batch_after(after: int) -> Callable[[sqlite3.Connection], list[Any]]:
+        def batch(low: int, high: int, size: int) -> Callable[[sqlite3.Connection], list[Any]]:
             def read(conn: sqlite3.Connection) -> list[Any]:
-                rows = conn.execute(HISTORY, (*key, after, _HISTORY_BATCH)).fetchall()
+                rows = conn.execute(sql, (*key, low, high, size)).fetchall()
                 big = _DECODE_ON_LOOP_MAX
                 return [
                     self._decode_row(thread, row) if len(row[2]) > big else StoredRow(*row)
@@ -165,14 +173,29 @@ class SqliteCheckpoints(SqliteConnection, CheckpointerBase, abc.ABC):
 
             return read
 
+        def size_of(left: int | None) -> int:
+            return _HISTORY_BATCH if left is None else min(left, _HISTORY_BATCH)
+
+        low, high = steps.after, _LAST_STEP if steps.before is None else steps.before - 1
         reader = self._started().reader
-        pending: asyncio.Future[list[Any]] | None = reader.submit(batch_after(-1))
+        pending: asyncio.Future[list[Any]] | None = None
+        if low < high:  # steps low < step <= high
+            pending = reader.submit(batch(low, high, size_of(left)))
         try:
             while pending is not None:
-                batch, pending = await pending, None
-                if len(batch) == _HISTORY_BATCH:
-                    pending = reader.submit(batch_after(batch[-1].step))
-                for item in batch:
+                asked = size_of(left)
+                rows, pending = await pending, None
+                if left is not None:
+                    left -= len(rows)
+                if len(rows) == asked and left != 0:
+                    last = rows[-1].step
+                    if steps.newest_first:
+                        high = last - 1
+                    else:
+                        low = last
+                    if low < high:
+                        pending = reader.submit(batch(low, high, size_of(left)))
+                for item in rows:
                     yield item
         finally:
             if pending is not None:

@@ -46,7 +46,9 @@ KEY: Final = "namespace = ? AND thread = ?"
 _ROWS: Final = "SELECT step, revision, payload FROM agentflow_checkpoints WHERE " + KEY
 GET_LATEST: Final = f"{_ROWS} ORDER BY step DESC LIMIT 1"
 GET_STEP: Final = f"{_ROWS} AND step = ?"
-HISTORY: Final = f"{_ROWS} AND step > ? ORDER BY step LIMIT ?"
+#: The rows with ``?3 < step <= ?4``, oldest first (``HISTORY``) or newest first.
+HISTORY: Final = f"{_ROWS} AND step > ? AND step <= ? ORDER BY step LIMIT ?"
+HISTORY_NEWEST_FIRST: Final = f"{_ROWS} AND step > ? AND step <= ? ORDER BY step DESC LIMIT ?"
 REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {KEY} AND step = ?"
 UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (namespace, thread, step) DO UPDATE SET revision = revision + 1,
