@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from agentflow.checkpoint.base import Checkpoint, Redactor
+from agentflow.checkpoint.base import Checkpoint, Checkpointer, Redactor
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.store import Store
 
@@ -37,9 +37,13 @@ PayloadWriter = Callable[[str | None, str, int, bytes], Awaitable[None]]
 class BackendHarness:
     """One fresh, empty database and the way to open stores on it.
 
-    ``factory`` builds a :class:`~agentflow.checkpoint.store.Store` from
-    ``kwargs`` plus ``namespace``, ``redact``, ``codec``, ``sealing`` and
-    ``create``; every store it builds shares the one database. When
+    ``factory`` builds a store from ``kwargs`` plus ``namespace``, ``redact``,
+    ``codec``, ``sealing`` and ``create``; every store it builds shares the one
+    database. Every agentflow backend builds a :class:`~agentflow.checkpoint.store.Store`;
+    a third party's checkpoint-only backend (a bare
+    :class:`~agentflow.checkpoint.base.Checkpointer`) may use the same harness for
+    :class:`~agentflow.checkpoint.testing.CheckpointerConformance`, whose cases call
+    only the checkpoint methods: the store and durable suites need a ``Store``. When
     ``factory`` is an importable class and ``kwargs`` are picklable,
     :attr:`recipe` lets a child process open the same store (for the
     multi-process races and the crash tests).
@@ -52,7 +56,7 @@ class BackendHarness:
     """
 
     name: str
-    factory: Callable[..., Store]
+    factory: Callable[..., Checkpointer]
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     #: The backend refuses path-like thread ids (``..``, separators, over 255 bytes).
     restricted_thread_ids: bool = False
@@ -100,7 +104,7 @@ class BackendHarness:
             options["sealing"] = sealing
         if not create:
             options["create"] = False
-        return self.factory(**self.kwargs, **options)
+        return cast(Store, self.factory(**self.kwargs, **options))
 
     def durable(self) -> DurableHarness:
         """This database as the durable suites see it: stores of records and events."""
