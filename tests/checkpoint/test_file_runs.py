@@ -106,6 +106,8 @@ async def test_each_write_is_its_new_files_and_one_head_rename(tmp_path: Path) -
             "progress",
             store.progress(replace(record, shared_state={"n": 1}), claim_token="owner-a"),
         )
+        settled = entry.start().succeed({"ok": True})  # a finalize refuses a call in flight
+        record = await op("settle", store.record_operation(record, settled, claim_token="owner-a"))
         record = await op(
             "finalize",
             store.finalize_claimed(
@@ -145,16 +147,17 @@ async def test_each_write_is_its_new_files_and_one_head_rename(tmp_path: Path) -
         "refused": [],
         "same body": head,  # a body already stored is not written again
         "progress": ["write body.5", *head, "remove body.0"],
+        "settle": ["write t.0.6", *head, "remove t.0.3"],  # the entry's new version
         "finalize": [  # the status index moves: the new entry first, the old one last
             "mkdir completed",
             f"write {leaf}",
-            "write body.6",
+            "write body.7",
             *head,
             "remove body.5",
-            "remove t.0.3",
+            "remove t.0.6",
             f"remove {leaf}",
         ],
-        "deliver": ["write body.7", *head, "remove body.6"],
+        "deliver": ["write body.8", *head, "remove body.7"],
         "acknowledge": head,
         "load": [],
         "list": [],
