@@ -45,7 +45,7 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def ring() -> KeyRing:
-    return KeyRing.from_file(DATA / "keys.json")
+    return KeyRing.from_source((DATA / "keys.json").read_bytes)  # git keeps no mode 0600
 
 
 def _open(root: Path, namespace: str | None, ring: KeyRing | None) -> FileCheckpointer:

@@ -53,6 +53,7 @@ def test_from_env_from_file_and_from_a_callable(tmp_path: Path) -> None:
     by_env = KeyRing.from_env("MY_KEYS", environ={"MY_KEYS": _spec(retired=["k1"])})
     path = tmp_path / "keys.json"
     path.write_text(_spec())
+    path.chmod(0o600)
     by_file = KeyRing.from_file(path)
     by_source = KeyRing.from_source(lambda: {"current": "k1", "keys": {"k1": OLD}})
     assert (by_env.current, by_env.key_ids) == ("k2", ("k1", "k2"))
@@ -192,3 +193,22 @@ def test_without_cryptography_the_import_says_which_extra_to_install() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "pip install 'agentflow-durable[sealing]'" in result.stdout
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o602])
+def test_a_key_file_others_can_read_or_write_is_refused_naming_the_fix(
+    tmp_path: Path, mode: int
+) -> None:
+    path = tmp_path / "shared keys.json"
+    path.write_text(_spec())
+    path.chmod(mode)
+    with pytest.raises(InvalidArgument) as refused:
+        KeyRing.from_file(path)
+    assert f"(mode {mode:04o})" in str(refused.value)
+    assert f"chmod 600 '{path}'" in str(refused.value)
+    assert OLD not in str(refused.value) and NEW not in str(refused.value)
+    path.chmod(0o600)
+    ring = KeyRing.from_file(path)
+    path.chmod(mode)  # a reload reads the file again, and checks it again
+    with pytest.raises(InvalidArgument, match="chmod 600"):
+        ring.reload()

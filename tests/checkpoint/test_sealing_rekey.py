@@ -268,6 +268,7 @@ def test_load_keyring_reads_a_file_then_the_environment(tmp_path: Path) -> None:
     spec = orjson.dumps({"current": "k1", "keys": {"k1": KEYS["k1"]}}).decode()
     path = tmp_path / "keys.json"
     path.write_text(spec)
+    path.chmod(0o600)
     from_file = load_keyring(path, environ={})
     from_env = load_keyring(environ={"AGENTFLOW_SEALING_KEYS": spec})
     assert from_file is not None and from_env is not None and from_env.current == "k1"
@@ -283,3 +284,59 @@ async def test_a_wrong_key_ring_reads_nothing_and_writes_nothing() -> None:
     assert all("which the key ring does not hold" in m for _, m in report.unreadable)
     with pytest.raises(CheckpointCorrupted):
         await states(store, SealedCodec(stranger))
+
+
+async def test_the_state_file_is_its_owners_counts_on_and_is_saved_when_cut_short(
+    tmp_path: Path,
+) -> None:
+    store = await filled(SealedCodec(ring("k1")))
+    state = tmp_path / "rekey.state"
+    seen: list[tuple[int, int]] = []
+
+    class Cancelled(MemoryCheckpointer):
+        async def put(self, cp: Checkpoint, *, if_revision: int | None = None) -> str:
+            if cp.thread == "t05":  # Ctrl-C while the sixth thread is re-sealed
+                raise asyncio.CancelledError
+            return await super().put(cp, if_revision=if_revision)
+
+    with pytest.raises(asyncio.CancelledError):
+        await rekey_command(
+            lambda codec: Cancelled(store=store, codec=codec),
+            ROTATED,
+            state_file=state,
+            interval=3600,  # no save on the way: only the one made when it was cut short
+        )
+    assert state.stat().st_mode & 0o777 == 0o600
+    assert state.read_text().split()[1] == "5"  # five threads were finished
+    result = await rekey_command(
+        opener(store),
+        ROTATED,
+        state_file=state,
+        on_progress=lambda p, before: seen.append((before, p.threads)),
+    )
+    assert result.status == 0 and not state.exists()
+    assert seen == [(5, n) for n in range(1, 8)]  # counts on from the five done before
+
+
+async def test_a_state_file_others_can_read_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    store = await filled(SealedCodec(ring("k1")), steps=1)
+    state = tmp_path / "rekey.state"
+    state.write_text("token\n")
+    state.chmod(0o644)
+    with pytest.raises(InvalidArgument, match=r"\(mode 0644\).*chmod 600 .*rekey\.state"):
+        await rekey_command(opener(store), ROTATED, state_file=state)
+    assert state.read_text() == "token\n"
+
+
+async def test_a_rekey_says_nothing_of_the_retired_key_it_is_moving_records_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = await filled(SealedCodec(ring("k1")), steps=1)
+    with caplog.at_level("WARNING", logger="agentflow.sealing"):
+        result = await rekey_command(opener(store), ring("k2", retired=("k1",)))
+    assert result.status == 0 and "retired sealing key" not in caplog.text
+    reader = ring("k3", retired=("k2",), k2=KEYS["k2"], k3=new_key())
+    with caplog.at_level("WARNING", logger="agentflow.sealing"):
+        async with MemoryCheckpointer(store=store, codec=SealedCodec(reader)) as cp:
+            await cp.get("t00")
+    assert "retired sealing key 'k2'" in caplog.text  # outside a rekey it is said, once

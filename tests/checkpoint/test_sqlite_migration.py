@@ -53,7 +53,7 @@ def v2(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def ring() -> Iterator[KeyRing]:
-    yield KeyRing.from_file(DATA / "keys.json")
+    yield KeyRing.from_source((DATA / "keys.json").read_bytes)  # git keeps no mode 0600
 
 
 def _tables(path: Path) -> list[str]:

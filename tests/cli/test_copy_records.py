@@ -77,7 +77,7 @@ async def test_an_older_copy_is_brought_up_to_date(harness: BackendHarness, tmp_
     assert len(ledger_lines(ledger)) == 1
 
 
-async def test_a_record_of_another_run_is_refused_unless_overwritten(
+async def test_a_record_of_another_run_is_refused_unless_overwritten_and_a_newer_one_kept(
     harness: BackendHarness,
 ) -> None:
     async with harness.open(namespace="src") as src, harness.open(namespace="dst") as dst:
@@ -91,9 +91,14 @@ async def test_a_record_of_another_run_is_refused_unless_overwritten(
         before = await whole(dst)
         report = await StoreCopy(src, dst).run()
         assert sorted(report.refused) == ["moved-on", "other-run"]
+        assert report.newer == ["moved-on"]  # its record is ahead: a replace would lose it
         assert report.records_written == 0 and await whole(dst) == before
         replaced = await StoreCopy(src, dst, overwrite=True).run()
-        assert replaced.count("replaced") == 2 and replaced.mismatched == []
+        assert replaced.count("replaced") == 1 and replaced.refused == ["moved-on"]
+        kept = await dst.load("moved-on")
+        assert kept is not None and kept.claim_token == "d"
+        forced = await StoreCopy(src, dst, overwrite_newer=True).run()
+        assert forced.count("replaced") == 1 and forced.mismatched == []
         assert await whole(dst) == await whole(src)
 
 

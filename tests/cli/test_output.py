@@ -92,7 +92,7 @@ def test_a_store_url_with_a_password_is_printed_as_a_variable_that_runs() -> Non
         f'agentflow --store "$AGENTFLOW_STORE" --namespace {namespace} '
         "resume pw --value '\"approve\"'"
     )
-    assert printed == [] and "the store URL has a password" in done.stdout
+    assert printed == [] and "set AGENTFLOW_STORE to the URL you passed as --store" in done.stdout
     finished = subprocess.run(
         [
             "bash",

@@ -68,7 +68,8 @@ def test_an_operator_replays_the_receipt_and_the_run_finishes_charged_once(
         receipt,
     )
     assert status == 0 and f"recorded replay_success for {operation} of order-7" in out
-    assert "agentflow resume order-7" in out
+    # reconcile needs no graph, the resume it prints does: it says so, and where it goes
+    assert "agentflow --graph MODULE:ATTR resume order-7   # MODULE:ATTR: where graph" in out
     status, out = run(*SPEC, "resume", "order-7", "--json")
     assert status == 0 and json.loads(out)["state"]["receipt"] == {"charged": 700}
     assert len(ledger_lines(f"{ledger}-7")) == 1
@@ -86,7 +87,10 @@ def test_an_operator_can_record_a_failure_retry_or_abort(
     assert json.loads(failed[1])["status"] == "running"
     status, out = run(*SPEC, "resume", "a")
     assert status == 1 and "node 'charge' failed" in out and "CallFailed" in out
-    run("reconcile", "bb", _operation(run, "bb"), "--attempt", "1", "--decision", "retry")
+    status, out = run(
+        *SPEC, "reconcile", "bb", _operation(run, "bb"), "--attempt", "1", "--decision", "retry"
+    )
+    assert status == 0 and f"  agentflow --graph {SPEC[1]} resume bb\n" in out  # pastes as is
     assert run(*SPEC, "resume", "bb")[0] == 0
     assert len(ledger_lines(f"{ledger}-2")) == 2  # retried on purpose: a second charge
     status, out = run(

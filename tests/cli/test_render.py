@@ -8,10 +8,10 @@ import pytest
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.stores import has_password, local_path, safe_url, server_hosts
-from agentflow.cli.render import _changed_keys as changed_keys
 from agentflow.cli.render import diff_json, diff_states, event_of
 from agentflow.cli.session import _with_timeouts
 from agentflow.cli.text import inert, shell_word
+from agentflow.cli.timeline import Timeline
 from agentflow.errors import InvalidStoreUrl
 
 
@@ -37,7 +37,9 @@ def test_diff_paths_are_json_pointers_that_tell_keys_apart() -> None:
     assert [c[0] for c in odd] == ["/a~1b", "/m~0n"]
     before = Checkpoint("t", 0, {"refund.amount": 1, "a/b": 1}, next=("a",))
     step = Checkpoint("t", 1, {"refund.amount": 2, "a/b": 2}, parent="t:0")
-    assert changed_keys(before, step) == "a/b, refund.amount"  # history's "changed" column
+    timeline = Timeline()
+    timeline.row(before)
+    assert timeline.row(step)[1] == "a/b, refund.amount"  # history's "changed" column
 
 
 def test_events_name_what_produced_each_step() -> None:
@@ -65,14 +67,14 @@ def test_store_urls() -> None:
     assert local_path("file:///var/runs") == Path("/var/runs")
     with pytest.raises(InvalidStoreUrl):
         local_path("sqlite://")
-    assert safe_url("postgresql://me:pw@db:5432/x") == "postgresql://me:***@db:5432/x"
+    assert safe_url("postgresql://me:pw@db:5432/x") == "postgresql://me@db:5432/x"
     assert safe_url("redis://localhost") == "redis://localhost"
 
 
 def test_passwords_are_found_and_masked_in_seed_lists() -> None:
     url = "mongodb://me:pw@a:1,b:2/db?replicaSet=rs"
     assert has_password(url) and not has_password("mongodb://me@a:1")
-    assert safe_url(url) == "mongodb://me:***@a:1,b:2/db?replicaSet=rs"
+    assert safe_url(url) == "mongodb://me@a:1,b:2/db?replicaSet=rs"
     assert server_hosts(url) == "a:1,b:2"
 
 
@@ -85,6 +87,8 @@ def test_cli_timeouts_are_added_unless_the_url_sets_them() -> None:
         _with_timeouts("postgresql://h/db", "postgresql") == "postgresql://h/db?connect_timeout=5"
     )
     assert _with_timeouts("postgres://h/db?connect_timeout=9", "postgres").endswith("timeout=9")
+    hostless = "postgresql:///db?host=/run/postgresql"  # urlunsplit would drop its //
+    assert _with_timeouts(hostless, "postgresql") == f"{hostless}&connect_timeout=5"
 
 
 def test_inert_escapes_what_a_terminal_would_act_on_and_nothing_else() -> None:

@@ -94,6 +94,7 @@ def test_a_sealed_store_is_read_and_written_with_keys_and_refused_clearly_withou
 ) -> None:
     keys_file = tmp_path / "keys.json"
     keys_file.write_text(keys)
+    keys_file.chmod(0o600)
     af(tmp_path, *store_flags, "demo", "--thread", "t", "--hold", "0", AGENTFLOW_SEALING_KEYS=keys)
     shown = af(tmp_path, *store_flags, "show", "t", "--keys-file", str(keys_file), "--json")
     assert json.loads(shown.stdout)["interrupt_node"] == "request_approval"

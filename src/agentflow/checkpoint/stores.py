@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, unquote_plus, urlsplit
 
 from agentflow.checkpoint.base import Checkpointer
 from agentflow.checkpoint.codec import CheckpointCodec
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_STORE",
+    "SECRET_OPTIONS",
     "StoreOpener",
     "has_password",
     "local_path",
@@ -66,6 +67,22 @@ def register_scheme(scheme: str, opener: StoreOpener) -> None:
     _REGISTERED[scheme] = opener
 
 
+#: URL query options that carry a credential (or say where one is), as libpq and
+#: asyncpg, redis-py and PyMongo read them; compared in lower case.
+SECRET_OPTIONS: Final = frozenset(
+    {
+        "password",
+        "passfile",
+        "sslpassword",
+        "sslkey",
+        "tlscertificatekeyfilepassword",
+        "authmechanismproperties",
+    }
+)
+#: What a credential is replaced with in a message.
+_MASK: Final = "***"
+
+
 def _userinfo_and_hosts(url: str) -> tuple[str, str]:
     """The ``user:password`` and ``host:port[,host:port]`` parts of ``url``'s netloc
     (read as text: a MongoDB seed list is not one host and port)."""
@@ -73,35 +90,81 @@ def _userinfo_and_hosts(url: str) -> tuple[str, str]:
     return (userinfo, hosts) if at else ("", hosts)
 
 
+def _options(url: str) -> list[tuple[str, str]]:
+    """``url``'s query options, decoded, in order (blank values kept)."""
+    return parse_qsl(urlsplit(url).query, keep_blank_values=True)
+
+
+def _secrets(url: str) -> list[str]:
+    """Every credential ``url`` carries: the password of its user info and the
+    value of each option in :data:`SECRET_OPTIONS` (as written, not decoded)."""
+    try:
+        userinfo, _ = _userinfo_and_hosts(url)
+        query = urlsplit(url).query
+    except ValueError:
+        return []
+    found = [userinfo.partition(":")[2]] if ":" in userinfo else []
+    for option in query.split("&"):
+        key, _, value = option.partition("=")
+        if unquote_plus(key).lower() in SECRET_OPTIONS:
+            found.append(value)
+    return [secret for secret in found if secret]
+
+
 def has_password(url: str) -> bool:
-    """True when ``url`` carries a password."""
-    return ":" in _userinfo_and_hosts(url)[0]
+    """True when ``url`` carries a credential: a password in its user info
+    (``user:pw@``) or an option such as ``?password=``, ``passfile=`` or
+    ``sslpassword=`` (:data:`SECRET_OPTIONS`)."""
+    return bool(_secrets(url))
 
 
 def safe_url(url: str) -> str:
-    """``url`` with any password masked, for messages and logs."""
+    """``url`` without its credentials, for messages and logs: the password of
+    its user info and every :data:`SECRET_OPTIONS` option are left out (not
+    masked: no form of them is printed); everything else is kept as written."""
     try:
+        parts = urlsplit(url)
         userinfo, hosts = _userinfo_and_hosts(url)
     except ValueError:
         return "<unparseable store URL>"
-    if ":" not in userinfo:
+    if not has_password(url):
         return url
     user = userinfo.partition(":")[0]
-    return urlunsplit(urlsplit(url)._replace(netloc=f"{user}:***@{hosts}"))
+    netloc = f"{user}@{hosts}" if user else hosts
+    kept = [
+        option
+        for option in parts.query.split("&")
+        if option and unquote_plus(option.partition("=")[0]).lower() not in SECRET_OPTIONS
+    ]
+    text = f"{parts.scheme}://{netloc}{parts.path}"
+    text += f"?{'&'.join(kept)}" if kept else ""
+    return text + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def without_passwords(message: str, urls: Sequence[str]) -> str:
-    """``message`` with the password of each of ``urls`` masked (a driver may quote a URL)."""
+    """``message`` with every credential of each of ``urls`` masked, in every
+    form a driver or a re-encoded URL may quote it (as written, decoded,
+    percent-encoded)."""
+    forms: set[str] = set()
     for url in urls:
-        if has_password(url):
-            password = url.split("://", 1)[-1].rpartition("@")[0].partition(":")[2]
-            message = message.replace(password, "***")
+        for secret in _secrets(url):
+            for plain in (secret, unquote(secret), unquote_plus(secret)):
+                forms.update({plain, quote(plain, safe=""), quote_plus(plain, safe="")})
+    for form in sorted(forms - {""}, key=len, reverse=True):
+        message = message.replace(form, _MASK)
     return message
 
 
 def server_hosts(url: str) -> str:
-    """The ``host:port`` list of a server URL, without credentials."""
-    return _userinfo_and_hosts(url)[1]
+    """Where a server URL points, without credentials: its ``host:port`` list, or
+    for a host-less PostgreSQL URL (``postgresql:///db?host=/run/postgresql``)
+    its ``host`` option (a socket directory), else ``localhost``."""
+    hosts = _userinfo_and_hosts(url)[1]
+    if hosts:
+        return hosts
+    options = dict((key.lower(), value) for key, value in _options(url))
+    host = options.get("host") or "localhost"
+    return f"{host}:{options['port']}" if options.get("port") else host
 
 
 def local_path(url: str) -> Path | None:
@@ -123,7 +186,8 @@ def local_path(url: str) -> Path | None:
 def scheme_of(url: object) -> str:
     """The lower-cased scheme of ``url``; raises InvalidStoreUrl when it has none."""
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidStoreUrl(f"a store URL looks like scheme://..., got {url!r:.80}")
+        shown = safe_url(url) if isinstance(url, str) else url
+        raise InvalidStoreUrl(f"a store URL looks like scheme://..., got {shown!r:.80}")
     return url.split("://", 1)[0].lower()
 
 

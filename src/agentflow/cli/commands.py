@@ -15,21 +15,64 @@ from agentflow.checkpoint.store_base import run_thread_status
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli import render
 from agentflow.cli.errors import ThreadHeld, UsageError
+from agentflow.cli.foreign import foreign_record
 from agentflow.cli.records import durable_line, lease_of, record_of
-from agentflow.cli.session import Session
+from agentflow.cli.session import NAMESPACE_ENV, Session
+from agentflow.cli.timeline import print_timeline, write_history_json
 from agentflow.durable import ClaimActive
 from agentflow.runtime import ThreadNotFound, status_of
 from agentflow.runtime.engine import read_checkpoint
 from agentflow.runtime.section import runtime_of
 
-__all__ = ["delete", "delete_whole", "diff", "history", "history_of", "prune", "show", "threads"]
+__all__ = [
+    "delete",
+    "delete_whole",
+    "diff",
+    "history",
+    "history_of",
+    "print_history",
+    "prune",
+    "show",
+    "threads",
+]
 
 
 async def history_of(store: Checkpointer, thread: str) -> list[Checkpoint]:
+    """Every checkpoint of ``thread`` in a list (the console's pages; the command
+    line streams instead), or ThreadNotFound."""
     steps = [cp async for cp in store.history(thread)]
     if not steps:
         raise ThreadNotFound(f"thread {thread!r} not found")
     return steps
+
+
+async def print_history(s: Session, thread: str, title: str) -> None:
+    """``thread``'s timeline (table, or ``--json``), read and printed step by step."""
+    latest = await read_checkpoint(s.store, thread)
+    steps = s.store.history(thread)
+    try:
+        if s.json:
+            await write_history_json(steps, latest.step, s.write)
+        else:
+            await print_timeline(s.console, steps, title, latest.step)
+    finally:
+        close = getattr(steps, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _none_found(s: Session, wanted: str | None) -> str:
+    """What ``threads`` says when it finds none: in a named namespace, that the
+    name is matched exactly (a mistyped one is simply empty)."""
+    found = f"no {wanted} threads" if wanted else "no threads"
+    namespace = s.target.namespace
+    if namespace is None:
+        return found
+    flag = "--namespace" if s.target.namespace_from_flag else f"${NAMESPACE_ENV}"
+    return (
+        f"{found} in namespace {namespace!r} ({flag}); a namespace is matched exactly "
+        "and holds threads once a run is stored in it (without it: the default namespace)"
+    )
 
 
 async def threads(s: Session) -> int:
@@ -44,7 +87,7 @@ async def threads(s: Session) -> int:
         if any(status_of(info) == "reconciliation_required" for info in found):
             s.say("see what each waits for with: ", s.command("journal", "THREAD"))
     else:
-        s.say(f"no {wanted} threads" if wanted else "no threads")
+        s.say(_none_found(s, wanted))
     if cursor is not None:
         more = ["threads", "--limit", str(limit), "--cursor", cursor]
         s.say("more: ", s.command(*more, *(["--status", wanted] if wanted else [])))
@@ -52,23 +95,38 @@ async def threads(s: Session) -> int:
 
 
 async def history(s: Session) -> int:
-    steps = await history_of(s.store, s.args.thread)
-    if s.json:
-        rows = []
-        for previous, cp in zip([None, *steps], steps, strict=False):
-            known = previous if previous is not None and previous.step == cp.step - 1 else None
-            row = render.checkpoint_json(cp, steps[-1].step)
-            del row["state"]
-            rows.append(row | {"event": render.event_of(known, cp)})
-        s.emit(rows)
-    else:
-        render.print_timeline(s.console, steps, f"history of {s.args.thread}")
+    await print_history(s, s.args.thread, f"history of {s.args.thread}")
     return 0
+
+
+async def _show_foreign(s: Session, cp: Checkpoint, latest: Checkpoint) -> None:
+    """``show`` of a record an adapter wrote: what it is; for LangGraph's pending
+    writes (step 2k + 1), the state of their checkpoint (step 2k) as well."""
+    record = foreign_record(cp)
+    assert record is not None
+    checkpoint = None
+    if record.kind == "writes" and cp.step > 0:
+        below = await s.store.get(cp.thread, cp.step - 1)
+        tag = foreign_record(below) if below is not None else None
+        if (
+            tag is not None
+            and tag.kind == "checkpoint"
+            and tag.fields.get("id") == record.fields.get("id")
+        ):
+            checkpoint = below
+    if s.json:
+        view = render.checkpoint_json(cp, latest.step)
+        s.emit(view | {"framework": record.framework, "kind": record.kind})
+        return
+    render.print_foreign(s.console, cp, record, checkpoint, latest.step)
 
 
 async def show(s: Session) -> int:
     cp = await read_checkpoint(s.store, s.args.thread, s.args.step)
     latest = cp if s.args.step is None else await read_checkpoint(s.store, s.args.thread)
+    if foreign_record(cp) is not None:
+        await _show_foreign(s, cp, latest)
+        return 0
     record = await record_of(s.store, s.args.thread) if cp.step == latest.step else None
     lease = lease_of(record)
     imposed = run_thread_status(record.status) if record is not None else None

@@ -19,9 +19,15 @@ destination is compared with the source: checkpoints step by step (a start
 of the source thread, its last step maybe an older revision, is continued),
 the record by content (an older revision of the same run is replaced whole);
 an identical thread is left alone; anything else is a different thread,
-refused unless ``overwrite`` (then it is replaced). Afterwards every copied
-thread is read back from the destination: its checkpoint count, latest step
-and revision, its record and its events are checked against the source's.
+refused unless ``overwrite`` (then it is replaced). A destination thread that
+is *ahead* of the source (more checkpoints, a later latest step or a newer
+write of it, a later revision of the same run's record: a backup restored
+over a live store) is never replaced unless ``overwrite_newer`` says so. An
+id the destination cannot hold (a ``file://`` store refuses ``a/b``) is
+skipped before anything is written and listed; the other threads are copied.
+Afterwards every copied thread is read back from the destination: its
+checkpoint count, latest step and revision, its record and its events are
+checked against the source's.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.rows import identity_of
 from agentflow.checkpoint.store import Store
+from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.checkpoint.walk import StoreIds
 from agentflow.cli.copy_records import (
     EventIds,
@@ -44,6 +52,7 @@ from agentflow.cli.copy_records import (
     load_record,
     plan_record,
 )
+from agentflow.errors import InvalidThreadId
 
 __all__ = ["CopyReport", "Outcome", "StoreCopy", "count_threads", "has_thread", "source_threads"]
 
@@ -52,8 +61,9 @@ T = TypeVar("T")
 #: Ids read per listing page.
 _PAGE = 500
 #: What happened to one thread: ``copied`` (new, or continued), ``unchanged``
-#: (already identical), ``replaced`` (differed; overwritten), ``refused``.
-Outcome = Literal["copied", "unchanged", "replaced", "refused"]
+#: (already identical), ``replaced`` (differed; overwritten), ``refused`` (differs,
+#: left alone), ``skipped`` (an id the destination cannot hold).
+Outcome = Literal["copied", "unchanged", "replaced", "refused", "skipped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +98,10 @@ class CopyReport:
     outcomes: dict[str, int] = field(default_factory=dict)
     #: Threads that differ at the destination and were left alone.
     refused: list[str] = field(default_factory=list)
+    #: Of those, the ones the destination holds ahead of the source.
+    newer: list[str] = field(default_factory=list)
+    #: Ids the destination cannot hold, with its reason; nothing of them was written.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
     #: Checkpoints read from the source, and puts sent to the destination.
     checkpoints: int = 0
     writes: int = 0
@@ -137,12 +151,14 @@ class StoreCopy:
         destination: Store,
         *,
         overwrite: bool = False,
+        overwrite_newer: bool = False,
         concurrency: int = 8,
         on_thread: Callable[[str, Outcome], None] | None = None,
     ) -> None:
         self.source = source
         self.destination = destination
-        self.overwrite = overwrite
+        self.overwrite = overwrite or overwrite_newer
+        self.overwrite_newer = overwrite_newer
         self.concurrency = concurrency
         self.on_thread = on_thread
         self.report = CopyReport()
@@ -194,36 +210,77 @@ class StoreCopy:
             self.on_thread(thread, outcome)
 
     async def _copy_thread(self, thread: str, present: bool | None) -> Outcome:
-        outcome = await self._copy_once(thread, present)
+        try:  # the first call on the id at the destination, before anything is written
+            existing = await self.destination.get(thread)
+        except InvalidThreadId as refused:
+            self.report.skipped.append((thread, str(refused)))
+            return "skipped"
+        # Fresh: the listing walk found nothing there, and the read just made agrees.
+        fresh = present is False and existing is None
+        outcome = await self._copy_once(thread, fresh, existing)
         if outcome is not None:
             return outcome
-        if not self.overwrite:
+        ahead = await self._ahead(thread)
+        if ahead:
+            self.report.newer.append(thread)
+        if not self.overwrite or (ahead and not self.overwrite_newer):
             return "refused"
         await self.destination.delete_thread(thread)
-        await self._copy_once(thread, False)
+        await self._copy_once(thread, True, None)
         return "replaced"
 
-    async def _copy_once(self, thread: str, present: bool | None) -> Outcome | None:
+    async def _ahead(self, thread: str) -> bool:
+        """Whether the destination's thread is ahead of the source's: more
+        checkpoints, a later latest step or a newer write of it, or a later
+        revision of the same run's record (what a replace would lose)."""
+        theirs, ours = await self.destination.get(thread), await self.source.get(thread)
+        if theirs is not None and ours is None:
+            return True
+        if theirs is not None and ours is not None:
+            if (theirs.step, theirs.revision) > (ours.step, ours.revision):
+                return True
+            if theirs.step == ours.step and parse_instant(theirs.ts) > parse_instant(ours.ts):
+                return True
+            if await _count(self.destination, thread) > await _count(self.source, thread):
+                return True
+        held, source = (
+            await load_record(self.destination, thread),
+            await load_record(self.source, thread),
+        )
+        if held is None:
+            return False
+        if source is None:
+            return True
+        return identity_of(held) == identity_of(source) and held.revision > source.revision
+
+    async def _copy_once(
+        self, thread: str, fresh: bool, existing: Checkpoint | None
+    ) -> Outcome | None:
         """Copy the thread unless the destination holds another one (then None)."""
         source = aiter(self.source.history(thread))
         try:
-            return await self._copy_parts(thread, present, source)
+            return await self._copy_parts(thread, fresh, existing, source)
         finally:
             close = getattr(source, "aclose", None)
             if close is not None:
                 await close()
 
     async def _copy_parts(
-        self, thread: str, present: bool | None, source: AsyncIterator[Checkpoint]
+        self,
+        thread: str,
+        fresh: bool,
+        existing: Checkpoint | None,
+        source: AsyncIterator[Checkpoint],
     ) -> Outcome | None:
         """Compare the thread at the destination (writing nothing), then write its
-        record, the rest of its checkpoints and its events, in that order."""
+        record, the rest of its checkpoints and its events, in that order.
+        ``fresh``: the destination holds nothing of it (its record is not read);
+        ``existing``: its latest checkpoint there."""
         matched: _Matched | None = None
-        if present is False:
+        if fresh:
             record = RecordPlan.of(await load_record(self.source, thread), None)
         else:
             record = await plan_record(self.source, self.destination, thread)
-            existing = await self.destination.get(thread)
             if existing is not None:
                 matched = await self._match(thread, source, existing)
                 if matched is None:
@@ -311,6 +368,10 @@ class StoreCopy:
             self.report.mismatched.append((thread, why))
 
 
+async def _count(store: Store, thread: str) -> int:
+    return sum([1 async for _ in store.history(thread)])
+
+
 async def _listed(threads: list[str]) -> AsyncIterator[str]:
     for thread in threads:
         yield thread
@@ -324,7 +385,7 @@ async def _unknown(threads: AsyncIterable[str]) -> AsyncIterator[tuple[str, bool
 async def _presence(source: Store, destination: Store) -> AsyncIterator[tuple[str, bool | None]]:
     """Every source thread, and whether the destination has it: both walks are
     in code point order, so one walk of each answers for all threads, and a
-    fresh destination costs no read per thread."""
+    fresh destination costs no read of a record per thread."""
     theirs = aiter(source_threads(destination))
     current = await anext(theirs, None)
     async for thread in source_threads(source):

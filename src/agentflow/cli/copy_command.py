@@ -3,8 +3,12 @@
 The work is :class:`~agentflow.cli.copy.StoreCopy` (checkpoints, durable
 records and events); this module opens the two stores (the source is never
 created; the destination in ``--to-namespace`` when given, so every part is
-checked or sealed for that namespace), shows a progress bar on a terminal
-and a summary otherwise, and exits 1 when anything was left uncopied.
+checked or sealed for that namespace), counts the threads to copy so
+progress has a total and an ETA (a bar on a terminal, else a line on stderr
+every few seconds), prints a summary, and exits 1 when anything was left
+uncopied: threads that differ at the destination, those it holds ahead of
+the source (only ``--overwrite-newer`` replaces them), ids it cannot hold.
+Ctrl-C says how far it got; the same command goes on from there.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from agentflow.checkpoint.store import Store
 from agentflow.cli.copy import CopyReport, Outcome, StoreCopy, count_threads, has_thread
 from agentflow.cli.errors import CopyIncomplete, UsageError
+from agentflow.cli.interrupts import Continuation
 from agentflow.cli.keys import keyring_from_args
+from agentflow.cli.progress import Progress
 from agentflow.cli.render import dump_json, inert_json
 from agentflow.cli.session import StoreTarget, open_cli_store
 from agentflow.cli.text import inert
@@ -53,6 +58,8 @@ def _summary(report: CopyReport, source: StoreTarget, destination: StoreTarget) 
         "unchanged": report.count("unchanged"),
         "replaced": report.count("replaced"),
         "refused": report.refused,
+        "newer": report.newer,
+        "skipped": [{"thread": t, "why": why} for t, why in report.skipped],
         "checkpoints": report.checkpoints,
         "writes": report.writes,
         "records": report.records,
@@ -68,13 +75,19 @@ def _in(namespace: str | None) -> str:
     return f" (namespace {namespace})" if namespace else ""
 
 
-def _print_summary(console: Console, summary: dict[str, Any]) -> None:
+def _counts(report: CopyReport) -> str:
+    return (
+        f"{report.count('copied')} copied, {report.count('unchanged')} already there, "
+        f"{report.count('replaced')} replaced, {len(report.refused)} refused, "
+        f"{len(report.skipped)} skipped"
+    )
+
+
+def _print_summary(console: Console, summary: dict[str, Any], report: CopyReport) -> None:
     lines = [
         f"copied {summary['source']}{_in(summary['namespace'])} -> "
         f"{summary['destination']}{_in(summary['to_namespace'])}",
-        f"threads: {summary['threads']} ({summary['copied']} copied, "
-        f"{summary['unchanged']} already there, {summary['replaced']} replaced, "
-        f"{len(summary['refused'])} refused)",
+        f"threads: {summary['threads']} ({_counts(report)})",
         f"checkpoints: {summary['checkpoints']} read, {summary['writes']} written",
         f"durable records: {summary['records']} read, {summary['records_written']} written",
         f"events: {summary['events']} read, {summary['events_written']} written",
@@ -83,11 +96,41 @@ def _print_summary(console: Console, summary: dict[str, Any]) -> None:
         if summary["verified"]
         else f"verification FAILED for {len(summary['mismatched'])} thread(s)",
     ]
+    lines += [f"skipped {thread!r}: {why}" for thread, why in report.skipped]
     for line in lines:
         console.print(inert(line), soft_wrap=True)
 
 
-async def copy(args: Any, console: Console) -> int:
+def _incomplete(report: CopyReport) -> CopyIncomplete | None:
+    """Why the copy is incomplete (exit 1), or None."""
+    why = []
+    others = [t for t in report.refused if t not in report.newer]
+    if others:
+        why.append(
+            f"{len(others)} thread(s) exist at the destination with other content and were "
+            f"not copied: {_some(others)}; pass --overwrite to replace them"
+        )
+    if report.newer:
+        why.append(
+            f"{len(report.newer)} thread(s) are ahead at the destination (more checkpoints, "
+            f"a later or newer latest one, or a later revision of their record) and were left "
+            f"alone: {_some(report.newer)}; only --overwrite-newer replaces them with the "
+            "source's older copy, and that loses what the destination holds beyond it"
+        )
+    if report.skipped:
+        why.append(
+            f"{len(report.skipped)} thread id(s) the destination cannot hold were skipped: "
+            + _some([t for t, _ in report.skipped])
+        )
+    if report.mismatched:
+        why.append(
+            "read back from the destination, these threads do not match the source: "
+            + "; ".join(f"{t!r}: {why}" for t, why in report.mismatched[:_NAMED])
+        )
+    return CopyIncomplete("; ".join(why)) if why else None
+
+
+async def copy(args: Any, console: Console, continuation: Continuation) -> int:
     if hasattr(args, "store"):
         raise UsageError("copy takes its stores as SRC_URL and DST_URL; --store does not apply")
     namespace = getattr(args, "namespace", None)
@@ -101,52 +144,41 @@ async def copy(args: Any, console: Console) -> int:
     try:
         dst = open_cli_store(destination, create=True, sealing=keyring)
         try:
-            report = await _copy(args, console, src, dst)
+            report = await _copy(args, src, dst, continuation)
         finally:
             await dst.close()
     finally:
         await src.close()
     summary = _summary(report, source, destination)
-    as_json = bool(getattr(args, "json", False))
-    if as_json:
+    if getattr(args, "json", False):
         print(inert_json(dump_json(summary)))
     else:
-        _print_summary(console, summary)
-    if report.refused:
-        raise CopyIncomplete(
-            f"{len(report.refused)} thread(s) exist at the destination with other content and "
-            f"were not copied: {_some(report.refused)}; pass --overwrite to replace them"
-        )
-    if report.mismatched:
-        raise CopyIncomplete(
-            "read back from the destination, these threads do not match the source: "
-            + "; ".join(f"{t!r}: {why}" for t, why in report.mismatched[:_NAMED])
-        )
+        _print_summary(console, summary, report)
+    incomplete = _incomplete(report)
+    if incomplete is not None:
+        raise incomplete
     return 0
 
 
-async def _copy(args: Any, console: Console, src: Store, dst: Store) -> CopyReport:
+async def _copy(args: Any, src: Store, dst: Store, continuation: Continuation) -> CopyReport:
     named: list[str] = args.thread or []
     threads = _named(src, named) if named else None  # None: all, paired with the destination
-    if not console.is_terminal or getattr(args, "json", False):
-        return await StoreCopy(
-            src, dst, overwrite=args.overwrite, concurrency=args.concurrency
-        ).run(threads)
     total = len(named) if named else await count_threads(src)
-    columns = (
-        TextColumn("copying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("threads"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("copy", total=total)
+    with Progress("copy", total) as progress:
 
         def advance(thread: str, outcome: Outcome) -> None:
-            progress.advance(task)
+            progress.update(copier.report.threads, _counts(copier.report))
 
         copier = StoreCopy(
-            src, dst, overwrite=args.overwrite, concurrency=args.concurrency, on_thread=advance
+            src,
+            dst,
+            overwrite=args.overwrite,
+            overwrite_newer=args.overwrite_newer,
+            concurrency=args.concurrency,
+            on_thread=advance,
+        )
+        continuation.counts = lambda: (
+            f"{copier.report.threads} of {total} threads done: {_counts(copier.report)}; "
+            "the same command goes on from there"
         )
         return await copier.run(threads)

@@ -22,11 +22,29 @@ from agentflow.cli.text import inert
 from agentflow.runtime import CompiledGraph, RunResult
 from agentflow.runtime.settle import Waiter, seconds_until_due, settle
 
-__all__ = ["Decide", "continue_commands", "countdown", "drive"]
+__all__ = ["Decide", "continue_commands", "count_down", "countdown", "drive"]
 
 #: Answer a human interrupt: ``(True, value)``, or ``(False, None)`` to stop there.
 Decide = Callable[[RunResult], tuple[bool, Any]]
 _TICK = 0.1
+
+
+async def count_down(console: Console, label: str, left: Callable[[], float], until: str) -> None:
+    """Sleep until ``left()`` seconds are gone: a live countdown on a terminal,
+    else one line saying how long and until when."""
+    remaining = left()
+    if remaining <= 0:
+        return
+    if not console.is_terminal:
+        console.print(f"{label}: waiting {remaining:.1f}s (until {until})", soft_wrap=True)
+        await asyncio.sleep(remaining)
+        return
+    with console.status(f"{label}: {remaining:.1f}s left") as status:
+        while remaining > 0:
+            await asyncio.sleep(min(_TICK, remaining))
+            remaining = left()
+            status.update(f"{label}: {max(remaining, 0):.1f}s left")
+    console.print(f"{label}: done waiting")
 
 
 def countdown(graph: CompiledGraph, console: Console) -> Waiter:
@@ -34,19 +52,8 @@ def countdown(graph: CompiledGraph, console: Console) -> Waiter:
 
     async def wait(result: RunResult) -> None:
         label = inert(str(result.interrupt_node))
-        left = seconds_until_due(graph, result)
-        if left <= 0:
-            return
-        if not console.is_terminal:
-            console.print(f"{label}: waiting {left:.1f}s (until {result.wake_at})", soft_wrap=True)
-            await asyncio.sleep(left)
-            return
-        with console.status(f"{label}: {left:.1f}s left") as status:
-            while left > 0:
-                await asyncio.sleep(min(_TICK, left))
-                left = seconds_until_due(graph, result)
-                status.update(f"{label}: {max(left, 0):.1f}s left")
-        console.print(f"{label}: done waiting")
+        until = inert(str(result.wake_at))
+        await count_down(console, label, lambda: seconds_until_due(graph, result), until)
 
     return wait
 

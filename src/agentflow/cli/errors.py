@@ -19,6 +19,7 @@ __all__ = [
     "EXIT_USAGE",
     "AnswerNeeded",
     "CopyIncomplete",
+    "ForeignThread",
     "InvalidGraphSpec",
     "SealingKeysInvalid",
     "SealingUnavailable",
@@ -69,6 +70,13 @@ class CopyIncomplete(AgentflowError):
     counts read back from the destination do not match."""
 
     code = "copy_incomplete"
+
+
+class ForeignThread(AgentflowError):
+    """``resume`` or ``fork`` of a thread another framework wrote through its
+    agentflow adapter (LangGraph, Agent Framework): that framework continues it."""
+
+    code = "foreign_thread"
 
 
 class ThreadHeld(AgentflowError):

@@ -300,7 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="write into this namespace (default: the one read, --namespace)",
     )
     p.add_argument(
-        "--overwrite", action="store_true", help="replace threads that differ at the destination"
+        "--overwrite",
+        action="store_true",
+        help="replace threads that differ at the destination (never one that is ahead of "
+        "the source: see --overwrite-newer)",
+    )
+    p.add_argument(
+        "--overwrite-newer",
+        action="store_true",
+        help="replace even threads the destination holds ahead of the source (more or newer "
+        "checkpoints, a later record): what it holds beyond the source is lost",
     )
     p.add_argument("--concurrency", type=CONCURRENCY, default=8, help="threads copied at once (8)")
     return parser

@@ -302,5 +302,24 @@ async def reconcile(s: Session) -> int:
     elif waiting:
         s.say(f"{len(waiting)} call(s) still wait for a decision: ", s.command("journal", thread))
     else:
-        s.print_commands([s.command("resume", thread)])
+        s.print_commands([await _resume_command(s, thread)])
     return 0
+
+
+#: Stands in a printed command for the ``--graph`` the user must name.
+GRAPH_PLACEHOLDER = "MODULE:ATTR"
+
+
+async def _resume_command(s: Session, thread: str) -> str:
+    """``agentflow resume THREAD``, with the ``--graph`` it needs: the graph that
+    wrote the thread must be registered for a resume (``reconcile`` itself
+    needs none), so when this command line has none of that name, the printed
+    command carries ``--graph MODULE:ATTR`` and a note saying what goes there."""
+    latest = await s.store.get(thread)
+    name = runtime_of(latest).get("graph") if latest is not None else None
+    if not isinstance(name, str) or s.registry.has(name):
+        return s.command("resume", thread)
+    return s.command("--graph", GRAPH_PLACEHOLDER, "resume", thread) + (
+        f"   # {GRAPH_PLACEHOLDER}: where graph {inert(repr(name))} is defined "
+        "(or set AGENTFLOW_GRAPHS)"
+    )

@@ -18,6 +18,7 @@ from agentflow.checkpoint.base import Checkpoint
 from agentflow.checkpoint.store import Store
 from agentflow.cli.demo import DEMO_GRAPH, build_demo_graph, summarize
 from agentflow.cli.errors import InvalidGraphSpec
+from agentflow.cli.foreign import foreign_record
 from agentflow.runtime import CompiledGraph, Graph, GraphInvalid, ThreadNotFound, UnknownGraph
 from agentflow.runtime.section import runtime_of
 
@@ -143,12 +144,26 @@ class GraphRegistry:
             self._compiled[name] = graph.compile(self.checkpointer)
         return self._compiled[name]
 
-    async def for_thread(self, thread: str) -> CompiledGraph:
-        """The compiled graph that wrote ``thread``'s latest checkpoint."""
+    def has(self, name: str) -> bool:
+        """Whether a graph called ``name`` is registered (the demo, or a ``--graph``)."""
+        return name in self._graphs
+
+    async def for_thread(self, thread: str, command: str = "resume") -> CompiledGraph:
+        """The compiled graph that wrote ``thread``'s latest checkpoint; a thread
+        another framework wrote through its adapter is :class:`ForeignThread`."""
         cp = await self.checkpointer.get(thread)
         if cp is None:
             raise ThreadNotFound(f"thread {thread!r} not found")
-        return self.compiled(str(runtime_of(cp).get("graph")))
+        record = foreign_record(cp)
+        if record is not None:
+            raise record.refusal(thread, command)
+        name = runtime_of(cp).get("graph")
+        if not isinstance(name, str):
+            raise UnknownGraph(
+                f"thread {thread!r} step {cp.step} names no graph: it was not written by an "
+                "agentflow graph run, so there is nothing for agentflow to continue"
+            )
+        return self.compiled(name)
 
     def all_compiled(self) -> list[CompiledGraph]:
         """Every registered graph, compiled (for the worker)."""

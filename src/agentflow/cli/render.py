@@ -17,11 +17,12 @@ import orjson
 from rich.console import Console
 from rich.highlighter import JSONHighlighter
 from rich.panel import Panel
-from rich.table import Column, Table
+from rich.table import Table
 from rich.text import Text
 
 from agentflow.checkpoint.base import Checkpoint, ThreadInfo
 from agentflow.checkpoint.timestamps import parse_instant
+from agentflow.cli.foreign import ForeignRecord, foreign_record
 from agentflow.cli.text import inert
 from agentflow.runtime import status_of
 from agentflow.runtime.result import Status
@@ -32,15 +33,18 @@ __all__ = [
     "diff_json",
     "diff_states",
     "pointer_token",
+    "UNKNOWN",
     "dump_json",
     "event_of",
+    "first_key",
+    "forked_from",
     "info_json",
     "inert_json",
     "print_checkpoint",
     "print_columns",
     "print_diff",
+    "print_foreign",
     "print_threads",
-    "print_timeline",
     "question_of",
 ]
 
@@ -57,7 +61,7 @@ _STATUS_STYLE = {
     "failed": "magenta",
 }
 #: Shown where what changed cannot be known (the step before was pruned).
-_UNKNOWN = "?"
+UNKNOWN = "?"
 
 
 def dump_json(value: Any) -> str:
@@ -146,7 +150,7 @@ def pointer_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _first_key(pointer: str) -> str:
+def first_key(pointer: str) -> str:
     """The top-level key a JSON Pointer into the state starts with ("" for the root)."""
     token = pointer[1:].split("/", 1)[0] if pointer else ""
     return token.replace("~1", "/").replace("~0", "~")
@@ -182,21 +186,26 @@ def question_of(payload: Any) -> str:
     return _short(payload, 48)
 
 
-def _forked_from(cp: Checkpoint) -> str | None:
+def forked_from(cp: Checkpoint) -> str | None:
     origin = cp.parent.rpartition(":")[0] if cp.parent else None
     return cp.parent if origin and origin != cp.thread else None
 
 
 def event_of(previous: Checkpoint | None, cp: Checkpoint) -> str:
     """One line saying what produced ``cp`` (raw: show it inert); ``previous``
-    is the step before it, or None when that step is not stored."""
+    is the step before it, or None when that step is not stored. A record an
+    adapter wrote (LangGraph, Agent Framework) says what it is instead: its
+    steps are not a run's, so a missing step before it means nothing."""
+    record = foreign_record(cp)
+    if record is not None:
+        return record.what + (" (an interrupt waits)" if cp.interrupted else "")
     if cp.interrupted:
         if cp.wake_at is not None:
             text = f"{cp.interrupt_node} waits until {cp.wake_at[11:23]}"
         else:
             text = f"{cp.interrupt_node} asks: {question_of(cp.interrupt_payload)}"
     elif previous is None:
-        forked = _forked_from(cp)
+        forked = forked_from(cp)
         if forked is not None:
             text = f"forked from {forked}"
         else:
@@ -204,14 +213,6 @@ def event_of(previous: Checkpoint | None, cp: Checkpoint) -> str:
     else:
         text = "ran " + ", ".join(previous.next)
     return text + (" -> done" if cp.done else "")
-
-
-def _changed_keys(previous: Checkpoint | None, cp: Checkpoint) -> str:
-    if previous is None and (cp.step != 0 or _forked_from(cp) is not None):
-        return _UNKNOWN
-    before = previous.state if previous is not None else {}
-    changed = sorted({_first_key(path) for path, *_ in diff_states(before, cp.state)})
-    return inert(", ".join(changed)) or "-"
 
 
 def print_columns(console: Console, headers: Sequence[str], rows: Sequence[Sequence[Text]]) -> None:
@@ -240,27 +241,6 @@ def print_threads(console: Console, infos: Sequence[ThreadInfo]) -> None:
         for info in infos
     ]
     print_columns(console, ["thread", "status", "step", "updated", "wakes at"], rows)
-
-
-def print_timeline(console: Console, history: Sequence[Checkpoint], title: str) -> None:
-    table = Table(
-        Column("step", no_wrap=True),
-        Column("time", no_wrap=True),
-        "event",
-        "state changed",
-        title=Text(inert(title)),
-    )
-    previous: Checkpoint | None = None
-    for cp in history:
-        known = previous if previous is not None and previous.step == cp.step - 1 else None
-        table.add_row(
-            Text(str(cp.step)),
-            Text(inert(cp.ts[11:23])),
-            Text(inert(event_of(known, cp))),
-            Text(_changed_keys(known, cp)),
-        )
-        previous = cp
-    console.print(table)
 
 
 def _claim_line(view: dict[str, Any]) -> str | None:
@@ -304,6 +284,37 @@ def print_checkpoint(
     console.print(Panel(Text("\n").join(lines), title=title, expand=False))
     # never wrapped: the state is JSON a user may copy (a --value, a fork --update)
     console.print(JSONHighlighter()(Text(inert_json(dump_json(cp.state)))), soft_wrap=True)
+
+
+def print_foreign(
+    console: Console,
+    cp: Checkpoint,
+    record: ForeignRecord,
+    checkpoint: Checkpoint | None,
+    latest_step: int,
+) -> None:
+    """``show`` of a record an adapter wrote: what it is, and a state that means
+    something (for LangGraph's pending writes, their checkpoint's, when given)."""
+    lines = [
+        Text(f"record   {inert(record.what)}"),
+        Text(f"written  {inert(cp.ts)}  (revision {cp.revision})"),
+    ]
+    if cp.interrupted:
+        lines.append(Text(f"status   an interrupt waits in {record.framework}"))
+    if cp.step != latest_step:
+        lines.append(Text(f"latest   step {latest_step}"))
+    lines.append(
+        Text(f"owner    {record.framework} (through {record.adapter}), which continues it")
+    )
+    console.print(
+        Panel(
+            Text("\n").join(lines), title=Text(f"{inert(cp.thread)} @ step {cp.step}"), expand=False
+        )
+    )
+    shown = checkpoint if checkpoint is not None else cp
+    if checkpoint is not None:
+        console.print(f"state of its checkpoint, step {checkpoint.step}:", soft_wrap=True)
+    console.print(JSONHighlighter()(Text(inert_json(dump_json(shown.state)))), soft_wrap=True)
 
 
 def print_diff(console: Console, changes: Sequence[Change], a: int, b: int) -> None:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
+import socket
 import sys
+from functools import partial
 from typing import Any, NamedTuple
 
 import orjson
@@ -18,15 +21,17 @@ from rich.prompt import Prompt
 from rich.text import Text
 
 from agentflow.checkpoint.base import Checkpoint
+from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
 from agentflow.cli import render
-from agentflow.cli.commands import history_of
+from agentflow.cli.commands import print_history
 from agentflow.cli.demo import DEMO_GRAPH, demo_input
-from agentflow.cli.drive import Decide, continue_commands, countdown, drive
-from agentflow.cli.errors import EXIT_INTERRUPTED, AnswerNeeded, UsageError
+from agentflow.cli.drive import Decide, continue_commands, count_down, countdown, drive
+from agentflow.cli.errors import AnswerNeeded, UsageError
+from agentflow.cli.interrupts import answer_or_none
 from agentflow.cli.registry import GraphRegistry
 from agentflow.cli.session import Session
 from agentflow.cli.text import inert
-from agentflow.runtime import RunResult, Worker, status_of
+from agentflow.runtime import CompiledGraph, RunResult, StepClaimed, Worker, status_of
 from agentflow.runtime.section import runtime_of
 from agentflow.runtime.settle import settle
 from agentflow.runtime.worker import WorkerPass
@@ -42,8 +47,11 @@ __all__ = [
     "worker",
 ]
 
-#: Timers due within this many seconds are counted down instead of left to a worker.
+#: Timers due within this many seconds are counted down instead of left to a worker
+#: (and so is the claim of a resume that died here, killed mid-answer).
 MAX_INLINE_WAIT = 60.0
+#: Waited past a dead holder's claim, so the resume finds it lapsed on the store's clock.
+_LAPSE_MARGIN_S = 0.25
 
 
 def parse_json(text: str, flag: str) -> Any:
@@ -60,23 +68,36 @@ def _interactive(s: Session) -> bool:
     return not s.json and sys.stdin.isatty() and s.console.is_terminal
 
 
+def _choices(payload: Any) -> list[Any] | None:
+    """The answers a human interrupt offers (its payload's ``choices``), if any."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    return choices if isinstance(choices, list) and choices else None
+
+
 def _prompt_decide(s: Session) -> Decide:
-    """Ask on a terminal when the interrupt offers choices; otherwise stop there."""
+    """Ask on a terminal when the interrupt offers choices; otherwise stop there.
+    Ctrl-C at the prompt ends the command at once; Ctrl-D means no answer now."""
 
     def decide(result: RunResult) -> tuple[bool, Any]:
-        pending = result.pending if isinstance(result.pending, dict) else {}
-        choices = pending.get("choices")
-        if not _interactive(s) or not isinstance(choices, list):
+        choices = _choices(result.pending)
+        if not _interactive(s) or choices is None:
             return False, None
+        pending = result.pending if isinstance(result.pending, dict) else {}
         question = Text(inert(render.question_of(result.pending)) if "question" in pending else "")
         if not question.plain:
             question = Text(f"{inert(str(result.interrupt_node))} needs an answer")
-        return True, Prompt.ask(question, choices=[str(c) for c in choices], console=s.console)
+        ask = partial(Prompt.ask, question, choices=[str(c) for c in choices], console=s.console)
+        answer = answer_or_none(ask, s.continuation)
+        if answer is None:
+            s.console.print()
+            s.say("no answer now (end of input)")
+            return False, None
+        return True, next(c for c in choices if str(c) == answer)
 
     return decide
 
 
-def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | None) -> None:
+async def _report(s: Session, result: RunResult) -> None:
     if s.json:
         s.emit(
             {
@@ -104,9 +125,8 @@ def _report(s: Session, result: RunResult, history_steps: list[Checkpoint] | Non
         message = (result.terminal or {}).get("message", "")
         s.say(("failed", "red"), " ", result.thread, f": ended by a decision ({message})")
         return
-    if history_steps is not None:
-        render.print_timeline(s.console, history_steps, f"timeline of {result.thread}")
     if result.status == "done":
+        await print_history(s, result.thread, f"timeline of {result.thread}")
         s.say(("done", "green"), " ", result.thread, f" at step {result.step}")
         summary = s.registry.summary(result.checkpoint)
         if summary:
@@ -131,16 +151,14 @@ async def _finish(s: Session, result: RunResult, decide: Decide) -> RunResult:
     """Drive ``result`` on, then print where it stopped (with the timeline if done)."""
     graph = s.registry.compiled(str(runtime_of(result.checkpoint).get("graph")))
     result = await drive(graph, result, console=s.console, decide=decide, max_wait=MAX_INLINE_WAIT)
-    steps = await history_of(s.store, result.thread) if result.status == "done" else None
-    _report(s, result, steps)
+    await _report(s, result)
     return result
 
 
 def _answer_needed(s: Session, latest: Checkpoint) -> AnswerNeeded:
     result = RunResult(latest)
-    pending = latest.interrupt_payload if isinstance(latest.interrupt_payload, dict) else {}
-    choices = pending.get("choices")
-    offered = f" (choices: {', '.join(map(str, choices))})" if isinstance(choices, list) else ""
+    choices = _choices(latest.interrupt_payload)
+    offered = f" (choices: {', '.join(map(str, choices))})" if choices else ""
     return AnswerNeeded(
         f"thread {latest.thread!r} waits for an answer from {latest.interrupt_node}: "
         f"{render.question_of(latest.interrupt_payload)}{offered}; answer with --value, "
@@ -148,24 +166,80 @@ def _answer_needed(s: Session, latest: Checkpoint) -> AnswerNeeded:
     )
 
 
+def _answer(s: Session, latest: Checkpoint, text: str) -> Any:
+    """``--value`` as JSON, one of the interrupt's choices when it offers some
+    (a wrong answer is a usage error, and nothing runs)."""
+    value = parse_json(text, "--value")
+    choices = _choices(latest.interrupt_payload) if latest.interrupted else None
+    if choices is not None and value not in choices:
+        offered = ", ".join(orjson.dumps(c).decode() for c in choices)
+        raise UsageError(
+            f"thread {latest.thread!r} asks {render.question_of(latest.interrupt_payload)!r} "
+            f"with the choices {offered}; --value {text} is not one of them, e.g.: "
+            f"{continue_commands(RunResult(latest), s.command)[0]}"
+        )
+    return value
+
+
+def _gone_holder_wait(claimed: StepClaimed) -> float | None:
+    """Seconds until the claim of a resume that died on this machine lapses (its
+    process is gone, so nobody renews it), or None: the holder is elsewhere or
+    alive, its claim is not waiting to lapse, or it lapses beyond a short wait."""
+    host, _, rest = claimed.holder.partition(":")
+    pid = rest.partition(":")[0]
+    if claimed.moved_on is not None or host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        left = (parse_instant(claimed.until) - parse_instant(utc_now_iso())) / 1e6
+        return max(left, 0.0) + _LAPSE_MARGIN_S if left <= MAX_INLINE_WAIT else None
+    except PermissionError:  # alive, another user's
+        return None
+    return None
+
+
+async def _answer_step(
+    s: Session, graph: CompiledGraph, thread: str, value: Any, step: int | None
+) -> RunResult:
+    """``graph.resume``; when a resume that died here still holds the step (killed
+    mid-answer), wait out its claim, counted down, and resume then."""
+    try:
+        return await graph.resume(thread, value, step=step)
+    except StepClaimed as claimed:
+        wait = _gone_holder_wait(claimed)
+        if wait is None:
+            raise
+        deadline = asyncio.get_running_loop().time() + wait
+
+        def left() -> float:
+            return deadline - asyncio.get_running_loop().time()
+
+        label = inert(f"the claim of {claimed.holder} (its process is gone)")
+        await count_down(s.console, label, left, claimed.until)
+        return await graph.resume(thread, value, step=step)
+
+
 async def resume(s: Session) -> int:
     thread = s.args.thread
+    s.continuation.thread = thread
     graph = await s.registry.for_thread(thread)
     latest = await graph.get_state(thread)
     # Naming the step read means a late answer never lands on a later question.
     step = latest.step if latest.interrupted else None
     decide = _prompt_decide(s)
     if s.args.value is not None:
-        result = await graph.resume(thread, parse_json(s.args.value, "--value"), step=step)
+        value = _answer(s, latest, s.args.value)
+        result = await _answer_step(s, graph, thread, value, step)
     elif latest.interrupted and latest.wake_at is None:
         answered, value = decide(RunResult(latest))
         if not answered:
             raise _answer_needed(s, latest)
-        result = await graph.resume(thread, value, step=step)
+        result = await _answer_step(s, graph, thread, value, step)
     elif s.args.wait and latest.interrupted:
         result = await settle(graph, RunResult(latest), wait=countdown(graph, s.console))
     else:
-        result = await graph.resume(thread, step=step)
+        result = await _answer_step(s, graph, thread, None, step)
     await _finish(s, result, decide)
     return 0
 
@@ -190,7 +264,7 @@ async def fork_thread(
 ) -> Forked:
     """Fork ``thread`` at ``step`` into ``to`` (default ``THREAD-fork-RANDOM``),
     ``update`` (JSON object text) folded in and re-routed unless ``keep_route``."""
-    graph = await registry.for_thread(thread)
+    graph = await registry.for_thread(thread, "fork")
     new_thread = to or f"{thread}-fork-{secrets.token_hex(3)}"
     changes = parse_json(update, "--update") if update is not None else None
     if changes is not None and not isinstance(changes, dict):
@@ -275,22 +349,22 @@ def _print_pass(s: Session, outcome: WorkerPass, seen: set[str] | None = None) -
 
 async def worker(s: Session) -> int:
     runner = Worker(s.registry.all_compiled(), concurrency=s.args.concurrency)
+    # One read first: a store that cannot be used fails here, named, rather than
+    # inside the worker's task group.
+    empty = not (await s.store.list_threads_page(limit=1)).threads
     if s.args.once:
         _print_pass(s, await runner.run_once(recover=s.args.recover))
         return 0
     stop = asyncio.Event()
-    interrupted: list[int] = []
     loop = asyncio.get_running_loop()
-
-    def stop_on(signum: int) -> None:
-        interrupted.append(signum)
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop_on, signum)
+    # SIGTERM is how a service manager stops a worker: the scan in progress ends
+    # first, and the exit is clean. Ctrl-C ends it at once, as every command.
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
     try:
         if not s.json:
             s.say(f"worker polling every {s.args.interval}s (Ctrl-C to stop)")
+            if empty:
+                s.say(f"the store at {s.target.where} holds no threads yet: waiting for runs")
         seen: set[str] = set()
         await runner.run(
             interval=s.args.interval,
@@ -299,12 +373,9 @@ async def worker(s: Session) -> int:
             recover=s.args.recover,
         )
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(RuntimeError):
-                loop.remove_signal_handler(signum)
-    # SIGTERM is how a service manager stops a worker: a clean stop. Ctrl-C exits as
-    # every interrupted command does.
-    return EXIT_INTERRUPTED if signal.SIGINT in interrupted else 0
+        with contextlib.suppress(RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+    return 0
 
 
 async def demo(s: Session) -> int:
@@ -318,6 +389,7 @@ async def demo(s: Session) -> int:
             return True, preset
         return prompt(result)
 
+    s.continuation.thread = thread
     if not s.json:
         s.say("refund agent for order ", s.args.order, ", thread ", (inert(thread), "bold"))
         s.say("kill it at any point; it continues with: ", s.command("resume", thread))

@@ -8,11 +8,12 @@ once per command from ``--store`` and ``--namespace``.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 from rich.console import Console
@@ -27,19 +28,24 @@ from agentflow.checkpoint.stores import (
     local_path,
     safe_url,
     server_hosts,
+    without_passwords,
 )
 from agentflow.cli import render
+from agentflow.cli.drive import continue_commands
 from agentflow.cli.errors import UsageError
+from agentflow.cli.interrupts import Continuation
 from agentflow.cli.keys import store_codec
 from agentflow.cli.registry import GraphRegistry, graph_specs_from_env
 from agentflow.cli.text import inert, shell_word
 from agentflow.errors import InvalidStoreUrl, StoreNotFound
+from agentflow.runtime import RunResult
 
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing
 
 __all__ = [
     "STORE_ENV",
+    "CliConsole",
     "Session",
     "StoreTarget",
     "command_line",
@@ -66,6 +72,23 @@ _TIMEOUT_OPTIONS = {
     "redis": _REDIS_TIMEOUTS,
     "rediss": _REDIS_TIMEOUTS,
 }
+
+
+#: How long an interrupted command may spend reading where its run stopped.
+_INTERRUPT_READ_S = 3.0
+
+
+class CliConsole(Console):
+    """The command's console: store text printed as text (markup, emoji codes and
+    highlighting off), and a reader that closed the pipe (``| head``) ends the
+    command quietly (rich would exit with status 1)."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        super().__init__(stderr=stderr, markup=False, emoji=False, highlight=False)
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 
 @dataclass(frozen=True)
@@ -95,8 +118,12 @@ class StoreTarget:
 
     @property
     def safe(self) -> str:
-        """The URL with its password masked."""
+        """The URL without its credentials (:func:`~agentflow.checkpoint.stores.safe_url`)."""
         return safe_url(self.url)
+
+    def mask(self, text: str) -> str:
+        """``text`` with every credential of the store URL masked, in any form."""
+        return without_passwords(text, [self.url])
 
     @property
     def where(self) -> str:
@@ -112,28 +139,27 @@ class StoreTarget:
         """
         words: list[str] = []
         if self.url_from_flag:
-            store = f'"${STORE_ENV}"' if has_password(self.url) else shell_word(self.url)
+            store = HIDDEN_STORE if has_password(self.url) else shell_word(self.url)
             words += ["--store", store]
         if self.namespace_from_flag and self.namespace is not None:
             words += ["--namespace", shell_word(self.namespace)]
         return words
 
-    @property
-    def hides_password(self) -> bool:
-        """True when printed commands name ``$AGENTFLOW_STORE`` instead of the URL."""
-        return self.url_from_flag and has_password(self.url)
-
 
 def _with_timeouts(url: str, scheme: str) -> str:
-    """``url`` with short connection timeouts, unless it sets its own."""
+    """``url`` with short connection timeouts, unless it sets its own. The
+    options are appended to the URL as written (a host-less
+    ``postgresql:///db?host=...`` keeps its ``//``)."""
     options = _TIMEOUT_OPTIONS.get(scheme)
     if not options:
         return url
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    given = {key.lower() for key, _ in query}
-    query += [(key, value) for key, value in options.items() if key.lower() not in given]
-    return urlunsplit(parts._replace(query=urlencode(query)))
+    base, hash_, fragment = url.partition("#")
+    given = {key.lower() for key, _ in parse_qsl(urlsplit(base).query, keep_blank_values=True)}
+    missing = urlencode([(k, v) for k, v in options.items() if k.lower() not in given])
+    if not missing:
+        return url
+    joined = f"{base}{'&' if '?' in base else '?'}{missing}"
+    return joined + hash_ + fragment
 
 
 def open_cli_store(
@@ -171,6 +197,30 @@ def open_cli_store(
     return opened
 
 
+#: How a printed command names a store URL that carries a credential.
+HIDDEN_STORE: Final = f'"${STORE_ENV}"'
+#: The shell variables a printed command names instead of a URL with a password,
+#: and which URL each stands for.
+HIDDEN_URLS: Final = {
+    STORE_ENV: "the URL you passed as --store",
+    "SRC_URL": "copy's source URL",
+    "DST_URL": "copy's destination URL",
+}
+
+
+def hidden_store_note(text: str) -> str:
+    """The note that follows a printed command naming a variable instead of a
+    store URL (it has a password), or "" when ``text`` names none."""
+    named = [f"{name} to {what}" for name, what in HIDDEN_URLS.items() if f'"${name}"' in text]
+    if not named:
+        return ""
+    return (
+        "(a store URL with a password is not printed: set "
+        + " and ".join(named)
+        + " before pasting)"
+    )
+
+
 def command_line(args: Any, target: StoreTarget, *words: str) -> str:
     """A pasteable ``agentflow ...`` command: ``words`` are quoted here, and the
     store, namespace and ``--graph`` flags given to this command are repeated."""
@@ -188,6 +238,8 @@ class Session:
     store: Store
     console: Console
     target: StoreTarget
+    #: What Ctrl-C reports (see :mod:`agentflow.cli.interrupts`).
+    continuation: Continuation = field(default_factory=Continuation)
 
     @property
     def json(self) -> bool:
@@ -205,25 +257,56 @@ class Session:
         """A pasteable ``agentflow ...`` command on this session's store."""
         return command_line(self.args, self.target, *words)
 
+    async def note_interrupt(self) -> None:
+        """On Ctrl-C, find the commands that continue the run this command
+        drives (``continuation.thread``) in the store, as it is now."""
+        c = self.continuation
+        if c.thread is None or c.commands:
+            return
+        try:
+            latest = await asyncio.wait_for(self.store.get(c.thread), _INTERRUPT_READ_S)
+        except Exception:  # the store may be what was cut short: the plain resume stands
+            latest = None
+        if latest is not None and latest.done:
+            c.commands = [self.command("show", c.thread)]
+        elif latest is not None and latest.interrupted:
+            c.commands = continue_commands(RunResult(latest), self.command)
+        else:
+            c.commands = [self.command("resume", c.thread)]
+
     def say(self, *parts: str | tuple[str, str]) -> None:
         """Print one line: plain strings are shown inert; ``(text, style)``
-        pairs are our own words in a style. Never wrapped, so it pastes back."""
-        line = Text.assemble(*(inert(p) if isinstance(p, str) else p for p in parts))
+        pairs are our own words in a style. Never wrapped, so it pastes back;
+        the store's credentials are masked, and a command that names
+        ``$AGENTFLOW_STORE`` instead of the URL is followed by the note that says so."""
+        line = Text.assemble(
+            *(
+                self.target.mask(inert(p)) if isinstance(p, str) else (self.target.mask(p[0]), p[1])
+                for p in parts
+            )
+        )
         self.console.print(line, soft_wrap=True)
+        self._note_hidden(line.plain)
 
     def print_commands(self, lines: list[str], *, heading: str = "continue with:") -> None:
         """Print commands the user may paste, one per line, never wrapped."""
         self.console.print(heading, soft_wrap=True)
         for line in lines:
-            self.console.print(Text(f"  {line}"), soft_wrap=True)
-        if self.target.hides_password:
-            self.console.print(
-                f"  (the store URL has a password, so it is not printed: set {STORE_ENV} "
-                "to the URL you passed as --store)",
-                soft_wrap=True,
-            )
+            self.console.print(Text(f"  {self.target.mask(line)}"), soft_wrap=True)
+        self._note_hidden("\n".join(lines))
+
+    def _note_hidden(self, text: str) -> None:
+        note = hidden_store_note(text)
+        if note:
+            self.console.print(f"  {note}", soft_wrap=True)
+
+    def write(self, text: str) -> None:
+        """Write JSON text to stdout as it comes (a streamed array), inert, the
+        store's credentials masked."""
+        print(self.target.mask(render.inert_json(text)), end="")
 
     def emit(self, value: Any, *, line: bool = False) -> None:
-        """Print ``value`` as JSON (indented, or one line for a stream), inert."""
+        """Print ``value`` as JSON (indented, or one line for a stream), inert,
+        the store's credentials masked."""
         text = orjson.dumps(value).decode() if line else render.dump_json(value)
-        print(render.inert_json(text), flush=line)
+        print(self.target.mask(render.inert_json(text)), flush=line)

@@ -2,22 +2,31 @@
 
 The command line opens the store and calls :func:`rekey_command`, which runs
 :func:`~agentflow.checkpoint.sealing.rekey`, saves its resume token to a
-state file as it goes (so an interrupted run picks up where it stopped), and
-returns the exit status, the text to print and the same as JSON. The status
-is 1 while anything is left to do: a part on another key, a part that could
-not be read, or a durable record a live lease held (busy: run it again).
+state file as it goes and when it is cut short (so an interrupted run picks
+up after the last thread it finished), and returns the exit status, the text
+to print and the same as JSON. The status is 1 while anything is left to
+do: a part on another key, a part that could not be read, or a durable
+record a live lease held (busy: run it again).
+
+The state file holds the token and how many threads the runs before had
+done (so progress counts on from there). Only its owner may read or write
+it: it is written mode 0600, and one that others can read is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import shlex
+import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentflow.checkpoint.sealing.keyring import DEFAULT_KEYS_VARIABLE, KeyRing
+from agentflow.checkpoint.sealing.keyring import DEFAULT_KEYS_VARIABLE, RETIRED_WARNING, KeyRing
 from agentflow.checkpoint.sealing.rekey import (
     LeftRecord,
     PartCounts,
@@ -61,6 +70,24 @@ def load_keyring(
     return None
 
 
+class _NotTheRetiredWarning(logging.Filter):
+    """Drops the retired-key warning: it asks for the rekey that is running."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != RETIRED_WARNING
+
+
+@contextlib.contextmanager
+def _quiet_retired() -> Iterator[None]:
+    quiet = _NotTheRetiredWarning()
+    logger = logging.getLogger("agentflow.sealing")
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 async def rekey_command(
     open_store: StoreOpener,
     keyring: KeyRing | None,
@@ -69,24 +96,35 @@ async def rekey_command(
     check: bool = False,
     echo: Callable[[str], object] | None = None,
     interval: float = 2.0,
+    on_progress: Callable[[RekeyProgress, int], object] | None = None,
 ) -> CommandResult:
     """Re-seal the store (``check``: only audit it), printing progress through
     ``echo`` at most every ``interval`` seconds and keeping the resume token in
-    ``state_file``; the file is removed once the walk is complete."""
+    ``state_file`` (saved then, and when the walk is cut short); the file is
+    removed once the walk is complete. ``on_progress(progress, before)`` is
+    called after every thread, ``before`` being the threads the runs this one
+    resumes had done."""
     if keyring is None and check:
         raise InvalidArgument("rekey --check needs sealing keys (--keys-file or the environment)")
     state = Path(state_file) if state_file is not None else None
-    resume = _read_state(state)
+    resume, before = _read_state(state)
     last = time.monotonic()
+    latest: RekeyProgress | None = None
+
+    def save() -> None:
+        if state is not None and not check and latest is not None:
+            _write_state(state, latest.resume, before + latest.threads)
 
     def report_progress(done: RekeyProgress) -> None:
-        nonlocal last
+        nonlocal last, latest
+        latest = done
+        if on_progress is not None:
+            on_progress(done, before)
         now = time.monotonic()
         if now - last < interval:
             return
         last = now
-        if state is not None and not check:
-            _write_state(state, done.resume)
+        save()
         if echo is not None:
             echo(
                 f"rekey: {done.threads:,} threads, {done.records:,} checkpoints, "
@@ -95,9 +133,14 @@ async def rekey_command(
                 f"events re-sealed {done.events_resealed:,}"
             )
 
-    report = await rekey(
-        open_store, keyring, resume=resume, progress=report_progress, check_only=check
-    )
+    try:
+        with _quiet_retired():
+            report = await rekey(
+                open_store, keyring, resume=resume, progress=report_progress, check_only=check
+            )
+    except BaseException:  # killed, interrupted or failed: go on from the last finished thread
+        save()
+        raise
     if state is not None and not check:
         state.unlink(missing_ok=True)
     failed = report.left_count > 0 or bool(report.unreadable) or bool(report.busy)
@@ -106,16 +149,31 @@ async def rekey_command(
     )
 
 
-def _read_state(state: Path | None) -> str | None:
+def _read_state(state: Path | None) -> tuple[str | None, int]:
+    """The resume token a state file holds (None: start from the beginning), and
+    the threads done before it was saved (0 in a file of an older release)."""
     if state is None or not state.exists():
-        return None
-    token = state.read_text(encoding="ascii").strip()
-    return token or None
+        return None, 0
+    with state.open("rb") as file:
+        mode = os.fstat(file.fileno()).st_mode
+        if mode & 0o077:
+            raise InvalidArgument(
+                f"the rekey state file {str(state)!r} can be read or written by others "
+                f"(mode {stat.S_IMODE(mode):04o}); make it its owner's only: "
+                f"chmod 600 {shlex.quote(str(state))}"
+            )
+        lines = file.read().decode("ascii").split()
+    token = lines[0] if lines else None
+    done = int(lines[1]) if len(lines) > 1 and lines[1].isdigit() else 0
+    return token, done
 
 
-def _write_state(state: Path, token: str) -> None:
+def _write_state(state: Path, token: str, done: int) -> None:
     scratch = state.with_name(f".{state.name}.tmp")
-    scratch.write_text(token + "\n", encoding="ascii")
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as file:
+        os.fchmod(file.fileno(), 0o600)  # a scratch file left by an older release
+        file.write(f"{token}\n{done}\n")
     os.replace(scratch, state)
 
 

@@ -29,6 +29,8 @@ import logging
 import os
 import re
 import secrets
+import shlex
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,14 @@ import orjson
 from agentflow.checkpoint.sealing.cipher import AEAD
 from agentflow.errors import InvalidArgument
 
-__all__ = ["DEFAULT_KEYS_VARIABLE", "KEY_BYTES", "KeyRing", "KeySource", "new_key"]
+__all__ = [
+    "DEFAULT_KEYS_VARIABLE",
+    "KEY_BYTES",
+    "RETIRED_WARNING",
+    "KeyRing",
+    "KeySource",
+    "new_key",
+]
 
 #: The environment variable :meth:`KeyRing.from_env` reads by default.
 DEFAULT_KEYS_VARIABLE: Final = "AGENTFLOW_SEALING_KEYS"
@@ -47,6 +56,14 @@ DEFAULT_KEYS_VARIABLE: Final = "AGENTFLOW_SEALING_KEYS"
 KEY_BYTES: Final = 32
 _KEY_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _log = logging.getLogger("agentflow.sealing")
+#: Logged the first time a ring opens a record with a retired key (a rekey, which
+#: re-seals those records, does not say it).
+RETIRED_WARNING: Final = (
+    "a record was opened with retired sealing key %r; "
+    "re-seal the store with the current key (agentflow rekey)"
+)
+#: Permission bits of a key file that let anyone but its owner read or write it.
+_SHARED: Final = 0o077
 _UNPARSED: Final = object()
 
 #: Returns a key spec: its JSON text, or the same shape as a mapping.
@@ -111,12 +128,21 @@ class KeyRing:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> KeyRing:
-        """A ring from the key spec in the file at ``path`` (keep it mode 0600)."""
+        """A ring from the key spec in the file at ``path``, which only its owner
+        may read or write (mode 0600: anything more is refused, naming the fix)."""
         where = Path(path)
 
         def read() -> bytes:
             try:
-                return where.read_bytes()
+                with where.open("rb") as file:
+                    mode = os.fstat(file.fileno()).st_mode
+                    if mode & _SHARED:
+                        raise InvalidArgument(
+                            f"sealing keys in {str(where)!r} can be read or written by others "
+                            f"(mode {stat.S_IMODE(mode):04o}); make the file its owner's "
+                            f"only: chmod 600 {shlex.quote(str(where))}"
+                        )
+                    return file.read()
             except OSError as exc:
                 reason = exc.strerror
             raise InvalidArgument(f"cannot read sealing keys from {str(where)!r}: {reason}")
@@ -155,11 +181,7 @@ class KeyRing:
         cipher = keys.ciphers.get(key_id)
         if cipher is not None and key_id in keys.retired and key_id not in self._warned:
             self._warned.add(key_id)
-            _log.warning(
-                "a record was opened with retired sealing key %r; "
-                "re-seal the store with the current key (agentflow rekey)",
-                key_id,
-            )
+            _log.warning(RETIRED_WARNING, key_id)
         return cipher
 
     def __repr__(self) -> str:

@@ -67,7 +67,7 @@ async def _runs(path: Path, namespace: str | None, ring: KeyRing | None, suffix:
 
 
 async def main() -> None:
-    ring = KeyRing.from_file(HERE / "keys.json")
+    ring = KeyRing.from_source((HERE / "keys.json").read_bytes)  # git keeps no mode 0600
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "v2.db"
         await _runs(path, None, None, "-1")
