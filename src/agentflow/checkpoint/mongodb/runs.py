@@ -79,6 +79,8 @@ T = TypeVar("T")
 _CLAIM: Final = "checkpoint_claim_invalid"
 #: Rounds of a delete whose lease lapsed between its refusal and the re-read.
 _DELETE_ROUNDS: Final = 4
+#: Rounds of a claim whose refusal read finds the lease lapsed since the command.
+_CLAIM_ROUNDS: Final = 3
 #: A thread document that holds neither a record nor a summary.
 _UNSUMMARIZED: Final = {"ls": {"$exists": False}, **UNRECORDED}
 #: A lease that is live on the server's clock.
@@ -145,24 +147,30 @@ class MongoRuns(RunsBase, abc.ABC):
         check_claim_request(cycle_index, claim_token, lease_ms)
         token = check_text(claim_token, _CLAIM, "claim token")
         key = validate_checkpoint_key(key)
-        found = await self._io(
-            "claim",
-            lambda: self._coll.find_one_and_update(
-                claim_filter(self._namespace, key, cycle_index, lease_ms, mode),
-                claim_update(token, cycle_index, lease_ms, mode),
-                return_document=ReturnDocument.AFTER,
-            ),
-        )
-        if found is not None:
-            return self._parts.decode_row(row_from(key, found))
-        head, now, shaped = await self._head("claim", key)
-        error = claim_refusal(head, cycle_index, now, mode)
-        if error is None and head is not None:
+        # The refusal is read after the command, on the server's clock of then: a
+        # lease that lapsed in between refuses nothing, and the claim is tried again.
+        for _ in range(_CLAIM_ROUNDS):
+            found = await self._io(
+                "claim",
+                lambda: self._coll.find_one_and_update(
+                    claim_filter(self._namespace, key, cycle_index, lease_ms, mode),
+                    claim_update(token, cycle_index, lease_ms, mode),
+                    return_document=ReturnDocument.AFTER,
+                ),
+            )
+            if found is not None:
+                return self._parts.decode_row(row_from(key, found))
+            head, now, shaped = await self._head("claim", key)
+            error = claim_refusal(head, cycle_index, now, mode)
+            if error is not None:
+                raise error
+            if head is None:
+                break
             # only an overflow or damage is left: raise it
             claimed_head(head, cycle_index, token, now_ms=now, lease_ms=lease_ms, mode=mode)
             if not shaped:
                 raise self._damaged(key)
-        raise error or DurableConflict("the claim matched nothing")
+        raise DurableConflict("the claim matched nothing")
 
     async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
         self._check_open()
