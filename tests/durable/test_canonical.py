@@ -3,6 +3,8 @@ from __future__ import annotations
 import enum
 import math
 import os
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +14,15 @@ from agentflow.durable import DurableError, canonical_json, es6_number, parse_js
 from agentflow.durable.wire.canonical_walk import canonical_by_walk
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+#: The reference implementation (the benchmark and dev extras install it).
+RFC8785_DUMPS: Callable[[Any], bytes] | None
+try:
+    import rfc8785
+except ImportError:
+    RFC8785_DUMPS = None
+else:
+    RFC8785_DUMPS = rfc8785.dumps
 
 # ECMAScript Number.prototype.toString for each float (worked out by hand from the spec).
 ES6 = [
@@ -146,16 +157,61 @@ json_values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_bytes_equal_the_rfc8785_package(value: object) -> None:
-    try:
-        import rfc8785
-    except ImportError:
+    if RFC8785_DUMPS is None:
         if IN_CI:
             pytest.fail("rfc8785 must be installed (dev extra) for the byte-identity check")
         pytest.skip("rfc8785 is not installed")
-    assert canonical_json(value) == rfc8785.dumps(value)  # type: ignore[arg-type]
+    assert canonical_json(value) == RFC8785_DUMPS(value)
 
 
 @settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_the_fast_path_and_the_walk_agree(value: object) -> None:
     assert canonical_json(value) == canonical_by_walk(value, "value")
+
+
+# Names built to sort differently by code point and by UTF-16 (U+E000..U+FFFF
+# against characters beyond U+FFFF), with shared prefixes, NULs and U+D7FF beside
+# them: the fast path's two order tests must never miss one.
+hard_names = st.text(
+    alphabet=st.sampled_from(
+        ["a", "\x00", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0010ffff"]
+    ),
+    max_size=4,
+)
+hard_objects = st.recursive(
+    st.none() | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: (
+        st.dictionaries(hard_names, children, min_size=2, max_size=6)
+        | st.lists(children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(hard_objects)
+def test_member_order_on_names_built_to_differ(value: object) -> None:
+    assert canonical_json(value) == canonical_by_walk(value, "value")
+    if RFC8785_DUMPS is not None:
+        assert canonical_json(value) == RFC8785_DUMPS(value)
+
+
+# The floats the fast path respells from orjson's digits: integral from 2**53 to
+# 1e21 and 1e-6 <= |x| < 1e-5 (with their neighbours on each side).
+respelled_floats = st.builds(
+    lambda negative, magnitude: -magnitude if negative else magnitude,
+    st.booleans(),
+    st.integers(min_value=2**53 - 2, max_value=10**21 + 2**20).map(float)
+    | st.floats(min_value=9e-7, max_value=1.1e-5)
+    | st.floats(min_value=9e15, max_value=1.1e21),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(respelled_floats, min_size=1, max_size=4))
+def test_respelled_floats_match_ecmascript(numbers: list[float]) -> None:
+    expected = "[" + ",".join(es6_number(number) for number in numbers) + "]"
+    assert canonical_json(numbers) == expected.encode()
+    if RFC8785_DUMPS is not None:
+        assert canonical_json(numbers) == RFC8785_DUMPS(numbers)

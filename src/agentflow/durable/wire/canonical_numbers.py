@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from codecs import utf_16_be_encode
+
 __all__ = [
     "EXACT_FLOAT_INTEGERS",
     "MAX_WIRE_INTEGER",
     "NOT_CANONICAL",
     "NOT_I_JSON",
     "es6_number",
+    "es6_spelling",
     "utf16_sort_key",
 ]
 
@@ -22,29 +25,35 @@ NOT_CANONICAL = "checkpoint_canonicalization_invalid"
 
 def utf16_sort_key(text: str) -> bytes:
     """Sort key equal to comparing UTF-16 code units (RFC 8785 member order)."""
-    return text.encode("utf-16-be", "surrogatepass")
+    # The codec function itself: ``str.encode`` would look the codec up by name.
+    return utf_16_be_encode(text, "surrogatepass")[0]
 
 
 def es6_number(value: float) -> str:
     """Spell a finite float as ECMAScript's ``Number.prototype.toString``.
 
     Python's ``repr`` already yields the shortest round-tripping digits (the
-    digits ECMAScript picks) and, between 1e-4 and 1e16, ECMAScript's plain
-    spelling; elsewhere only the placement of point and exponent differs.
+    digits ECMAScript picks); :func:`es6_spelling` places point and exponent.
     """
-    if value == 0:
-        return "0"
-    text = repr(value)
-    if "e" not in text:
-        return text[:-2] if text.endswith(".0") else text
-    mantissa, _, exponent = text.partition("e")
-    sign = ""
-    if mantissa[0] == "-":
-        sign, mantissa = "-", mantissa[1:]
+    return "0" if value == 0 else es6_spelling(repr(value))
+
+
+def es6_spelling(shortest: str) -> str:
+    """ECMAScript's spelling of a nonzero finite float from its shortest digits.
+
+    ``shortest`` is the float as ``repr`` or orjson write it (``1e-07`` or
+    ``1e-7``, ``1.5e+16``, ``123.0``). Their plain spellings are ECMAScript's
+    once a trailing ``.0`` goes; elsewhere only the placement of point and
+    exponent differs.
+    """
+    mantissa, _, exponent = shortest.partition("e")
+    if not exponent:
+        return shortest[:-2] if shortest.endswith(".0") else shortest
     power = int(exponent)
     if power >= 21 or power < -6:
-        return f"{sign}{mantissa}e{'+' if power > 0 else '-'}{abs(power)}"
-    digits = mantissa.replace(".", "")
+        return f"{mantissa}e{power:+d}"
+    sign = "-" if mantissa[0] == "-" else ""
+    digits = mantissa.lstrip("-").replace(".", "")
     if power >= 0:
-        return sign + digits + "0" * (power + 1 - len(digits))
-    return sign + "0." + "0" * (-power - 1) + digits
+        return sign + digits.ljust(power + 1, "0")
+    return sign + "0." + digits.rjust(len(digits) - power - 1, "0")
