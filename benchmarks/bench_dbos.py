@@ -112,7 +112,7 @@ class _Dbos:
         DBOS: Any = importlib.import_module("dbos").DBOS
 
         self.dbos = DBOS
-        DBOS(config={"name": "agentflow-bench", "system_database_url": url})
+        DBOS(config={"name": "agentflow-bench", "system_database_url": url, "log_level": "WARNING"})
         DBOS.launch()
         dbos_instance: Any = importlib.import_module("dbos._dbos")._get_dbos_instance()
 
