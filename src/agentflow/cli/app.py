@@ -219,7 +219,10 @@ def _interrupted(args: argparse.Namespace, argv: Sequence[str], c: Continuation)
             *(f"  {line}" for line in lines),
             *([f"  {note}"] if note else []),
         ]
-    print(inert(without_passwords("\n".join(text), urls)), file=sys.stderr)
+    if sys.stderr.isatty():  # after the terminal's ^C echo
+        print(file=sys.stderr)
+    for line in text:
+        print(inert(without_passwords(line, urls)), file=sys.stderr)
     return EXIT_INTERRUPTED
 
 

@@ -221,9 +221,9 @@ class StoreCopy:
         if outcome is not None:
             return outcome
         ahead = await self._ahead(thread)
-        if ahead:
-            self.report.newer.append(thread)
         if not self.overwrite or (ahead and not self.overwrite_newer):
+            if ahead:
+                self.report.newer.append(thread)
             return "refused"
         await self.destination.delete_thread(thread)
         await self._copy_once(thread, True, None)

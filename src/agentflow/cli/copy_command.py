@@ -164,7 +164,7 @@ async def _copy(args: Any, src: Store, dst: Store, continuation: Continuation) -
     named: list[str] = args.thread or []
     threads = _named(src, named) if named else None  # None: all, paired with the destination
     total = len(named) if named else await count_threads(src)
-    with Progress("copy", total) as progress:
+    with Progress("copy", total, every=args.interval) as progress:
 
         def advance(thread: str, outcome: Outcome) -> None:
             progress.update(copier.report.threads, _counts(copier.report))

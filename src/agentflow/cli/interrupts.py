@@ -40,6 +40,8 @@ class Continuation:
     thread: str | None = None
     interrupted: bool = False
     presses: int = 0
+    #: A Ctrl-C a prompt has already acted on, which the event loop will see again.
+    seen_by_prompt: bool = False
 
     def summary(self) -> str:
         """``interrupted``, with the counts when the command keeps any."""
@@ -54,6 +56,9 @@ def interrupt_at_once(continuation: Continuation) -> Iterator[None]:
     task = asyncio.current_task()
 
     def on_sigint() -> None:
+        if continuation.seen_by_prompt:  # the loop's late view of the prompt's Ctrl-C
+            continuation.seen_by_prompt = False
+            return
         continuation.interrupted = True
         continuation.presses += 1
         if continuation.presses >= _HARD_STOP:
@@ -86,6 +91,8 @@ def answer_or_none(ask: Callable[[], str], continuation: Continuation) -> str | 
         return None
     except KeyboardInterrupt:
         continuation.interrupted = True
+        continuation.presses += 1
+        continuation.seen_by_prompt = previous is not None
         raise asyncio.CancelledError from None
     finally:
         if previous is not None:

@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval",
         type=INTERVAL,
         default=2.0,
-        help="seconds between progress lines and state saves (default 2)",
+        help="seconds between progress lines (off a terminal) and state saves (default 2)",
     )
 
     p = add("copy", "copy threads from one store to another (resumable, verified)")
@@ -312,4 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoints, a later record): what it holds beyond the source is lost",
     )
     p.add_argument("--concurrency", type=CONCURRENCY, default=8, help="threads copied at once (8)")
+    p.add_argument(
+        "--interval",
+        type=INTERVAL,
+        default=5.0,
+        help="seconds between progress lines on stderr when it is not a terminal (default 5)",
+    )
     return parser
