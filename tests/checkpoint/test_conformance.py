@@ -2,6 +2,7 @@
 
 from agentflow.checkpoint.testing import (
     CheckpointerConformance,
+    FleetConformance,
     RestoreConformance,
     StoreConformance,
 )
@@ -16,4 +17,8 @@ class TestStoreConformance(StoreConformance):
 
 
 class TestRestoreConformance(RestoreConformance):
+    pass
+
+
+class TestFleetConformance(FleetConformance):
     pass

@@ -24,19 +24,25 @@ here and checked on every backend by the conformance suite:
   events too, so the id can be run again;
 * a thread's status (:class:`~agentflow.checkpoint.base.ThreadInfo`) comes from
   its record when the record says more than the checkpoint can
-  (``reconciliation_required``, ``failed``), in listings and filters alike.
+  (``reconciliation_required``, ``failed``), in listings and filters alike;
+* :meth:`Store.claim_due` claims a batch of due runs (a timer due in the
+  checkpoints, a record nobody holds) that racing claimers skip, and
+  :meth:`Store.list_held` finds the records one holder's claims name (see
+  :mod:`agentflow.checkpoint.fleet`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.fleet import DueRun
 from agentflow.durable.run.events import AcceptedEvent
 from agentflow.durable.run.journal import OperationJournalEntry
 from agentflow.durable.run.record import DurableCheckpoint
-from agentflow.durable.store import DurableEventStore, DurableStore
+from agentflow.durable.store import DurableEventStore, DurableStore, RunPage
 
 __all__ = ["Store"]
 
@@ -148,4 +154,32 @@ class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
         """Store the accepted ``event`` (as this store replayed it) again in its
         current stored form (sealed with the current key); digest, sequence and
         indexes stay. False when no event has its id. For ``rekey``."""
+        ...
+
+    async def claim_due(
+        self,
+        now: str | datetime,
+        *,
+        claim_tokens: Sequence[str],
+        lease_ms: int,
+        definitions: Sequence[str] | None = None,
+        max_concurrent: int | None = None,
+        exclude: Sequence[str] = (),
+    ) -> list[DueRun]:
+        """Claim up to ``len(claim_tokens)`` runs whose timer is due at ``now`` and whose
+        record nobody holds, in wake order, the i-th with ``claim_tokens[i]``, for
+        ``lease_ms``: one operation that racing claimers skip (they never wait for
+        nor lose to it). ``definitions`` keeps runs of those run definition
+        digests; ``max_concurrent`` (with ``definitions``) claims only while fewer
+        of their runs hold a live lease, counted when the claim is decided;
+        ``exclude`` names threads not to claim. See
+        :meth:`~agentflow.checkpoint.fleet.FleetBase.claim_due`.
+        """
+        ...
+
+    async def list_held(
+        self, holder: str, *, limit: int = 100, cursor: str | None = None
+    ) -> RunPage:
+        """The records whose claim token starts with ``holder#`` (live or lapsed), in
+        token order, from an index; cursors as ``list_runs``."""
         ...

@@ -21,6 +21,7 @@ from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint
 from agentflow.checkpoint.base import Checkpoint, ThreadStatus
 from agentflow.checkpoint.claims import check_claim_request
 from agentflow.checkpoint.events import EventsBase
+from agentflow.checkpoint.fleet import FleetBase
 from agentflow.checkpoint.plans import Write, next_revision, plan_record_operations
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.checkpoint.timestamps import parse_instant, wall_clock_ms
@@ -62,7 +63,7 @@ def _is_key(thread: str) -> bool:
     return True
 
 
-class StoreBase(CheckpointerBase, RunsBase, EventsBase, abc.ABC):
+class StoreBase(CheckpointerBase, RunsBase, EventsBase, FleetBase, abc.ABC):
     """Every public method of :class:`~agentflow.checkpoint.store.Store`, over I/O hooks.
 
     Besides the hooks of the three parts a backend implements

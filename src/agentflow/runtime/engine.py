@@ -10,14 +10,13 @@ and a run another process is running (or died running) is not run twice.
 
 from __future__ import annotations
 
-import os
-import secrets
-import socket
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer, with_defaults
+from agentflow.checkpoint.fleet import DueRun
 from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
 from agentflow.checkpoint.validation import validate_thread
 from agentflow.durable import (
@@ -46,6 +45,7 @@ from agentflow.runtime.errors import (
 )
 from agentflow.runtime.events import RunEvent, Sink, no_events, stream_of
 from agentflow.runtime.fork import fork_checkpoint
+from agentflow.runtime.identity import owner_of
 from agentflow.runtime.leases import Lease, StoreUse, instant_us, lease_ms_of
 from agentflow.runtime.records import Records, durable_of
 from agentflow.runtime.recovery import (
@@ -58,7 +58,14 @@ from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY, runtime_of
 from agentflow.runtime.settle import Waiter, settle
 from agentflow.runtime.spec import START, GraphSpec
 from agentflow.runtime.steps import StepRunner
-from agentflow.runtime.takeover import deferred, ended, refuse_answered, settle_cycle, where
+from agentflow.runtime.takeover import (
+    deferred,
+    ended,
+    expire_held,
+    refuse_answered,
+    settle_cycle,
+    where,
+)
 
 if TYPE_CHECKING:
     from agentflow.durable import DurableCheckpoint
@@ -98,6 +105,8 @@ class CompiledGraph:
         step_limit: int,
         claim_ttl: timedelta,
         clock: Callable[[], datetime] | None,
+        worker_id: str | None = None,
+        max_concurrent: int | None = None,
     ) -> None:
         self.graph = graph
         self.name = graph.name
@@ -108,8 +117,13 @@ class CompiledGraph:
         self.step_limit = step_limit
         self.claim_ttl = claim_ttl
         self.clock = clock or _utc_now
-        #: Named in claims so an operator can see who holds a run.
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        #: The stable identity this process runs under (see :mod:`agentflow.runtime.identity`).
+        self.worker_id = worker_id
+        #: The most runs of this graph a worker fleet holds at once (None: no limit).
+        self.max_concurrent = max_concurrent
+        #: Named in claims so an operator can see who holds a run: the identity, or
+        #: a name made up for this process.
+        self.owner = owner_of(worker_id)
         self.durability = graph.durability
         self.definition = graph.durability.definition(graph.name)
         self._steps = StepRunner(graph, self.checkpointer, self.clock)
@@ -122,6 +136,21 @@ class CompiledGraph:
         )
         self._cycles = Cycles(
             self._steps, self._records, self.durability, self.definition, step_limit
+        )
+
+    def under(self, worker_id: str) -> CompiledGraph:
+        """This graph compiled again, on the same stores and settings, under the worker
+        identity ``worker_id`` (what a :class:`~agentflow.runtime.Worker` given an
+        identity runs its graphs as)."""
+        return CompiledGraph(
+            self.graph,
+            self.checkpointer,
+            durable=self.durable,
+            step_limit=self.step_limit,
+            claim_ttl=self.claim_ttl,
+            clock=self.clock,
+            worker_id=worker_id,
+            max_concurrent=self.max_concurrent,
         )
 
     # -- public API ----------------------------------------------------------
@@ -389,6 +418,11 @@ class CompiledGraph:
             lease = await self._records.claim(record, cp.step)
         except TerminalImmutable as finished_meanwhile:  # between the read and the claim
             raise await ended(self.checkpointer, cp, "finished") from finished_meanwhile
+        return await self._claimed(lease, cp, value, sink)
+
+    async def _claimed(self, lease: Lease, cp: Checkpoint, value: Any, sink: Sink) -> RunResult:
+        """Continue ``cp`` under ``lease``, the claim of its next cycle just taken."""
+        thread = cp.thread
         try:
             decided = await recover(lease, self.durability) if lease.recovery else []
             latest = await self.get_state(thread)
@@ -417,6 +451,44 @@ class CompiledGraph:
                 lease, cp, answers, section.get("writes", {}), sink, answered_by=self.owner
             )
         return RunResult(result.checkpoint, (*decided, *result.reconciliations), result.terminal)
+
+    async def resume_due(self, due: DueRun, *, sent: float | None = None) -> RunResult:
+        """Resume the due timer of a run a batch claim took for this graph
+        (:meth:`~agentflow.checkpoint.store.Store.claim_due`, sent at ``sent``,
+        ``time.monotonic()``): the worker's path. The claim is held already, so
+        nobody else runs the step; a run that moved on before the claim (its due
+        step is no longer its latest), or that this graph may not continue, is
+        given back at once and raises as :meth:`resume` would.
+        """
+        records = self._records
+        lease = Lease.held(
+            records.store,
+            due.record,
+            lease_ms=records.lease_ms,
+            sent=time.monotonic() if sent is None else sent,
+            recovery=due.recovery,
+            released=records.released,
+            use=records.use,
+        )
+        try:
+            cp = await self.get_state(due.thread, due.step)
+            self._check_runnable(cp)
+            if self._records.admit(due.record) is Admission.REPLAY_TERMINAL:
+                raise NothingToResume(f"thread {due.thread!r} has ended")
+            if cp.wake_at is None or not cp.interrupted:
+                raise NothingToResume(f"thread {due.thread!r} step {cp.step} waits on no timer")
+            await refuse_answered(self.checkpointer, cp)
+        except BaseException:
+            await lease.release()
+            raise
+        return await self._claimed(lease, cp, None, no_events)
+
+    async def take_back(self, thread: str, claim_token: str) -> RunResult:
+        """Take back ``thread``, held under ``claim_token`` by this graph's worker identity's
+        previous incarnation (dead: one identity is one live process), without waiting
+        for its lease: the lease is ended with that token, then :meth:`recover` runs."""
+        await expire_held(self._records, thread, claim_token)
+        return await self.recover(thread)
 
     async def recover(self, thread: str) -> RunResult:
         """Take over ``thread`` if the process that held it died; run nothing else.

@@ -149,6 +149,8 @@ class Graph:
         step_limit: int = 10_000,
         claim_ttl: timedelta = timedelta(seconds=30),
         clock: Callable[[], datetime] | None = None,
+        worker_id: str | None = None,
+        max_concurrent: int | None = None,
     ) -> CompiledGraph:
         """Check the graph and bind it to ``checkpointer``, an agentflow store.
 
@@ -164,6 +166,11 @@ class Graph:
         renewed every third of it while steps run; a crashed holder's run is
         taken over once it lapses. ``clock`` (aware UTC datetimes) decides
         timers; tests pass a fake one (leases run on the durable store's clock).
+        ``worker_id`` names this process's claims with a stable identity, so a
+        process restarted under it takes back at once the runs it held (one
+        identity is one live process: see docs/runtime.md). ``max_concurrent``
+        caps the runs of this graph a worker fleet holds at once, counted in the
+        store (runs started or resumed by a direct call are not held back).
         """
         from agentflow.runtime.engine import CompiledGraph
 
@@ -172,6 +179,12 @@ class Graph:
             raise GraphInvalid(f"step_limit must be at least 1, got {step_limit}")
         if claim_ttl <= timedelta(0):
             raise GraphInvalid(f"claim_ttl must be positive, got {claim_ttl}")
+        if max_concurrent is not None and (
+            isinstance(max_concurrent, bool)
+            or not isinstance(max_concurrent, int)
+            or max_concurrent < 1
+        ):
+            raise GraphInvalid(f"max_concurrent must be a positive int, got {max_concurrent!r}")
         return CompiledGraph(
             self,
             checkpointer,
@@ -179,4 +192,6 @@ class Graph:
             step_limit=step_limit,
             claim_ttl=claim_ttl,
             clock=clock,
+            worker_id=worker_id,
+            max_concurrent=max_concurrent,
         )

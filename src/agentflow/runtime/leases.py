@@ -11,7 +11,8 @@ its claim is refused with :class:`~agentflow.durable.LeaseLost`, so it
 starts no further external call and stores no further step.
 
 The claim token is ``OWNER#RANDOM``: the owner part (``host:pid:token`` of
-the compiled graph) is what errors and ``agentflow show`` name as the holder.
+the compiled graph, or its worker identity) is what errors and ``agentflow
+show`` name as the holder.
 
 A settled call's receipt is not written on its own: it waits in the lease
 (:meth:`Lease.note`) and rides the next write, the next call's ``started``
@@ -56,6 +57,7 @@ __all__ = [
     "instant_us",
     "iso_ms",
     "lease_ms_of",
+    "minted_here",
     "step_claimed",
 ]
 
@@ -65,9 +67,21 @@ RELEASE_MS = 1
 _REMEMBERED = 1024
 
 
+#: Starts the random part of every claim token this process mints, so a process
+#: restarted under a worker identity tells its previous incarnation's claims
+#: (to take back) from its own.
+_INCARNATION = secrets.token_hex(4)
+
+
 def claim_token(owner: str) -> str:
-    """A fresh claim token naming ``owner``."""
-    return f"{owner}#{secrets.token_hex(8)}"
+    """A fresh claim token naming ``owner``: ``OWNER#`` then this process's
+    incarnation and a random part."""
+    return f"{owner}#{_INCARNATION}{secrets.token_hex(8)}"
+
+
+def minted_here(token: str) -> bool:
+    """Whether this process minted ``token`` (see :func:`claim_token`)."""
+    return token.rpartition("#")[2].startswith(_INCARNATION)
 
 
 def holder_of(token: str | None) -> str:
@@ -260,6 +274,24 @@ class Lease:
             raise await step_claimed(store, first.thread, first.step, 0, active) from active
         return cls._beating(
             store, claimed, lease_ms, sent, recovery=False, released=released, use=use
+        )
+
+    @classmethod
+    def held(
+        cls,
+        store: DurableStore,
+        claimed: DurableCheckpoint,
+        *,
+        lease_ms: int,
+        sent: float,
+        recovery: bool,
+        released: set[str] | None = None,
+        use: StoreUse = StoreUse(),
+    ) -> Lease:
+        """The lease of a claim made elsewhere, sent at ``sent`` (``time.monotonic()``):
+        a batch claim of due runs (:meth:`~agentflow.checkpoint.store.Store.claim_due`)."""
+        return cls._beating(
+            store, claimed, lease_ms, sent, recovery=recovery, released=released, use=use
         )
 
     @classmethod

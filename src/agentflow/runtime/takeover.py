@@ -5,22 +5,27 @@ A holder that dies after storing a suspend (or its last step) but before its
 commit leaves the run claimed with a lease that lapses: :func:`settle`
 claims it, settles the journal it inherits, and commits (carrying the
 suspend's calls) or finalizes, answering nothing and running no node.
+
+A holder that dies under a worker identity need not be waited for: the
+process restarted under that identity ends the dead one's lease with its
+claim token (:func:`expire_held`) and takes the run over at once.
 """
 
 from __future__ import annotations
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.durable import DurableCheckpoint, DurableStore, ReconciliationDecision
-from agentflow.durable.errors import DurableError
+from agentflow.durable.errors import DurableError, LeaseLost
 from agentflow.runtime.cycles import suspended_calls
 from agentflow.runtime.durability import Durability
 from agentflow.runtime.errors import NothingToResume, StepClaimed
+from agentflow.runtime.leases import RELEASE_MS
 from agentflow.runtime.records import Records, carrying, finished
 from agentflow.runtime.recovery import Reconciliation, observation_of, recover
 from agentflow.runtime.result import RunResult
 from agentflow.runtime.section import runtime_of
 
-__all__ = ["deferred", "ended", "refuse_answered", "settle_cycle", "where"]
+__all__ = ["deferred", "ended", "expire_held", "refuse_answered", "settle_cycle", "where"]
 
 
 def deferred(record: DurableCheckpoint) -> tuple[Reconciliation, ...]:
@@ -88,3 +93,14 @@ async def settle_cycle(records: Records, durability: Durability, cp: Checkpoint)
     finally:
         await lease.release()
     return RunResult(cp, tuple(decided))
+
+
+async def expire_held(records: Records, thread: str, claim_token: str) -> None:
+    """End the lease ``claim_token`` holds on ``thread`` now, as its holder's release
+    would (renewed for a millisecond, journal kept), so a recovery claim may follow
+    at once; a lease that lapsed or was taken over already is left as it is."""
+    try:
+        await records.store.renew_claim(thread, claim_token=claim_token, lease_ms=RELEASE_MS)
+    except LeaseLost:
+        return
+    records.released.add(claim_token)

@@ -33,6 +33,7 @@ from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.postgres.connections import KeptConnections
 from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
 from agentflow.checkpoint.postgres.events import PostgresEvents
+from agentflow.checkpoint.postgres.fleet import PostgresFleet
 from agentflow.checkpoint.postgres.rows import decode_run, row_params, step_params, write_params
 from agentflow.checkpoint.postgres.runs import PostgresRuns
 from agentflow.checkpoint.postgres.runs_sql import Statement, Statements
@@ -71,7 +72,7 @@ class _RecordExists(Exception):
     """Rolls back a run's start whose record was there first (its step with it)."""
 
 
-class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
+class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBase):
     """A thread's checkpoints, record and events in PostgreSQL (a Store), safe
     under concurrent writers and processes.
 
@@ -258,7 +259,8 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, StoreBase):
                 put = (ns, thread, 0, *columns, enc.wake_us)
                 if await conn.fetchval(sql["put_create"], *put) is None:
                     return (await conn.fetchval(sql["revision"], ns, thread, 0)) or 0, None
-                if not await conn.fetchval(create.text, *create.args(row_params(ns, row))):
+                params = row_params(ns, row, checkpoint.run_definition_digest)
+                if not await conn.fetchval(create.text, *create.args(params)):
                     raise _RecordExists
                 _now, _seen, *claimed = await conn.fetchrow(claim.text, *claim.args(claim_params))
         except _RecordExists:

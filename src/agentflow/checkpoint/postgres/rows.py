@@ -103,11 +103,13 @@ def _both(model: tuple[bytes, ...], tool: tuple[bytes, ...]) -> dict[str, Any]:
     return {**_entries(rows), "model_count": len(model), "tool_count": len(tool)}
 
 
-def row_params(namespace: str, row: RunRow) -> dict[str, Any]:
-    """The parameters of the ``create`` statement of ``row``."""
+def row_params(namespace: str, row: RunRow, definition: str) -> dict[str, Any]:
+    """The parameters of the ``create`` statement of ``row``, whose run definition
+    digest is ``definition``."""
     return {
         "namespace": namespace,
         "key": row.key,
+        "definition": definition,
         **_head_params(row.head),
         **_both(row.model_journal, row.tool_journal),
         "body": row.body,

@@ -55,7 +55,8 @@ class PostgresRuns(PostgresPart, RunsBase, abc.ABC):
     async def create(self, checkpoint: DurableCheckpoint) -> None:
         self._check_open()
         row = self._parts.encode_row(checkpoint)
-        if not await self._fetch("create", "fetchval", "create", row_params(self._namespace, row)):
+        params = row_params(self._namespace, row, checkpoint.run_definition_digest)
+        if not await self._fetch("create", "fetchval", "create", params):
             raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")
 
     async def load(self, key: str) -> DurableCheckpoint | None:

@@ -31,7 +31,16 @@ from agentflow.checkpoint.rows import RunHead
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
-__all__ = ["HEAD_COLUMNS", "RUN_STATEMENTS", "PostgresPart", "Statement", "Statements"]
+__all__ = [
+    "HEAD_COLUMNS",
+    "HEAD_OF",
+    "JOURNAL_OF",
+    "NOW",
+    "RUN_STATEMENTS",
+    "PostgresPart",
+    "Statement",
+    "Statements",
+]
 
 #: The head columns: the fields of :class:`~agentflow.checkpoint.rows.RunHead`, in order.
 HEAD_COLUMNS: Final = tuple(field.name for field in fields(RunHead))
@@ -76,10 +85,10 @@ class WriteShape:
     step: bool = False
 
 
-_NOW: Final = "(SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms)"
+NOW: Final = "(SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms)"
 _RUN: Final = "namespace = :namespace AND key = :key"
 _HEAD: Final = ", ".join(HEAD_COLUMNS)
-_HEAD_OF: Final = ", ".join(f"{{of}}.{name}" for name in HEAD_COLUMNS)
+HEAD_OF: Final = ", ".join(f"{{of}}.{name}" for name in HEAD_COLUMNS)
 _RUNNING: Final = f"'{CheckpointStatus.RUNNING.value}'"
 _CLAIMABLE: Final = f"{_RUNNING}, '{CheckpointStatus.RECONCILIATION_REQUIRED.value}'"
 #: The thread summary follows the record's status (skipped when it already does).
@@ -88,13 +97,13 @@ _SUMMARY_RUN_STATUS: Final = """summary AS (UPDATE {{threads}} t SET run_status 
     AND t.run_status IS DISTINCT FROM {value})"""
 _ENTRIES: Final = "unnest(:kinds::text[], :idxs::int[], :entries::bytea[]) AS e(kind, idx, entry)"
 #: Every journal row of a run in one scan: kinds, places and entries, in order.
-_JOURNAL_OF: Final = """LEFT JOIN LATERAL (SELECT array_agg(j.kind ORDER BY j.kind, j.idx) AS kinds,
+JOURNAL_OF: Final = """LEFT JOIN LATERAL (SELECT array_agg(j.kind ORDER BY j.kind, j.idx) AS kinds,
         array_agg(j.idx ORDER BY j.kind, j.idx) AS idxs,
         array_agg(j.entry ORDER BY j.kind, j.idx) AS entries
     FROM {{journal}} j WHERE j.namespace = :namespace AND j.key = {of}) AS j ON true"""
 #: A delete of the record, refused (deleting nothing) while its lease is live
 #: unless ``:force``; the row lock makes a racing claim or renewal go first.
-_RUN_GONE: Final = f"""now AS {_NOW},
+_RUN_GONE: Final = f"""now AS {NOW},
     run AS (SELECT lease_expires_at_ms AS lease FROM {{runs}} WHERE {_RUN} FOR UPDATE),
     live AS (SELECT FROM run, now WHERE NOT :force::boolean AND run.lease > now.ms),
     gone AS (DELETE FROM {{runs}} WHERE {_RUN} AND NOT EXISTS (SELECT FROM live) RETURNING 1)"""
@@ -102,8 +111,8 @@ _RUN_GONE: Final = f"""now AS {_NOW},
 RUN_STATEMENTS: Final = {
     # Head, body and entries, or nothing when the key exists.
     "create": f"""WITH head AS (
-        INSERT INTO {{runs}} (namespace, key, {_HEAD})
-        VALUES (:namespace, :key, {", ".join(f":{name}" for name in HEAD_COLUMNS)})
+        INSERT INTO {{runs}} (namespace, key, {_HEAD}, definition)
+        VALUES (:namespace, :key, {", ".join(f":{name}" for name in HEAD_COLUMNS)}, :definition)
         ON CONFLICT (namespace, key) DO NOTHING RETURNING namespace, key
     ), body AS (
         INSERT INTO {{bodies}} (namespace, key, body) SELECT namespace, key, :body::bytea FROM head
@@ -112,16 +121,16 @@ RUN_STATEMENTS: Final = {
         SELECT head.namespace, head.key, e.kind, e.idx, e.entry FROM head, {_ENTRIES}
     ), {_SUMMARY_RUN_STATUS.format(value=":run_status::text", source="head")}
     SELECT count(*) FROM head""",
-    "load": f"""SELECT {_HEAD_OF.format(of="r")}, b.body, j.kinds, j.idxs, j.entries
+    "load": f"""SELECT {HEAD_OF.format(of="r")}, b.body, j.kinds, j.idxs, j.entries
         FROM {{runs}} r LEFT JOIN {{bodies}} b ON b.namespace = r.namespace AND b.key = r.key
-        {_JOURNAL_OF.format(of="r.key")}
+        {JOURNAL_OF.format(of="r.key")}
         WHERE r.namespace = :namespace AND r.key = :key""",
     # The rules of claim_refusal and the overflow checks of claimed_head as one
     # guard. ``seen`` is the head in the statement's snapshot: when it is the
     # revision before the claim, the body and journal read beside it are the
     # claimed record's (a writer that committed while the claim waited for the
     # row would have moved the revision). A claim leaves the record running.
-    "claim": f"""WITH now AS {_NOW}, seen AS (SELECT revision FROM {{runs}} WHERE {_RUN}),
+    "claim": f"""WITH now AS {NOW}, seen AS (SELECT revision FROM {{runs}} WHERE {_RUN}),
     claimed AS (
         UPDATE {{runs}} r SET revision = r.revision + 1, status = {_RUNNING},
             resume_attempt = r.resume_attempt + :recovery, claim_token = :claim_token,
@@ -134,14 +143,14 @@ RUN_STATEMENTS: Final = {
             AND r.revision < {MAX_WIRE_INTEGER}
             AND r.resume_attempt + :recovery <= {MAX_WIRE_INTEGER}
             AND now.ms + :lease_ms <= {MAX_WIRE_INTEGER}
-        RETURNING {_HEAD_OF.format(of="r")}, r.key
+        RETURNING {HEAD_OF.format(of="r")}, r.key
     ), {_SUMMARY_RUN_STATUS.format(value="NULL::text", source="claimed")}
-    SELECT now.ms, seen.revision, {_HEAD_OF.format(of="c")}, b.body, j.kinds, j.idxs, j.entries
+    SELECT now.ms, seen.revision, {HEAD_OF.format(of="c")}, b.body, j.kinds, j.idxs, j.entries
         FROM now LEFT JOIN claimed c ON true LEFT JOIN seen ON true
         LEFT JOIN {{bodies}} b ON b.namespace = :namespace AND b.key = c.key
-        {_JOURNAL_OF.format(of="c.key")}""",
+        {JOURNAL_OF.format(of="c.key")}""",
     # One column; not indexed, so PostgreSQL can keep the new version on the page (HOT).
-    "renew": f"""WITH now AS {_NOW}, renewed AS (
+    "renew": f"""WITH now AS {NOW}, renewed AS (
         UPDATE {{runs}} r SET lease_expires_at_ms = now.ms + :lease_ms
         FROM now WHERE r.namespace = :namespace AND r.key = :key
             AND r.claim_token = :claim_token AND r.lease_expires_at_ms > now.ms

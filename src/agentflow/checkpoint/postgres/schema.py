@@ -1,10 +1,12 @@
 """The tables of a PostgreSQL store, created together under one version, and the
 migrations that bring an older store up to date.
 
-Version 3 is one schema for a thread's three parts: checkpoints (``<table>``,
+Version 4 is one schema for a thread's three parts: checkpoints (``<table>``,
 the ``<table>_threads`` summary, ``<table>_meta``) and the durable tables
 (``<table>_durable_{runs,bodies,journal,events}``), with the summary keeping
-the status a record imposes (``run_status``). Versions 1 and 2 had only the
+the status a record imposes (``run_status``) and each record its run
+definition's digest and an index of its claim's holder (for worker fleets;
+version 3 had neither, and its records keep no digest). Versions 1 and 2 had only the
 checkpoint tables; a version 2 store may also hold durable tables, which had a
 version of their own (meta row ``durable``, 1): the migration keeps them,
 fills ``run_status`` from them, and drops that row.
@@ -27,7 +29,7 @@ from agentflow.errors import CheckpointCorrupted, IncompatibleSchema, InvalidArg
 __all__ = ["SCHEMA_VERSION", "prepare"]
 
 #: Version of the tables this module creates; a store recording a newer one is refused.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 #: The version the durable tables had while they were versioned apart (meta row ``durable``).
 _DURABLE_VERSION: Final = 1
 
@@ -91,6 +93,15 @@ CREATE TABLE {events} (
 );
 CREATE INDEX ON {events} (namespace, run_id, seq) WHERE run_id IS NOT NULL;
 CREATE INDEX ON {events} (namespace, parent_run_id, seq) WHERE parent_run_id IS NOT NULL;
+"""
+#: Version 3 to 4 (and the last part of a new store): a record's run definition
+#: digest beside its head, so a worker fleet claims its own graphs' due runs and
+#: counts their live leases (``claim_due``), and the claim tokens by their holder
+#: part, so a restarted worker finds what it held (``list_held``); both indexes
+#: hold claimed rows only. A record written before keeps NULL: any definition.
+_TO_V4: Final = """ALTER TABLE {runs} ADD COLUMN definition TEXT COLLATE "C";
+CREATE INDEX ON {runs} (namespace, definition) WHERE claim_token IS NOT NULL;
+CREATE INDEX ON {runs} (namespace, (claim_token COLLATE "C")) WHERE claim_token IS NOT NULL;
 """
 _LZ4: Final = "ALTER TABLE {} ALTER COLUMN {} SET COMPRESSION lz4;"
 
@@ -164,9 +175,13 @@ async def _to_v3(conn: Any, names: dict[str, str]) -> None:
     await conn.execute(sql["drop_durable_version"])
 
 
+async def _to_v4(conn: Any, names: dict[str, str]) -> None:
+    await conn.execute(_TO_V4.format(**names))
+
+
 #: The step from each older version to the next one.
 _Migration = Callable[[Any, dict[str, str]], Awaitable[None]]
-_MIGRATIONS: Final[dict[int, _Migration]] = {1: _to_v2, 2: _to_v3}
+_MIGRATIONS: Final[dict[int, _Migration]] = {1: _to_v2, 2: _to_v3, 3: _to_v4}
 
 
 async def _create(conn: Any, names: dict[str, str], tables: str, **lz4: str) -> None:
@@ -205,7 +220,7 @@ async def prepare(conn: Any, names: dict[str, str], *, create: bool = True) -> N
                 raise StoreNotFound(f"no store: table {names['cp']} does not exist")
             if names["schema"]:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {names['schema']}")
-            tables = _CHECKPOINT_TABLES + _DURABLE_TABLES
+            tables = _CHECKPOINT_TABLES + _DURABLE_TABLES + _TO_V4
             await _create(conn, names, tables, cp="payload", bodies="body", events="event")
         elif version in _MIGRATIONS:
             for older in range(version, SCHEMA_VERSION):

@@ -6,7 +6,8 @@ wants) and provides an async ``harness`` fixture yielding a
 :class:`StoreConformance` adds what a :class:`~agentflow.checkpoint.store.Store`
 does with a thread whole (records and events beside the checkpoints), and
 :class:`RestoreConformance` the writes ``copy`` and ``rekey`` make with
-(``restore``, ``reseal_event``); the records' and events' own suites are in
+(``restore``, ``reseal_event``), :class:`FleetConformance` a worker fleet's
+(``claim_due``, ``list_held``); the records' and events' own suites are in
 :mod:`agentflow.durable.testing`.
 """
 
@@ -17,6 +18,7 @@ from agentflow.checkpoint.testing.conformance._support import (
 )
 from agentflow.checkpoint.testing.conformance.delete import DeleteConformance
 from agentflow.checkpoint.testing.conformance.due import DueConformance
+from agentflow.checkpoint.testing.conformance.fleet import FleetConformance
 from agentflow.checkpoint.testing.conformance.get import GetConformance
 from agentflow.checkpoint.testing.conformance.history import HistoryConformance
 from agentflow.checkpoint.testing.conformance.lifecycle import LifecycleConformance
@@ -33,6 +35,7 @@ __all__ = [
     "CheckpointerConformance",
     "DeleteConformance",
     "DueConformance",
+    "FleetConformance",
     "GetConformance",
     "HistoryConformance",
     "LifecycleConformance",
