@@ -324,7 +324,8 @@ class FleetBase(abc.ABC):
             definitions is not None and record.run_definition_digest not in definitions
         ):
             return None
-        mode = due_claim_mode(head_of(record), wall_clock_ms())
+        # Every lease counts as lapsed here: the store's claim decides on its own clock.
+        mode = due_claim_mode(head_of(record), MAX_WIRE_INTEGER)
         if mode is None:
             return None
         try:

@@ -420,20 +420,23 @@ class CompiledGraph:
             raise await ended(self.checkpointer, cp, "finished") from finished_meanwhile
         return await self._claimed(lease, cp, value, sink)
 
-    async def _claimed(self, lease: Lease, cp: Checkpoint, value: Any, sink: Sink) -> RunResult:
-        """Continue ``cp`` under ``lease``, the claim of its next cycle just taken."""
+    async def _claimed(
+        self, lease: Lease, cp: Checkpoint, value: Any, sink: Sink, *, latest: bool = False
+    ) -> RunResult:
+        """Continue ``cp`` under ``lease``, the claim of its next cycle just taken
+        (``latest``: ``cp`` was read as the thread's latest step after the claim)."""
         thread = cp.thread
         try:
             decided = await recover(lease, self.durability) if lease.recovery else []
-            latest = await self.get_state(thread)
+            latest_cp = cp if latest else await self.get_state(thread)
         except BaseException:
             await lease.release()
             raise
         if lease.record.terminal_result is not None:
-            return RunResult(latest, tuple(decided), terminal=lease.record.terminal_result)
+            return RunResult(latest_cp, tuple(decided), terminal=lease.record.terminal_result)
         if lease.record.status is CheckpointStatus.RECONCILIATION_REQUIRED:
-            return RunResult(latest, tuple(decided))
-        if latest.step != cp.step:  # it moved on before this claim: continue from there
+            return RunResult(latest_cp, tuple(decided))
+        if latest_cp.step != cp.step:  # it moved on before this claim: continue from there
             await lease.release()
             if cp.interrupted:
                 await refuse_answered(self.checkpointer, cp)
@@ -471,17 +474,18 @@ class CompiledGraph:
             use=records.use,
         )
         try:
-            cp = await self.get_state(due.thread, due.step)
+            cp = await self.get_state(due.thread)
             self._check_runnable(cp)
             if self._records.admit(due.record) is Admission.REPLAY_TERMINAL:
                 raise NothingToResume(f"thread {due.thread!r} has ended")
+            if cp.step != due.step:  # it moved on before the claim
+                raise NothingToResume(f"thread {due.thread!r} moved on to step {cp.step}")
             if cp.wake_at is None or not cp.interrupted:
                 raise NothingToResume(f"thread {due.thread!r} step {cp.step} waits on no timer")
-            await refuse_answered(self.checkpointer, cp)
         except BaseException:
             await lease.release()
             raise
-        return await self._claimed(lease, cp, None, no_events)
+        return await self._claimed(lease, cp, None, no_events, latest=True)
 
     async def take_back(self, thread: str, claim_token: str) -> RunResult:
         """Take back ``thread``, held under ``claim_token`` by this graph's worker identity's

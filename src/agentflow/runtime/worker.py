@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from agentflow.checkpoint.base import ThreadInfo
-from agentflow.checkpoint.fleet import DueRun
+from agentflow.checkpoint.fleet import DueRun, due_claim_mode
+from agentflow.checkpoint.rows import head_of
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.timestamps import parse_instant
-from agentflow.durable import CheckpointStatus, DurableCheckpoint, DurableConflict
+from agentflow.durable import MAX_WIRE_INTEGER, CheckpointStatus, DurableCheckpoint, DurableConflict
 from agentflow.durable.errors import DurableError
 from agentflow.errors import (
     AgentflowError,
@@ -94,10 +95,13 @@ class WorkerPass:
     lost: int = 0
 
 
-def _held(info: ThreadInfo, record: DurableCheckpoint, now_ms: int) -> StepClaimed | None:
-    """Who holds ``info``'s run with a live lease (by the graphs' clock), if anyone."""
-    lease = record.lease_expires_at_ms
-    if record.claim_token is None or lease is None or lease <= now_ms:
+def _held(info: ThreadInfo, record: DurableCheckpoint) -> StepClaimed | None:
+    """Who holds ``info``'s due run, which a batch did not take: another process
+    (whose lease was live when the batch was decided: a lapsed one it would have
+    taken). A claim minted here is left to :meth:`CompiledGraph.resume`, which
+    waits out a lease this process released."""
+    token, lease = record.claim_token, record.lease_expires_at_ms
+    if token is None or lease is None or minted_here(token):
         return None
     return StepClaimed(
         info.thread,
@@ -203,6 +207,10 @@ class Worker:
         self._by_definition = {g.definition.digest: g for g in graphs}
         self._clock = graphs[0].clock
         self._slots = asyncio.Semaphore(concurrency)
+        #: Free slots a batch waits for while runs of this worker are under way (half
+        #: of them: a claim per run finished would cost a statement per run).
+        self._batch = max(1, concurrency // 2)
+        self.concurrency = concurrency
         #: Named in this worker's batch claims: its identity, or its first graph's owner.
         self.owner = identity or graphs[0].owner
         #: The store that claims batches and lists holders: an agentflow store
@@ -318,14 +326,15 @@ class Worker:
         slots = self._slots
         short = False
         while True:
-            if short:
-                if not p.looked:
-                    p.looked = True
-                    p.group.create_task(self._look(p))
-                if self._running == 0:
-                    return
+            if short and not p.looked:
+                p.looked = True
+                p.group.create_task(self._look(p))
+            if short and self._running == 0:
+                return
+            while self._running and (short or self.concurrency - self._running < self._batch):
                 self._finished.clear()
                 await self._finished.wait()  # one of ours ended: what it freed may be claimed
+                short = False
             await slots.acquire()
             wanted = 1
             while not slots.locked():
@@ -413,7 +422,6 @@ class Worker:
         the others as :meth:`CompiledGraph.resume` does (one page on a store that
         claims batches; all of them on one that does not)."""
         bounded = self._store is not None
-        now_ms = instant_us(self._clock()) // 1000
         cursor: str | None = None
         while True:
             page = await self.checkpointer.list_due(
@@ -426,20 +434,30 @@ class Worker:
                     record = await self.durable.load(info.thread)
                 except DurableError:
                     record = None  # no record can live under this id; let resume say why
-                held = None if record is None else _held(info, record, now_ms)
-                if held is not None:
-                    p.outcome.taken.append((info.thread, held))
-                elif record is None or not self._limited(record):
+                if record is None or not bounded:
+                    wake = True
+                elif record.claim_token is not None:  # held, or released by this process
+                    held = _held(info, record)
+                    if held is not None:
+                        p.outcome.taken.append((info.thread, held))
+                    wake = held is None
+                else:
+                    wake = not self._batched(record)
+                if wake:
                     p.group.create_task(self._wake(info.thread, info.latest_step, p.outcome))
             cursor = page.next_cursor
             if cursor is None or bounded:
                 return
 
-    def _limited(self, record: DurableCheckpoint) -> bool:
-        """Whether ``record``'s run is of a graph with ``max_concurrent``: only a batch
-        claim, which counts its live leases, may take it."""
+    def _batched(self, record: DurableCheckpoint) -> bool:
+        """Whether ``record``'s due run, which nobody holds, is left to batch claims:
+        its graph has a limit (only a batch counts it), or a batch may claim it (one is
+        claiming it now, or a later pass will: a single claim would lose to it)."""
         graph = self._by_definition.get(record.run_definition_digest)
-        return graph is not None and graph.max_concurrent is not None
+        if graph is None:
+            return False
+        claimable = due_claim_mode(head_of(record), MAX_WIRE_INTEGER) is not None
+        return graph.max_concurrent is not None or claimable
 
     async def _take_back(self, p: _Pass) -> None:
         """Take back every run this identity's previous incarnation held."""
