@@ -36,6 +36,7 @@ from agentflow.durable.errors import (
 )
 from agentflow.durable.run.events import EventCursor
 from agentflow.durable.run.journal import ALLOWED_TRANSITIONS, OperationJournalEntry
+from agentflow.durable.run.journals import journal_of
 from agentflow.durable.run.record import DurableCheckpoint, evolve
 from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 from agentflow.durable.wire.validators import is_blank, validate_sha256
@@ -317,12 +318,15 @@ def plan_record_operations(
     Each entry is matched in the snapshot as changed by the entries before it,
     so a call's receipt and the next call's ``started`` entry (or several
     receipts) ride one write; an empty ``entries`` only moves the revision.
+    O(len(entries)) whatever the journals' lengths: they are
+    :class:`~agentflow.durable.run.journals.Journal` values (a snapshot's
+    plain lists become one once), found by id and written without a copy.
     """
     guard = _claimed_guard(snapshot, claim_token)
     cycle = snapshot.active_cycle()
     journals = {
-        OperationKind.MODEL: list(snapshot.model_call_journal),
-        OperationKind.TOOL: list(snapshot.tool_journal),
+        OperationKind.MODEL: journal_of(snapshot.model_call_journal),
+        OperationKind.TOOL: journal_of(snapshot.tool_journal),
     }
     puts: list[JournalPut] = []
     for entry in entries:
@@ -333,12 +337,10 @@ def plan_record_operations(
                 "journal cycle_index must equal the active cycle",
             )
         journal = journals[entry.kind]
-        index = next(
-            (i for i, item in enumerate(journal) if item.operation_id == entry.operation_id),
-            len(journal),
-        )
-        _check_successor(journal[index] if index < len(journal) else None, entry)
-        journal[index : index + 1] = [entry]
+        index = journal.position(entry.operation_id)
+        _check_successor(None if index is None else journal[index], entry)
+        index = len(journal) if index is None else index
+        journals[entry.kind] = journal.put(index, entry)
         puts.append(JournalPut(entry.kind, index, encode_entry(entry)))
     record = evolve(
         snapshot,

@@ -24,10 +24,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import attrgetter
 from typing import Any
 
-from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
+from agentflow.durable.enums import CheckpointStatus, OperationKind
 from agentflow.durable.errors import DurableCorrupted, DurableError
 from agentflow.durable.run.journal import OperationJournalEntry
 from agentflow.durable.run.record import DurableCheckpoint
@@ -139,17 +138,6 @@ def identity_of(record: DurableCheckpoint) -> str:
         return _identity(*values)
 
 
-_STATE = attrgetter("state")
-
-
-def _ambiguous(record: DurableCheckpoint) -> bool:
-    """``record.has_ambiguous_operation()``, with the scan in C: every write's head
-    needs it, and a cycle's journals grow to 64 entries."""
-    return OperationState.AMBIGUOUS in map(_STATE, record.model_call_journal) or (
-        OperationState.AMBIGUOUS in map(_STATE, record.tool_journal)
-    )
-
-
 def head_of(record: DurableCheckpoint, *, identity: str | None = None) -> RunHead:
     """The head a row holding ``record`` has (``identity``: its :func:`identity_of`,
     when the caller has it already)."""
@@ -163,7 +151,7 @@ def head_of(record: DurableCheckpoint, *, identity: str | None = None) -> RunHea
         lease_expires_at_ms=record.lease_expires_at_ms,
         terminal=record.terminal_result is not None,
         terminal_acknowledged=record.terminal_acknowledged,
-        ambiguous=_ambiguous(record),
+        ambiguous=record.has_ambiguous_operation(),  # O(1) on a written record
         identity=identity_of(record) if identity is None else identity,
     )
 

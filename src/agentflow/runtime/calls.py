@@ -148,29 +148,29 @@ class CallJournal:
 
     @property
     def thread(self) -> str:
-        return self.lease.record.checkpoint_key
+        return self.lease.stored.checkpoint_key
 
     @property
     def idempotency_scope(self) -> tuple[str | None, str]:
         """The namespace the run was created in and its own id, which every ``idem_``
         key of the run names (a record older than the scope names the store's)."""
-        record = self.lease.record
+        record = self.lease.stored
         scope = record.shared_state.get(SCOPE)
         namespace = scope if isinstance(scope, str) else self.lease.store.namespace
         return namespace or None, record.trace_id
 
     @property
     def cycle(self) -> int:
-        cycle = self.lease.record.claimed_cycle
+        cycle = self.lease.stored.claimed_cycle
         assert cycle is not None
         return cycle
 
     def find(
         self, kind: OperationKind, operation_id: str, step: int
     ) -> OperationJournalEntry | None:
-        for entry in self.lease.record.journal(kind):
-            if entry.operation_id == operation_id:
-                return entry
+        found = self.lease.find(kind, operation_id)
+        if found is not None:
+            return found
         if step == self.first_step:
             return self.carried.get(f"{kind.value}:{operation_id.rpartition('_')[2]}")
         return None

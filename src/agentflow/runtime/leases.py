@@ -44,6 +44,7 @@ from agentflow.durable import (
     OperationJournalEntry,
     OperationKind,
 )
+from agentflow.durable.run.journals import Journal, journal_of
 from agentflow.durable.run.record import evolve
 from agentflow.errors import AgentflowError, StoreUnavailable
 from agentflow.runtime.errors import StepClaimed
@@ -119,21 +120,35 @@ async def step_claimed(
     return claimed
 
 
-def _position(journal: list[OperationJournalEntry], operation_id: str) -> int:
-    """Where the entry of ``operation_id`` is in ``journal`` (its length when absent)."""
-    return next(
-        (i for i, item in enumerate(journal) if item.operation_id == operation_id), len(journal)
+def _with_entries(
+    record: DurableCheckpoint, entries: list[OperationJournalEntry]
+) -> DurableCheckpoint:
+    """``record`` with ``entries`` in its journals, in order, each in place of the one
+    of its call (if any): O(len(entries)), the journals being
+    :class:`~agentflow.durable.run.journals.Journal` values."""
+    if not entries:
+        return record
+    journals = {
+        OperationKind.MODEL: journal_of(record.model_call_journal),
+        OperationKind.TOOL: journal_of(record.tool_journal),
+    }
+    for entry in entries:
+        journal = journals[entry.kind]
+        index = journal.position(entry.operation_id)
+        journals[entry.kind] = journal.put(len(journal) if index is None else index, entry)
+    return evolve(
+        record,
+        model_call_journal=journals[OperationKind.MODEL],
+        tool_journal=journals[OperationKind.TOOL],
     )
 
 
-def _with_entry(record: DurableCheckpoint, entry: OperationJournalEntry) -> DurableCheckpoint:
-    """``record`` with ``entry`` in its journal (in place of the one of its call, if any)."""
-    journal = list(record.journal(entry.kind))
-    index = _position(journal, entry.operation_id)
-    journal[index : index + 1] = [entry]
-    if entry.kind is OperationKind.MODEL:
-        return evolve(record, model_call_journal=journal)
-    return evolve(record, tool_journal=journal)
+def _indexed(record: DurableCheckpoint) -> DurableCheckpoint:
+    """``record`` with journals found by id in O(1) (a copy of each once, if needed)."""
+    model, tool = record.model_call_journal, record.tool_journal
+    if isinstance(model, Journal) and isinstance(tool, Journal):
+        return record
+    return evolve(record, model_call_journal=journal_of(model), tool_journal=journal_of(tool))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,11 +199,14 @@ class Lease:
         assert record.claim_token is not None
         self.store = store
         self.use = use
-        self.record = record
-        #: The record as last stored (the snapshot receipts are planned from).
-        self._stored = record
+        #: The record as last stored (the snapshot writes are planned from).
+        self._stored = _indexed(record)
         #: Entries settled since, in the order they settled, riding the next write.
         self._pending: list[OperationJournalEntry] = []
+        #: The latest of them per call, by (kind, operation id).
+        self._noted: dict[tuple[OperationKind, str], OperationJournalEntry] = {}
+        #: :attr:`record`, until the next :meth:`note`.
+        self._view: DurableCheckpoint | None = self._stored
         self.token = record.claim_token
         self.lease_ms = lease_ms
         #: True when this claim took the run over (a lapsed lease, an ambiguity).
@@ -204,6 +222,33 @@ class Lease:
         #: (redis-py may) must not keep the heartbeat beating.
         self._stopping = False
         self._ended = False
+
+    @property
+    def stored(self) -> DurableCheckpoint:
+        """The record as last stored: its claim, cycle, identity and body are the run's
+        (journal moves noted since are in :attr:`record` only)."""
+        return self._stored
+
+    @property
+    def record(self) -> DurableCheckpoint:
+        """The holder's view: the stored record with the settled calls not yet written
+        (:meth:`note`) in its journal, at the stored revision, so a write planned from
+        it (commit, suspend, finalize) carries them. Made when asked for, in
+        O(noted) (a step asks once; a call asks :meth:`find`)."""
+        view = self._view
+        if view is None:
+            view = self._view = _with_entries(self._stored, self._pending)
+        return view
+
+    def find(self, kind: OperationKind, operation_id: str) -> OperationJournalEntry | None:
+        """The latest entry of a call, noted or stored (O(1))."""
+        noted = self._noted.get((kind, operation_id))
+        return noted if noted is not None else self._journal(kind).find(operation_id)
+
+    def _journal(self, kind: OperationKind) -> Journal:
+        journal = self._stored.journal(kind)
+        assert isinstance(journal, Journal)  # made so by _indexed
+        return journal
 
     @classmethod
     async def take(
@@ -315,8 +360,9 @@ class Lease:
     def adopt(self, record: DurableCheckpoint) -> DurableCheckpoint:
         """Keep ``record`` (what a write returned, everything noted included) as the
         snapshot of the next write."""
-        self.record = self._stored = record
+        self._stored = self._view = _indexed(record)
         self._pending.clear()
+        self._noted.clear()
         return record
 
     def note(self, entry: OperationJournalEntry) -> None:
@@ -325,21 +371,21 @@ class Lease:
 
         A call not yet stored at all is kept as its latest entry only (a new
         entry may be written in any state), so each call costs one entry in
-        the write that stores it.
+        the write that stores it. O(1).
         """
         pending = self._pending
+        last = pending[-1] if pending else None
         if (
-            pending
-            and pending[-1].operation_id == entry.operation_id
-            and pending[-1].kind is (entry.kind)
+            last is not None
+            and last.operation_id == entry.operation_id
+            and last.kind is entry.kind
+            and self._journal(entry.kind).position(entry.operation_id) is None
         ):
-            stored = self._stored.journal(entry.kind)
-            if _position(stored, entry.operation_id) == len(stored):
-                pending[-1] = entry
-                self.record = _with_entry(self.record, entry)
-                return
-        pending.append(entry)
-        self.record = _with_entry(self.record, entry)
+            pending[-1] = entry
+        else:
+            pending.append(entry)
+        self._noted[entry.kind, entry.operation_id] = entry
+        self._view = None
 
     async def record_operation(self, entry: OperationJournalEntry) -> DurableCheckpoint:
         """Journal ``entry`` under this claim, with everything noted before it, as one write."""

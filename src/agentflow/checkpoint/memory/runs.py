@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
 
 from agentflow.checkpoint.claims import (
@@ -23,7 +23,7 @@ from agentflow.checkpoint.claims import (
 from agentflow.checkpoint.plans import JournalReplace, Write, refusal
 from agentflow.checkpoint.rows import RunHead, RunRow, summary_of
 from agentflow.checkpoint.runs import RunsBase
-from agentflow.durable.enums import CheckpointStatus, ClaimMode
+from agentflow.durable.enums import CheckpointStatus, ClaimMode, OperationKind
 from agentflow.durable.errors import CheckpointAlreadyExists, ClaimActive, DurableError
 from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import RunSummary
@@ -55,37 +55,89 @@ class SortedKeys:
 
 
 @dataclass
-class StoredRuns:
-    """One namespace's records, by key and by status."""
+class _Run:
+    """One stored record: its head, body bytes and journal entries' bytes, each
+    journal a list this store alone holds, so a journal write changes one entry."""
 
-    rows: dict[str, RunRow] = field(default_factory=dict)
+    head: RunHead
+    body: bytes
+    journals: dict[OperationKind, list[bytes]]
+
+    def row(self, key: str) -> RunRow:
+        model, tool = (tuple(self.journals[kind]) for kind in OperationKind)
+        return RunRow(key, self.head, self.body, model, tool)
+
+
+class _Rows(MutableMapping[str, RunRow]):
+    """The stored records as rows (each read copies the journals: O(entries))."""
+
+    def __init__(self, runs: StoredRuns) -> None:
+        self._runs = runs
+
+    def __getitem__(self, key: str) -> RunRow:
+        return self._runs.runs[key].row(key)
+
+    def __setitem__(self, key: str, row: RunRow) -> None:
+        journals = {kind: list(row.journal(kind)) for kind in OperationKind}
+        self._runs.store(key, _Run(row.head, row.body, journals))
+
+    def __delitem__(self, key: str) -> None:
+        if self._runs.remove(key) is None:
+            raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._runs.runs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._runs.runs)
+
+    def __len__(self) -> int:
+        return len(self._runs.runs)
+
+
+@dataclass
+class StoredRuns:
+    """One namespace's records, by key and by status; ``rows`` shows them as rows."""
+
+    runs: dict[str, _Run] = field(default_factory=dict)
     keys: SortedKeys = field(default_factory=SortedKeys)
     by_status: dict[CheckpointStatus, SortedKeys] = field(default_factory=dict)
 
+    @property
+    def rows(self) -> _Rows:
+        return _Rows(self)
+
+    def store(self, key: str, run: _Run) -> None:
+        previous = self.runs.get(key)
+        if previous is not None and previous.head.status is not run.head.status:
+            self.by_status[previous.head.status].discard(key)
+        self.runs[key] = run
+        self.keys.add(key)
+        self.by_status.setdefault(run.head.status, SortedKeys()).add(key)
+
     def put(self, row: RunRow) -> None:
-        previous = self.rows.get(row.key)
-        if previous is not None and previous.head.status is not row.head.status:
-            self.by_status[previous.head.status].discard(row.key)
         self.rows[row.key] = row
-        self.keys.add(row.key)
-        self.by_status.setdefault(row.head.status, SortedKeys()).add(row.key)
 
     def remove(self, key: str) -> RunRow | None:
-        row = self.rows.pop(key, None)
-        if row is not None:
-            self.keys.discard(key)
-            self.by_status[row.head.status].discard(key)
-        return row
+        run = self.runs.pop(key, None)
+        if run is None:
+            return None
+        self.keys.discard(key)
+        self.by_status[run.head.status].discard(key)
+        return run.row(key)
 
 
-def _journals(row: RunRow, write: Write) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    model, tool = row.model_journal, row.tool_journal
+def _journaled(run: _Run, write: Write) -> dict[OperationKind, list[bytes]]:
+    """The journals after ``write``: a replacement's, or the stored lists with each
+    put made in place (O(puts))."""
     if isinstance(write.journal, JournalReplace):
-        return write.journal.model, write.journal.tool
-    journals = {"model": list(model), "tool": list(tool)}
+        return {
+            OperationKind.MODEL: list(write.journal.model),
+            OperationKind.TOOL: list(write.journal.tool),
+        }
     for put in write.journal or ():
-        journals[put.kind.value][put.index : put.index + 1] = [put.entry]
-    return tuple(journals["model"]), tuple(journals["tool"])
+        run.journals[put.kind][put.index : put.index + 1] = [put.entry]
+    return run.journals
 
 
 class MemoryRuns(RunsBase, abc.ABC):
@@ -149,37 +201,38 @@ class MemoryRuns(RunsBase, abc.ABC):
 
     async def renew_claim(self, key: str, *, claim_token: str, lease_ms: int) -> int:
         check_claim_request(1, claim_token, lease_ms)
-        row = self._row(key)
+        self._check_open()
+        run = self._runs.runs.get(validate_checkpoint_key(key))
         now = self._clock()
-        error = renew_refusal(None if row is None else row.head, claim_token, now)
+        error = renew_refusal(None if run is None else run.head, claim_token, now)
         if error is not None:
             raise error
-        assert row is not None
+        assert run is not None
         expiry = now + lease_ms
         if expiry > MAX_WIRE_INTEGER:
             raise DurableError(
                 "checkpoint_claim_invalid", "lease expiry is outside the JSON-safe range"
             )
-        self._runs.put(replace(row, head=replace(row.head, lease_expires_at_ms=expiry)))
+        self._runs.store(key, replace(run, head=replace(run.head, lease_expires_at_ms=expiry)))
         return expiry
 
     async def _apply(self, operation: str, write: Write) -> DurableCheckpoint:
-        row = self._runs.rows.get(write.key)
-        if row is None or not write.guard.holds(row.head):
-            raise refusal(None if row is None else row.head, write.guard)
+        run = self._runs.runs.get(write.key)
+        if run is None or not write.guard.holds(run.head):
+            raise refusal(None if run is None else run.head, write.guard)
         head = write.head
         if write.keep_lease:
-            head = replace(head, lease_expires_at_ms=row.head.lease_expires_at_ms)
-        model, tool = _journals(row, write)
-        body = row.body if write.body is None else write.body
-        self._put_row(RunRow(write.key, head, body, model, tool))
+            head = replace(head, lease_expires_at_ms=run.head.lease_expires_at_ms)
+        body = run.body if write.body is None else write.body
+        self._runs.store(write.key, _Run(head, body, _journaled(run, write)))
+        self._run_status_changed(write.key, head)
         return replace(write.record, lease_expires_at_ms=head.lease_expires_at_ms)
 
     async def _delete_run(self, key: str, *, force: bool) -> bool:
-        row = self._runs.rows.get(key)
-        if row is None:
+        run = self._runs.runs.get(key)
+        if run is None:
             return False
-        lease = row.head.lease_expires_at_ms
+        lease = run.head.lease_expires_at_ms
         if not force and lease is not None and lease > self._clock():
             raise ClaimActive(f"run {key!r} is held by a live lease; delete it with force")
         self._runs.remove(key)
@@ -191,5 +244,5 @@ class MemoryRuns(RunsBase, abc.ABC):
     ) -> tuple[list[RunSummary], str | None]:
         index = self._runs.keys if status is None else self._runs.by_status.get(status)
         keys = [] if index is None else index.after(after, limit + 1)
-        runs = [summary_of(key, self._runs.rows[key].head) for key in keys[:limit]]
+        runs = [summary_of(key, self._runs.runs[key].head) for key in keys[:limit]]
         return runs, keys[limit - 1] if len(keys) > limit else None

@@ -8,11 +8,11 @@ and budget usage are carried as JSON for the runtime that owns their shape.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState, parse_enum
+from agentflow.durable.enums import CheckpointStatus, OperationKind, parse_enum
 from agentflow.durable.errors import DurableError
 from agentflow.durable.run.config import DEFAULT_MAX_EXTENSION_STATE_BYTES
 from agentflow.durable.run.definition import RUN_DEFINITION_SCHEMA, run_definition_digest
@@ -20,6 +20,7 @@ from agentflow.durable.run.definition import validate_run_definition as _validat
 from agentflow.durable.run.events import EventCursor, EventOutboxEntry
 from agentflow.durable.run.extensions import ExtensionStateEntry, validate_extension_state_size
 from agentflow.durable.run.journal import OperationJournalEntry
+from agentflow.durable.run.journals import ambiguous_in
 from agentflow.durable.run.record_codec import CHECKPOINT_V2_SCHEMA, KNOWN_FIELDS, record_fields
 from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER, canonical_json, parse_json
 from agentflow.durable.wire.validators import (
@@ -64,8 +65,9 @@ class DurableCheckpoint:
     event_cursor: EventCursor | None = None
     event_outbox: list[EventOutboxEntry] = field(default_factory=list)
     extension_state: dict[str, ExtensionStateEntry] = field(default_factory=dict)
-    model_call_journal: list[OperationJournalEntry] = field(default_factory=list)
-    tool_journal: list[OperationJournalEntry] = field(default_factory=list)
+    #: A list, or a :class:`~agentflow.durable.run.journals.Journal` (what writes make).
+    model_call_journal: Sequence[OperationJournalEntry] = field(default_factory=list)
+    tool_journal: Sequence[OperationJournalEntry] = field(default_factory=list)
     revision: int = 0
     claim_token: str | None = None
     claimed_cycle: int | None = None
@@ -100,7 +102,7 @@ class DurableCheckpoint:
 
     # -- derived -------------------------------------------------------------
 
-    def journal(self, kind: OperationKind) -> list[OperationJournalEntry]:
+    def journal(self, kind: OperationKind) -> Sequence[OperationJournalEntry]:
         return self.model_call_journal if kind is OperationKind.MODEL else self.tool_journal
 
     def active_cycle(self) -> int:
@@ -113,10 +115,8 @@ class DurableCheckpoint:
         return cycle
 
     def has_ambiguous_operation(self) -> bool:
-        return any(
-            entry.state is OperationState.AMBIGUOUS
-            for entry in (*self.model_call_journal, *self.tool_journal)
-        )
+        """Whether a journal entry is ambiguous (O(1) on a written record's journals)."""
+        return ambiguous_in(self.model_call_journal) or ambiguous_in(self.tool_journal)
 
     def is_operator_abort_terminal(self) -> bool:
         """True for a terminal an operator chose while an outcome was still unknown."""
