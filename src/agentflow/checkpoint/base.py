@@ -315,9 +315,7 @@ class CoreOnlyCheckpointer(Checkpointer):
     async def list_due(
         self, now: str | datetime, *, limit: int = 100, cursor: str | None = None
     ) -> ThreadPage:
-        native: Callable[..., Awaitable[ThreadPage]] | None = getattr(
-            self._inner, "list_due", None
-        )
+        native: Callable[..., Awaitable[ThreadPage]] | None = getattr(self._inner, "list_due", None)
         if callable(native):
             return await native(now, limit=limit, cursor=cursor)
         return await super().list_due(now, limit=limit, cursor=cursor)
