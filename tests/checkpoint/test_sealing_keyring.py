@@ -105,6 +105,7 @@ async def test_reload_rotates_without_a_restart() -> None:
         (_spec(keys={"bad id!": OLD}, current="bad id!"), "a key id is"),
         (_spec(keys={"x" * 65: OLD}), "a key id is"),
     ],
+    ids=[f"case-{n}" for n in range(16)],  # a spec holds random keys: every process must agree
 )
 def test_bad_specs_are_refused_without_quoting_keys(spec: str, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match) as caught:

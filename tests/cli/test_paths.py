@@ -157,3 +157,28 @@ def test_history_json_streams_the_same_array_the_list_would_be(here: Callable[..
     from agentflow.cli.render import dump_json
 
     assert out == dump_json(rows) + "\n"  # byte for byte the indented array
+
+
+async def _waiting(db: Path, seconds: float) -> None:
+    from tests.runtime.graphs import timer_graph
+
+    async with SqliteCheckpointer(db) as store:
+        result = (
+            await timer_graph()
+            .compile(store)
+            .run({"seconds": seconds, "logfile": str(db.parent / "log")}, thread="timer")
+        )
+        assert result.status == "waiting"
+
+
+def test_resume_counts_down_a_timer_due_within_a_minute(
+    here: Callable[..., Run], tmp_path: Path
+) -> None:
+    spec = ["--graph", "tests.runtime.graphs:timer_graph"]
+    asyncio.run(_waiting(tmp_path / ".runs" / "checkpoints.db", 1.5))
+    status, out = here(*spec, "resume", "timer")
+    assert status == 0, out
+    assert "sleep: waiting 1." in out and "done timer at step" in out
+    asyncio.run(_waiting(tmp_path / ".runs" / "later.db", 600))
+    status, out = here(*spec, "--store", "sqlite:///.runs/later.db", "resume", "timer")
+    assert status == 1 and "to wait for it: agentflow --store sqlite:///.runs/later.db" in out

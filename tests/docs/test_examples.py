@@ -20,6 +20,10 @@ How blocks are run (the rules a docs writer needs):
   Python block that runs also passes ``mypy --strict`` under the project's
   configuration (which names the installed packages that carry no types).
 - A shell block runs under ``bash -euo pipefail``.
+- A reader runs an example twice: every Python block that keeps what it
+  writes (a store under ``.runs``, a file store, a server) runs a second time
+  once the document is through, in the same directory, and must pass again
+  (no fixed thread id that the first run left behind).
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _PRIVATE = {".git", ".venv", ".runs", "build", "dist"}
 _IMPORTS_PYTEST = re.compile(r"^\s*(import pytest|from pytest)", re.MULTILINE)
 _TIMEOUT = 180
+#: What a Python block names when it writes a store that outlives it.
+_KEEPS = (".runs", "sqlite:///", "file://", "DSN", "MONGODB_URI", "REDIS_URL")
 
 
 def _runnable(path: Path) -> list[Block]:
@@ -119,11 +125,12 @@ def test_every_block_of_the_document_runs(document: Path, tmp_path: Path) -> Non
     cwd = _scratch(tmp_path)
     variables = _environment(any("mongodb" in b.code.lower() for b in blocks))
     variables["PYTHONPATH"] = str(cwd)  # modules written there import, as from the clone's root
-    for block in blocks:
+    again = [b for b in blocks if b.kind == "python" and any(k in b.code for k in _KEEPS)]
+    for block, run in [*((b, "") for b in blocks), *((b, " run a second time") for b in again)]:
         done = _run(_command(block, _script(cwd, block)), cwd, variables)
         if done.returncode != 0:
             pytest.fail(
-                f"{block} exited {done.returncode}\n--- code\n{block.code}"
+                f"{block}{run} exited {done.returncode}\n--- code\n{block.code}"
                 f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}",
                 pytrace=False,
             )

@@ -124,7 +124,8 @@ async def _show_foreign(s: Session, cp: Checkpoint, latest: Checkpoint) -> None:
 async def show(s: Session) -> int:
     cp = await read_checkpoint(s.store, s.args.thread, s.args.step)
     latest = cp if s.args.step is None else await read_checkpoint(s.store, s.args.thread)
-    if foreign_record(cp) is not None:
+    adapter = foreign_record(cp)
+    if adapter is not None and not adapter.stepwise:
         await _show_foreign(s, cp, latest)
         return 0
     record = await record_of(s.store, s.args.thread) if cp.step == latest.step else None

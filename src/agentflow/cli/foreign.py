@@ -2,14 +2,16 @@
 
 LangGraph's ``AgentflowSaver`` and Agent Framework's
 ``AgentflowCheckpointStorage`` keep their own records in agentflow threads,
-each tagged ``extra[KEY] = {"v": ..., "kind": ..., ...}``: a LangGraph
-checkpoint at step ``2k`` and its pending writes at ``2k + 1``, Agent
-Framework checkpoints at steps 0, 1, 2... Such a record has no agentflow
-graph, frontier or interrupt of its own, and its steps are not a run's
-steps (LangGraph's are sparse by design). The command line shows what each
-record is, never infers pruning from gaps, and sends ``resume`` and ``fork``
-back to the framework that owns the thread. The adapters are not imported:
-reading the tag needs neither framework installed.
+each tagged ``extra[KEY] = {"v": ..., "kind": ..., ...}``. A LangGraph
+checkpoint is at step ``2k`` and its pending writes at ``2k + 1``: such a
+record has no frontier or interrupt of its own, and its steps are sparse by
+design, so the command line shows what each record is and never infers
+pruning from gaps. Agent Framework checkpoints are at steps 0, 1, 2... with
+the workflow's frontier and pending request as the record's own (its
+adapter writes that view), so they read as a run's steps (``stepwise``).
+Either way ``resume`` and ``fork`` go back to the framework that owns the
+thread. The adapters are not imported: reading the tag needs neither
+framework installed.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ class ForeignRecord:
     adapter: str
     kind: str
     fields: dict[str, Any]
+
+    @property
+    def stepwise(self) -> bool:
+        """Whether the record reads as a run's step (its frontier, interrupt and
+        state are the workflow's own), as Agent Framework checkpoints do."""
+        return self.framework == "Agent Framework" and self.kind == "checkpoint"
 
     @property
     def what(self) -> str:

@@ -197,7 +197,7 @@ def event_of(previous: Checkpoint | None, cp: Checkpoint) -> str:
     adapter wrote (LangGraph, Agent Framework) says what it is instead: its
     steps are not a run's, so a missing step before it means nothing."""
     record = foreign_record(cp)
-    if record is not None:
+    if record is not None and not record.stepwise:
         return record.what + (" (an interrupt waits)" if cp.interrupted else "")
     if cp.interrupted:
         if cp.wake_at is not None:

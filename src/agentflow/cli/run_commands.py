@@ -33,7 +33,7 @@ from agentflow.cli.session import Session
 from agentflow.cli.text import inert
 from agentflow.runtime import CompiledGraph, RunResult, StepClaimed, Worker, status_of
 from agentflow.runtime.section import runtime_of
-from agentflow.runtime.settle import settle
+from agentflow.runtime.settle import seconds_until_due, settle
 from agentflow.runtime.worker import WorkerPass
 
 __all__ = [
@@ -236,7 +236,9 @@ async def resume(s: Session) -> int:
         if not answered:
             raise _answer_needed(s, latest)
         result = await _answer_step(s, graph, thread, value, step)
-    elif s.args.wait and latest.interrupted:
+    elif latest.interrupted and (
+        s.args.wait or seconds_until_due(graph, RunResult(latest)) <= MAX_INLINE_WAIT
+    ):  # a timer: waited for with --wait, or counted down when due within a minute
         result = await settle(graph, RunResult(latest), wait=countdown(graph, s.console))
     else:
         result = await _answer_step(s, graph, thread, None, step)

@@ -46,7 +46,7 @@ class Timeline:
         """What produced ``cp`` and which top-level state keys changed (both raw)."""
         previous, self.previous = self.previous, cp
         record = foreign_record(cp)
-        if record is not None:  # its steps are not a run's: compare checkpoints only
+        if record is not None and not record.stepwise:  # not a run's steps: checkpoints only
             if record.kind != "checkpoint":
                 return render.event_of(previous, cp), "-"
             before, self.checkpoint = self.checkpoint, cp

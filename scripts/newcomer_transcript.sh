@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# A newcomer's paths through a fresh clone, printed as a transcript (issue 20's
+# closing note): install from the clone, the demo and the commands it prints
+# pasted back, store URLs with passwords in every form, key files, Ctrl-C and
+# Ctrl-D at the prompt, printed commands that must paste, worker mistakes,
+# wrong answers, LangGraph threads, copy and rekey progress and interrupts,
+# copy's refusals, invisible ids, history's memory, small things.
+#
+#   scripts/newcomer_transcript.sh [DIR]   # clones into DIR (default: a new temp dir)
+#
+# Needs PostgreSQL (AGENTFLOW_POSTGRES_DSN, default postgresql://postgres@127.0.0.1:5432/test,
+# trust authentication) and network access to the package index (or its cache).
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+work="${1:-$(mktemp -d "${TMPDIR:-/tmp}/newcomer.XXXXXX")}"
+dsn="${AGENTFLOW_POSTGRES_DSN:-postgresql://postgres@127.0.0.1:5432/test}"
+ns="newcomer-$$-$RANDOM"
+
+# Print a command as typed, run it, print what it printed and its exit status.
+run() {
+  printf '\n$ %s\n' "$1"
+  bash -c "$1" 2>&1
+  printf '(exit %s)\n' "$?"
+}
+# The first printed command of the last output that starts with PREFIX.
+printed() { grep -m1 -o "agentflow $1.*" "$work/last.txt" | sed 's/   #.*//'; }
+capture() {
+  printf '\n$ %s\n' "$1"
+  bash -c "$1" > "$work/last.txt" 2>&1
+  local status=$?
+  cat "$work/last.txt"
+  printf '(exit %s)\n' "$status"
+}
+
+echo "# fresh clone of $(git -C "$repo" rev-parse --short HEAD) in $work"
+git clone -q "$repo" "$work/agentflow" || exit 1
+cd "$work/agentflow" || exit 1
+run "python3 -m venv .venv && .venv/bin/pip install -q -e '.[all]' 2>&1 | grep -v '^WARNING: Location' || true"
+export PATH="$PWD/.venv/bin:$PATH" VIRTUAL_ENV="$PWD/.venv" COLUMNS=100
+run "grep -m1 '^name' pyproject.toml; agentflow --version"
+run "pip download --no-deps -q -d /tmp/unused agentflow-durable 2>&1 | tail -1  # the name is free on the index"
+
+echo; echo "## the demo, and the command it prints, pasted back"
+capture "agentflow demo --thread refund-1 --hold 0.5"
+run "$(printed "resume refund-1 --value '\"approve\"'") | tail -2"
+
+echo; echo "## a password in the store URL, in each form: never printed"
+for url in "${dsn/postgres@/postgres:S3cret-pw@}" "$dsn?password=S3cret-pw" \
+  "postgresql:///test?host=/var/run/postgresql&user=postgres&password=S3cret-pw" \
+  "$dsn?passfile=/home/S3cret-pw/.pgpass" "$dsn?sslpassword=S3cret-pw"; do
+  capture "agentflow --store '$url' --namespace $ns demo --thread pw-\$RANDOM --hold 0 | tail -4"
+done
+capture "agentflow --store '$dsn?password=S3cret-pw' --namespace $ns threads --limit 1"
+run "AGENTFLOW_STORE='$dsn?password=S3cret-pw' $(printed "--store") --json | grep -c '\"thread\"'"
+run "agentflow --store 'postgresql:///test?host=/nowhere&password=S3cret-pw' threads --json"
+run "agentflow --store 'postgresql://u:S3cret-pw@127.0.0.1:1/test' threads"
+run "agentflow --store 'mysql://u:S3cret-pw@db/x' threads"
+run "agentflow copy '$dsn?password=S3cret-pw' sqlite:///.runs/from-pg.db --namespace $ns | head -3"
+
+echo; echo "## key files"
+run "python -c 'import json; from agentflow.checkpoint.sealing import new_key; print(json.dumps({\"current\": \"k1\", \"keys\": {\"k1\": new_key()}}))' > keys.json; ls -l keys.json | cut -c1-10"
+run "agentflow --store sqlite:///.runs/sealed.db --keys-file keys.json demo --hold 0 --approve | tail -1"
+run "chmod 600 keys.json && agentflow --store sqlite:///.runs/sealed.db --keys-file keys.json demo --thread sealed-1 --hold 0 --approve | tail -1"
+
+echo; echo "## Ctrl-C and Ctrl-D at the approval prompt (on a terminal)"
+cat > "$work/tty.py" <<'EOF'
+"""Run the demo on a terminal, type one key at its prompt, print what it showed."""
+import os, pty, re, select, subprocess, sys, termios, fcntl, time
+key = {"ctrl-c": b"\x03", "ctrl-d": b"\x04"}[sys.argv[1]]
+controller, terminal = pty.openpty()
+proc = subprocess.Popen(["agentflow", "demo", "--thread", sys.argv[2], "--hold", "0"],
+                        stdin=terminal, stdout=terminal, stderr=terminal, start_new_session=True,
+                        preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+os.close(terminal)
+out, sent = b"", False
+while True:
+    ready, _, _ = select.select([controller], [], [], 0.1)
+    if ready:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    if not sent and b"[approve/reject]" in out:
+        time.sleep(0.2)
+        os.write(controller, key)
+        sent = True
+print(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode().replace("\r", "")), end="")
+print(f"(exit {proc.wait()})")
+EOF
+run "python $work/tty.py ctrl-c tty-1"
+run "python $work/tty.py ctrl-d tty-2"
+
+echo; echo "## printed commands that paste: reconcile, a resume killed mid-answer"
+run "python samples/lost_reply.py --thread pay-2 | tail -1"
+capture "agentflow journal pay-2 --json | python -c 'import json,sys; p=json.load(sys.stdin)[\"pending\"][0]; print(p[\"operation_id\"], p[\"attempt\"])'"
+op="$(cut -d' ' -f1 "$work/last.txt")"
+capture "agentflow reconcile pay-2 $op --attempt 1 --decision replay_success --receipt '{\"charge_id\": \"ch_1\", \"cents\": 4250}'"
+run "$(printed "--graph") 2>&1 | tail -1   # as printed: MODULE:ATTR is still to fill in"
+run "agentflow --graph samples.lost_reply:build_graph resume pay-2 | tail -1"
+capture "agentflow demo --thread killed-1 --hold 0"
+run "(agentflow resume killed-1 --value '\"approve\"' & pid=\$!; sleep 0.45; kill -9 \$pid) 2>/dev/null; agentflow show killed-1 --json | grep -m1 '\"status\"'"
+run "$(printed "resume killed-1 --value '\"approve\"'") | tail -3"
+
+echo; echo "## worker mistakes"
+run "agentflow --store sqlite:///.runs/checkpoint.db worker --once; ls .runs/checkpoint.db"
+run "agentflow --store '${dsn%/*}/no_such_db' worker --once"
+
+echo; echo "## unhelpful answers, now helpful"
+run "agentflow demo --thread wrong-1 --hold 0 > /dev/null; agentflow resume wrong-1 --value '\"maybe\"'"
+run "agentflow --namespace acmee threads"
+cat > "$work/lg.py" <<'EOF'
+"""A LangGraph thread through AgentflowSaver, paused at an interrupt."""
+import asyncio
+from typing import TypedDict
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+from agentflow.checkpoint import open_store
+from agentflow.integrations.langgraph import AgentflowSaver
+
+class State(TypedDict):
+    n: int
+    answer: str
+
+async def main() -> None:
+    async with open_store("sqlite:///.runs/checkpoints.db") as store:
+        graph = StateGraph(State)
+        graph.add_node("count", lambda s: {"n": s["n"] + 1})
+        graph.add_node("ask", lambda s: {"answer": interrupt({"question": "ok?"})})
+        graph.add_edge(START, "count").add_edge("count", "ask").add_edge("ask", END)
+        app = graph.compile(checkpointer=AgentflowSaver(store))
+        await app.ainvoke({"n": 1, "answer": ""}, {"configurable": {"thread_id": "lg-1"}})
+
+asyncio.run(main())
+EOF
+run "python $work/lg.py && agentflow history lg-1"
+run "agentflow show lg-1"
+run "agentflow resume lg-1"
+
+cat > "$work/stores.py" <<'EOF'
+"""Stores for the paths below: python stores.py big|ids|alike|long."""
+import asyncio, sys
+from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.checkpoint.testing import make_checkpoint
+
+async def main(what: str) -> None:
+    async with SqliteCheckpointer(f".runs/{what}.db") as s:
+        if what == "big":  # 3,000 threads of 3 steps
+            for i in range(3000):
+                for step in range(3):
+                    await s.put(make_checkpoint(f"t{i:05}", step, state={"pad": "x" * 500}))
+        elif what == "ids":  # four ids a file store cannot hold, 46 it can
+            for t in ["a/b", "..", ".hidden", "x" * 300, *(f"ok-{i:02}" for i in range(46))]:
+                await s.put(make_checkpoint(t, 0))
+        elif what == "alike":  # five ids that all look like order-1, a key with a dot
+            for t in ["order-1", "order-1\ufe0f", "order-1\U000e0100", "order\u034f-1", "order-\u31641"]:
+                for step in (0, 1):
+                    state = {"refund.amount": step, "refund": {"amount": step}}
+                    await s.put(make_checkpoint(t, step, state=state))
+        elif what == "long":  # 1,000 steps of 100 KB
+            for step in range(1000):
+                await s.put(make_checkpoint("long", step, state={"blob": "x" * 100_000, "n": step}))
+
+asyncio.run(main(sys.argv[1]))
+EOF
+cat > "$work/peak.py" <<'EOF'
+"""python peak.py ARGS...: run agentflow ARGS, print its peak memory."""
+import resource, subprocess, sys
+subprocess.run(["agentflow", *sys.argv[1:]], stdout=subprocess.DEVNULL, check=True)
+print(f"peak {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024} MB")
+EOF
+
+echo; echo "## long work: copy and rekey, off a terminal, and interrupted"
+run "python $work/stores.py big"
+run "timeout -s INT 3 agentflow copy sqlite:///.runs/big.db sqlite:///.runs/big-copy.db --concurrency 1 --interval 1 > /dev/null"
+run "agentflow copy sqlite:///.runs/big.db sqlite:///.runs/big-copy.db --interval 1 | tail -6"
+run "timeout -s INT 3 agentflow --store sqlite:///.runs/big.db --keys-file keys.json rekey --state rekey.state --interval 1 > /dev/null; ls -l rekey.state | cut -c1-10"
+run "agentflow --store sqlite:///.runs/big.db --keys-file keys.json rekey --state rekey.state --interval 1 | head -2"
+
+echo; echo "## copy loses nothing: a destination ahead of the source, ids it cannot hold"
+run "agentflow demo --thread ahead --hold 0 > /dev/null; agentflow copy sqlite:///.runs/checkpoints.db sqlite:///.runs/old.db --thread ahead | tail -1; agentflow resume ahead --value '\"approve\"' | tail -1"
+run "agentflow copy sqlite:///.runs/old.db sqlite:///.runs/checkpoints.db --overwrite | tail -2"
+run "agentflow copy sqlite:///.runs/old.db sqlite:///.runs/checkpoints.db --overwrite-newer | sed -n 2p; agentflow show ahead --json | grep -m1 '\"step\"'"
+run "python $work/stores.py ids; agentflow copy sqlite:///.runs/ids.db file://.runs/files | sed -n '2p;7,\$p'"
+
+echo; echo "## ids that look alike, keys with a dot, history's memory"
+run "python $work/stores.py alike; agentflow --store sqlite:///.runs/alike.db threads"
+run "agentflow --store sqlite:///.runs/alike.db diff order-1 0 1 --json | grep path"
+run "python $work/stores.py long"
+for what in "history long" "history long --json" "show long"; do
+  run "python $work/peak.py --store sqlite:///.runs/long.db $what   # $what"
+done
+
+echo; echo "## small things"
+run "agentflow --version; agentflow reconcile --help | sed -n '/^decisions:/,\$p'"
+run "agentflow demo --thread ''"
+run "agentflow threads | head -n 1; echo \"agentflow exited \${PIPESTATUS[0]}\""
+run "agentflow journal refund-1 --json | grep -c idempotency_key"
