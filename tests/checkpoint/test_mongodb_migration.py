@@ -86,7 +86,7 @@ async def test_the_old_layout_reads_back_whole_as_one_store(old: MongoStore) -> 
     assert await old.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 2}
     async with old.store(namespace="acme", sealing=_ring()) as store:
         listed = {i.thread: i for i in await store.list_threads()}
-        assert await old.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 3}
+        assert await old.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 4}
         assert {t: i.status for t, i in listed.items()} == {
             "ambiguous": "reconciliation_required",
             "paused": "interrupted",
@@ -178,7 +178,7 @@ async def test_processes_migrating_at_once_agree(old: MongoStore) -> None:
         for store, client in zip(stores, clients, strict=True):
             await store.close()
             await client.close()
-    assert await old.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 3}
+    assert await old.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 4}
     assert sorted(doc["q"] for doc in await old.events.find({}).to_list()) == [1, 2, 3]
 
 
@@ -213,7 +213,7 @@ async def test_a_migrator_that_died_midway_is_taken_over(
             "evt-paused-2",
         ]
         assert (await store.load("ambiguous")) is not None
-    assert await old.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 3}
+    assert await old.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 4}
 
 
 async def test_a_newer_durable_layout_is_refused_and_left_alone(old: MongoStore) -> None:

@@ -202,7 +202,9 @@ async def test_a_record_is_fields_of_its_threads_document(scratch: MongoStore) -
         *(field.name for field in fields(RunHead)),
         "body",
         "journal",
+        "df",  # the run definition's digest, for a worker fleet's claims
     }
+    assert mine["df"] == record.run_definition_digest
     parts = RunParts("tenant-a")
     assert mine["body"] == parts.seal("shared", BODY, encode_body(record))
     assert mine["status"] == "running"

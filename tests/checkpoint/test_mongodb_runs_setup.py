@@ -61,6 +61,7 @@ async def test_one_version_covers_checkpoints_records_and_events(scratch: MongoS
             "agentflow_due",
             "agentflow_runs",
             "agentflow_run_status",
+            "agentflow_run_holders",
         },
         "checkpoints_durable_events": {
             "_id_",
@@ -69,7 +70,7 @@ async def test_one_version_covers_checkpoints_records_and_events(scratch: MongoS
             "agentflow_child_events",
         },
     }
-    assert await scratch.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 3}
+    assert await scratch.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 4}
     names = await scratch.client[scratch.database].list_collection_names()
     assert sorted(names) == ["checkpoints", "checkpoints_durable_events"]
     commands = Commands()
@@ -91,7 +92,7 @@ async def test_one_version_covers_checkpoints_records_and_events(scratch: MongoS
 @pytest.mark.parametrize(
     ("layout", "error"),
     [
-        ({**_SCHEMA, "v": 4}, IncompatibleSchema),
+        ({**_SCHEMA, "v": 5}, IncompatibleSchema),
         ({**_DURABLE, "v": 2}, IncompatibleSchema),
         ({**_DURABLE, "v": "one"}, CheckpointCorrupted),
     ],
@@ -138,7 +139,7 @@ async def test_first_uses_racing_create_the_layout_once(scratch: MongoStore) -> 
         for store in stores:
             await store.close()
     assert await scratch.raw.count_documents(_SCHEMA) == 1
-    assert await scratch.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 3}
+    assert await scratch.raw.find_one(_SCHEMA) == {**_SCHEMA, "v": 4}
 
 
 @pytest.mark.parametrize(("journal", "concern"), [(True, {"j": True}), (False, None)])

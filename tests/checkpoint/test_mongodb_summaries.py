@@ -410,7 +410,7 @@ async def test_a_store_of_the_previous_layout_is_upgraded_on_setup(store: MongoS
     assert await store.raw.count_documents({"tt": "gone"}) == 0
     assert await store.raw.count_documents({"tn": {"$exists": True}, "ls": {}}) == 0
     version = await store.raw.find_one({"_id": {"m": "schema"}})
-    assert version == {"_id": {"m": "schema"}, "v": 3}
+    assert version == {"_id": {"m": "schema"}, "v": 4}
 
 
 async def test_a_stale_migration_lease_is_taken_over(store: MongoStore) -> None:
@@ -424,7 +424,7 @@ async def test_a_stale_migration_lease_is_taken_over(store: MongoStore) -> None:
 
 
 async def test_a_newer_layout_is_refused_and_left_alone(store: MongoStore) -> None:
-    await store.raw.insert_one({"_id": {"m": "schema"}, "v": 4})
+    await store.raw.insert_one({"_id": {"m": "schema"}, "v": 5})
     async with store.open() as cp:
         with pytest.raises(IncompatibleSchema):
             await cp.put(make_checkpoint("t", 0))

@@ -139,6 +139,15 @@ class DueClaim:
     max_concurrent: int | None
     exclude: frozenset[str]
 
+    @property
+    def scope(self) -> str:
+        """Which records the batch may claim: ``"any"``; ``"definitions"``, those of
+        the definitions and those written before the store kept definitions; or
+        ``"limited"``, those of the definitions only (only they are counted)."""
+        if self.max_concurrent is not None:
+            return "limited"
+        return "any" if self.definitions is None else "definitions"
+
 
 def _check_batch(
     claim_tokens: Sequence[str],

@@ -253,6 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also take over runs whose process died (their lease lapsed)",
     )
+    p.add_argument(
+        "--worker-id",
+        help="a stable identity: started again under it, the worker takes back at once the "
+        "runs it held (one live process per identity; $AGENTFLOW_WORKER_ID)",
+    )
 
     p = add(
         "ui",

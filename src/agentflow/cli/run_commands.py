@@ -350,7 +350,9 @@ def _print_pass(s: Session, outcome: WorkerPass, seen: set[str] | None = None) -
 
 
 async def worker(s: Session) -> int:
-    runner = Worker(s.registry.all_compiled(), concurrency=s.args.concurrency)
+    runner = Worker(
+        s.registry.all_compiled(), concurrency=s.args.concurrency, worker_id=s.args.worker_id
+    )
     # One read first: a store that cannot be used fails here, named, rather than
     # inside the worker's task group.
     empty = not (await s.store.list_threads_page(limit=1)).threads

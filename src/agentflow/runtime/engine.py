@@ -490,8 +490,13 @@ class CompiledGraph:
     async def take_back(self, thread: str, claim_token: str) -> RunResult:
         """Take back ``thread``, held under ``claim_token`` by this graph's worker identity's
         previous incarnation (dead: one identity is one live process), without waiting
-        for its lease: the lease is ended with that token, then :meth:`recover` runs."""
+        for its lease: the lease is ended with that token, then the run continues as
+        :meth:`recover` has it (a due timer it was woken from is resumed)."""
         await expire_held(self._records, thread, claim_token)
+        latest = await self.get_state(thread)
+        wake = latest.wake_at if latest.interrupted else None
+        if wake is not None and parse_instant(wake) <= instant_us(self.clock()):
+            return await self.resume(thread)
         return await self.recover(thread)
 
     async def recover(self, thread: str) -> RunResult:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -320,38 +321,42 @@ class Worker:
     # -- batches of due runs ---------------------------------------------------------
 
     async def _drain(self, p: _Pass, store: Store) -> None:
-        """Claim as many due runs as there are free slots, start them, and again as
-        slots free up, until a claim comes back short with none of them running;
-        the first short claim starts the look at what else is due."""
-        slots = self._slots
+        """Keep every slot busy with claimed due runs, claiming ahead in batches of at
+        least half the slots (a claim per finished run would cost a statement per
+        run), until a claim comes back short with none of them left; the first
+        short claim starts the look at what else is due."""
+        queue: deque[tuple[DueRun, float]] = deque()
+        try:
+            await self._keep_busy(p, store, queue)
+        finally:  # a store that failed mid-pass: the claims not started are given back
+            for due, sent in queue:
+                with contextlib.suppress(AgentflowError):
+                    await self._give_back(due, sent)
+
+    async def _keep_busy(self, p: _Pass, store: Store, queue: deque[tuple[DueRun, float]]) -> None:
+        target = self.concurrency + self._batch
         short = False
         while True:
+            while queue and not self._slots.locked():  # a slot for each, until it ends
+                await self._slots.acquire()
+                self._running += 1
+                p.group.create_task(self._drive(*queue.popleft(), p))
+            held = self._running + len(queue)
+            if not short and held <= self.concurrency:
+                batch = await self._claim(store, p.now, target - held, p.excluded)
+                p.outcome.claimed += len(batch)
+                p.handled.update(due.thread for due, _ in batch)
+                queue.extend(batch)
+                short = len(batch) < target - held
+                continue
             if short and not p.looked:
                 p.looked = True
                 p.group.create_task(self._look(p))
-            if short and self._running == 0:
+            if short and held == 0:
                 return
-            while self._running and (short or self.concurrency - self._running < self._batch):
-                self._finished.clear()
-                await self._finished.wait()  # one of ours ended: what it freed may be claimed
-                short = False
-            await slots.acquire()
-            wanted = 1
-            while not slots.locked():
-                await slots.acquire()
-                wanted += 1
-            batch: list[tuple[DueRun, float]] = []
-            try:
-                batch = await self._claim(store, p.now, wanted, p.excluded)
-            finally:
-                for _ in range(wanted - len(batch)):
-                    slots.release()
-            p.outcome.claimed += len(batch)
-            for due, sent in batch:  # each holds one of the slots taken, until it ends
-                p.handled.add(due.thread)
-                self._running += 1
-                p.group.create_task(self._drive(due, sent, p))
-            short = len(batch) < wanted
+            self._finished.clear()
+            await self._finished.wait()  # one of ours ended: room to start or claim more
+            short = False
 
     async def _claim(
         self, store: Store, now: datetime, wanted: int, tried: set[str]

@@ -45,10 +45,13 @@ from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
 
 LISTING_INDEX: Final = "agentflow_runs"
 STATUS_INDEX: Final = "agentflow_run_status"
+#: Claimed records by claim token: one holder's claims, a limit's live leases.
+HOLDER_INDEX: Final = "agentflow_run_holders"
 _ROW_INVALID: Final = "checkpoint_row_invalid"
 _HEAD_FIELDS: Final = tuple(field.name for field in fields(RunHead))
-#: Everything a record keeps in its thread's document: what a delete removes.
-RECORD_FIELDS: Final = (*_HEAD_FIELDS, "body", "journal", "rs")
+#: Everything a record keeps in its thread's document: what a delete removes
+#: (``df``: the run definition's digest, for a worker fleet's claims).
+RECORD_FIELDS: Final = (*_HEAD_FIELDS, "body", "journal", "rs", "df")
 #: What a summary holds besides key and status; both listing indexes end with these.
 _SUMMARY_FIELDS: Final = (
     "revision",
@@ -83,13 +86,18 @@ RECORD_INDEXES: Final = [
         name=STATUS_INDEX,
         partialFilterExpression=_LISTED,
     ),
+    IndexModel(
+        [("_id.n", 1), ("claim_token", 1)],
+        name=HOLDER_INDEX,
+        partialFilterExpression={"claim_token": {"$gt": ""}},
+    ),
 ]
 #: A listing's projection: index fields only, so the query is covered.
 SUMMARY_READ: Final = {"_id.t": 1, "status": 1, **dict.fromkeys(_SUMMARY_FIELDS, 1)}
 #: The server's clock in epoch milliseconds, as an aggregation expression.
 NOW: Final = {"$toLong": "$$NOW"}
 #: The fields of a document that every write requires to be of their type.
-_SHAPE: Final = {
+SHAPE: Final = {
     "body": {"$type": "binData"},
     "journal.model": {"$type": "array"},
     "journal.tool": {"$type": "array"},
@@ -269,7 +277,7 @@ def guard_filter(namespace: str, key: str, guard: Guard) -> Document:
         del compared["claimed_cycle"]
         compared["claim_token"] = {"$type": "null"}  # unclaimed: null, not a missing field
     held = {name: value for name, value in compared.items() if value is not None}
-    return {"_id": summary_key(namespace, key), **held, **_SHAPE}
+    return {"_id": summary_key(namespace, key), **held, **SHAPE}
 
 
 def write_update(write: Write) -> tuple[Document, Document]:
@@ -323,7 +331,7 @@ def claim_filter(
         "terminal": False,
         "cycle_index": cycle_index - 1,
         "revision": {"$lt": MAX_WIRE_INTEGER},
-        **_SHAPE,
+        **SHAPE,
         "$expr": {
             "$and": [
                 # null sorts before every number: an unclaimed run passes

@@ -105,10 +105,11 @@ class MongoRuns(RunsBase, abc.ABC):
         # The thread's document may hold its summary already; one holding a record
         # is not matched, and the upsert's insert then meets its _id.
         free = self._run(row.key) | UNRECORDED
+        fields = record_fields(row) | {"df": checkpoint.run_definition_digest}
 
         async def upsert() -> bool:
             try:
-                await self._coll.update_one(free, {"$set": record_fields(row)}, upsert=True)
+                await self._coll.update_one(free, {"$set": fields}, upsert=True)
             except DuplicateKeyError:
                 return False
             return True

@@ -2,8 +2,11 @@
 
 One version, in the checkpoints collection's ``{m: "schema"}`` document,
 covers every part: checkpoints, thread documents (summary, record) and
-events. Version 3 keeps a thread's durable record in its thread document and
-numbers events in one sequence per namespace. Version 2 kept the summaries
+events. Version 4 keeps a thread's durable record in its thread document
+(with its run definition's digest, ``df``, and its claim token indexed by
+holder, for worker fleets) and numbers events in one sequence per namespace;
+version 3 was the same but for that index, which moving up creates (its
+records keep no ``df``: any definition). Version 2 kept the summaries
 only; its durable store had collections of its own (``<collection>_durable_runs``
 with a layout version of its own, and ``<collection>_durable_events`` numbered
 per run): :mod:`~agentflow.checkpoint.mongodb.migration` moves them in.
@@ -37,7 +40,7 @@ from agentflow.errors import IncompatibleSchema, InvalidArgument, StoreNotFound
 
 __all__ = ["SCHEMA_VERSION", "prepare"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 _SCHEMA_ID: Final = {"m": "schema"}
 #: How long a migrating process holds the store before another may take over.
 _LEASE_MS: Final = 60_000

@@ -48,8 +48,8 @@ from agentflow.checkpoint.mongodb.documents import (
 )
 from agentflow.checkpoint.mongodb.errors import driver_error
 from agentflow.checkpoint.mongodb.events import MongoEvents
+from agentflow.checkpoint.mongodb.fleet import MongoFleet
 from agentflow.checkpoint.mongodb.records import LEASE, first_statement, refused_first
-from agentflow.checkpoint.mongodb.runs import MongoRuns
 from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.store_base import StoreBase
@@ -71,7 +71,7 @@ _REFRESH_MEMO: Final = 10_000
 _CURSOR_SECRET_ID: Final = {"m": "cursor"}
 
 
-class MongoCheckpointer(MongoRuns, MongoEvents, StoreBase):
+class MongoCheckpointer(MongoFleet, MongoEvents, StoreBase):
     """A thread's checkpoints, durable record and events in one MongoDB database
     (a :class:`~agentflow.checkpoint.store.Store`), safe for many processes at once.
 

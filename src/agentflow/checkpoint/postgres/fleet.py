@@ -84,10 +84,12 @@ SELECT c.key, c.latest_step, c.recovery,
 FROM claimed c LEFT JOIN {{bodies}} b ON b.namespace = :namespace AND b.key = c.key
     {JOURNAL_OF.format(of="c.key")}
 ORDER BY c.n"""
-_ANY: Final = "TRUE"
-#: Records kept before the store had definitions match any (but count toward no limit).
-_OURS: Final = "r.definition IS NULL OR r.definition = ANY(:definitions::text[])"
-_ONLY_OURS: Final = "r.definition = ANY(:definitions::text[])"
+#: The records each scope of :class:`~agentflow.checkpoint.fleet.DueClaim` may claim.
+_SCOPES: Final = {
+    "any": "TRUE",
+    "definitions": "r.definition IS NULL OR r.definition = ANY(:definitions::text[])",
+    "limited": "r.definition = ANY(:definitions::text[])",
+}
 _HELD: Final = f"""SELECT r.claim_token, r.key, {", ".join(f"r.{c}" for c in HEAD_COLUMNS)}
     FROM {{runs}} r WHERE r.namespace = :namespace AND r.claim_token IS NOT NULL
         AND {_TOKEN} >= :lo AND {_TOKEN} < :hi AND {_TOKEN} > :after
@@ -95,11 +97,8 @@ _HELD: Final = f"""SELECT r.claim_token, r.key, {", ".join(f"r.{c}" for c in HEA
 
 
 def _claim_text(request: DueClaim) -> str:
-    if request.max_concurrent is not None:
-        room, definition = _ROOM_LIMITED, _ONLY_OURS
-    else:
-        room, definition = _ROOM, _ANY if request.definitions is None else _OURS
-    return _CLAIM_DUE.replace("{room}", room).replace("{definition}", definition)
+    room = _ROOM_LIMITED if request.max_concurrent is not None else _ROOM
+    return _CLAIM_DUE.replace("{room}", room).replace("{definition}", _SCOPES[request.scope])
 
 
 class PostgresFleet(PostgresPart, StoredParts, FleetBase, abc.ABC):

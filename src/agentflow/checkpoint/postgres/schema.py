@@ -96,11 +96,11 @@ CREATE INDEX ON {events} (namespace, parent_run_id, seq) WHERE parent_run_id IS 
 """
 #: Version 3 to 4 (and the last part of a new store): a record's run definition
 #: digest beside its head, so a worker fleet claims its own graphs' due runs and
-#: counts their live leases (``claim_due``), and the claim tokens by their holder
-#: part, so a restarted worker finds what it held (``list_held``); both indexes
-#: hold claimed rows only. A record written before keeps NULL: any definition.
+#: counts their live leases (``claim_due``), and the claimed records by claim
+#: token (in byte order), so a restarted worker finds what its identity held
+#: (``list_held``) and a limit counts O(claimed) rows. A record written before
+#: keeps NULL: any definition.
 _TO_V4: Final = """ALTER TABLE {runs} ADD COLUMN definition TEXT COLLATE "C";
-CREATE INDEX ON {runs} (namespace, definition) WHERE claim_token IS NOT NULL;
 CREATE INDEX ON {runs} (namespace, (claim_token COLLATE "C")) WHERE claim_token IS NOT NULL;
 """
 _LZ4: Final = "ALTER TABLE {} ALTER COLUMN {} SET COMPRESSION lz4;"

@@ -189,6 +189,7 @@ def apply_write(conn: sqlite3.Connection, namespace: str, write: Write) -> tuple
         claimed_cycle=guard.claim_token is not None,
         resume_attempt=guard.resume_attempt is not None,
         terminal_acknowledged=guard.terminal_acknowledged is not None,
+        keep_claim=write.head.claim_token == guard.claim_token,
     )
     params = _guard_params(namespace, write)
     changed = conn.execute(statement, params).fetchall()
@@ -238,6 +239,7 @@ class SqliteRuns(SqliteConnection, RunsBase, abc.ABC):
             **run,
             **{name: getattr(row.head, name) for name in HEAD_COLUMNS},
             "body": row.body,
+            "definition": checkpoint.run_definition_digest,
         }
         journal = tuple(
             JournalPut(kind, index, entry)

@@ -37,8 +37,9 @@ __all__ = ["SCHEMA_VERSION", "open_connection", "transaction"]
 #: newer agentflow is refused rather than misread; an older one is migrated.
 #: 1: checkpoints and summaries; 2: status and wake instant in the summary;
 #: 3: one store: records (their journal entries as rows), events, and the
-#: status a record imposes on its thread's summary.
-SCHEMA_VERSION: Final = 3
+#: status a record imposes on its thread's summary; 4: each record's run
+#: definition digest, and the claimed records indexed by claim token.
+SCHEMA_VERSION: Final = 4
 #: ``RETURNING`` (3.35), ``iif`` (3.32), ``DROP COLUMN`` (3.35) and STRICT tables (3.37).
 _MIN_SQLITE: Final = (3, 37, 0)
 
@@ -85,6 +86,10 @@ _INDEXES: Final = (
     (namespace, run_id, seq) WHERE run_id IS NOT NULL""",
     """CREATE INDEX IF NOT EXISTS agentflow_events_by_parent ON agentflow_events
     (namespace, parent_run_id, seq) WHERE parent_run_id IS NOT NULL""",
+    # The claimed records by token: one holder's claims, and the live leases a
+    # fleet's max_concurrent counts (version 4).
+    f"""CREATE INDEX IF NOT EXISTS agentflow_runs_by_holder ON agentflow_runs
+    (namespace, claim_token) WHERE part = {HEAD_PART} AND claim_token IS NOT NULL""",
 )
 _STATUS_OF_ROW: Final = """CASE WHEN done THEN 'done'
     WHEN interrupted AND wake_at IS NOT NULL THEN 'waiting'
@@ -118,6 +123,10 @@ _MOVE_DURABLE_1: Final = (
     "DROP TABLE agentflow_durable_events",
     "DELETE FROM agentflow_meta WHERE key = 'durable_schema_version'",
 )
+#: From version 3 to 4 (and the last step of a new file): each record's run definition
+#: digest, so a worker fleet claims its own graphs' due runs and counts their live
+#: leases (``claim_due``); a record written before keeps NULL: any definition.
+_MIGRATE_3_TO_4: Final = ("ALTER TABLE agentflow_runs ADD COLUMN definition TEXT",)
 _OLD_JOURNALS: Final = f"""SELECT namespace, key, model_journal, tool_journal
     FROM agentflow_durable_runs WHERE part = {HEAD_PART}"""
 _META: Final = "SELECT value FROM agentflow_meta WHERE key = ?"
@@ -160,7 +169,7 @@ def _create(conn: sqlite3.Connection) -> None:
         "CREATE TABLE IF NOT EXISTS agentflow_meta "
         "(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID"
     )
-    for statement in (*_TABLES, *_PARTS):
+    for statement in (*_TABLES, *_PARTS, *_MIGRATE_3_TO_4):
         conn.execute(statement)
     conn.execute("INSERT INTO agentflow_meta VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
 
@@ -242,10 +251,13 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
             version = _meta(conn, "schema_version")
             if version is None:
                 _create(conn)
-            elif version in (1, 2):
+            elif version in (1, 2, 3):
                 if version == 1:
                     _migrate_from_1(conn)
-                _migrate_from_2(conn, path)
+                if version in (1, 2):
+                    _migrate_from_2(conn, path)
+                for statement in _MIGRATE_3_TO_4:
+                    conn.execute(statement)
                 conn.execute(
                     "UPDATE agentflow_meta SET value = ? WHERE key = 'schema_version'",
                     (SCHEMA_VERSION,),

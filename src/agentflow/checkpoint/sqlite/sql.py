@@ -100,10 +100,11 @@ _HEAD_ROW: Final = f"{_RUN} AND part = {HEAD_PART}"
 _BODY_ROW: Final = f"{_RUN} AND part = {BODY_PART}"
 _HEAD_VALUES: Final = ", ".join(f":{name}" for name in HEAD_COLUMNS)
 _NO_HEAD: Final = ", ".join("NULL" for _ in HEAD_COLUMNS)
-#: Both rows, or nothing when any row of the key exists.
-INSERT_RUN: Final = f"""INSERT INTO agentflow_runs (namespace, key, part, {_HEAD}, body)
-    SELECT * FROM (VALUES (:namespace, :key, {HEAD_PART}, {_HEAD_VALUES}, NULL),
-    (:namespace, :key, {BODY_PART}, {_NO_HEAD}, :body))
+#: Both rows (the head with the run definition's digest), or nothing when any row
+#: of the key exists.
+INSERT_RUN: Final = f"""INSERT INTO agentflow_runs (namespace, key, part, {_HEAD}, body, definition)
+    SELECT * FROM (VALUES (:namespace, :key, {HEAD_PART}, {_HEAD_VALUES}, NULL, :definition),
+    (:namespace, :key, {BODY_PART}, {_NO_HEAD}, :body, NULL))
     WHERE NOT EXISTS (SELECT 1 FROM agentflow_runs WHERE {_RUN})"""
 #: One statement, so one snapshot: the head row, the body row, then every journal
 #: row by kind and index (``kind`` and ``idx`` are NULL on the first two).
@@ -158,8 +159,13 @@ def write_statement(
     claimed_cycle: bool,
     resume_attempt: bool,
     terminal_acknowledged: bool,
+    keep_claim: bool = False,
 ) -> str:
     """The ``UPDATE`` of one planned write's head (and body), named by its shape.
+
+    ``keep_claim``: the write leaves the claim token as the guard has it, so the
+    statement does not set it (SQLite rewrites an index entry of every column
+    an ``UPDATE`` sets, and the claim token is indexed by holder).
 
     A write with a body changes both rows (each column takes its new value on
     its own row, NULL on the other); any other write changes the head row
@@ -171,6 +177,8 @@ def write_statement(
     values = {name: f":{name}" for name in HEAD_COLUMNS}
     if keep_lease:
         del values["lease_expires_at_ms"]
+    if keep_claim:
+        del values["claim_token"]
     guard = [
         "revision = :g_revision",
         "claim_token IS :g_claim_token",

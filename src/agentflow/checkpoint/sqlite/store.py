@@ -36,7 +36,8 @@ from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.sqlite.checkpoints import SqliteCheckpoints, checked_size, put_rows
 from agentflow.checkpoint.sqlite.events import SqliteEvents
-from agentflow.checkpoint.sqlite.runs import SqliteRuns, apply_write, delete_run, refused
+from agentflow.checkpoint.sqlite.fleet import SqliteFleet
+from agentflow.checkpoint.sqlite.runs import apply_write, delete_run, refused
 from agentflow.checkpoint.sqlite.sql import DELETE_EVENTS, DELETE_STEPS, DELETE_SUMMARY, REVISION
 from agentflow.checkpoint.sqlite.workers import PairKey
 from agentflow.checkpoint.store_base import StoreBase
@@ -54,7 +55,7 @@ __all__ = ["SYNCHRONOUS_MODES", "SqliteCheckpointer"]
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
-class SqliteCheckpointer(SqliteCheckpoints, SqliteRuns, SqliteEvents, StoreBase):
+class SqliteCheckpointer(SqliteCheckpoints, SqliteFleet, SqliteEvents, StoreBase):
     """A :class:`~agentflow.checkpoint.store.Store` in one SQLite file in WAL mode.
 
     ``synchronous`` is SQLite's durability knob: ``"FULL"`` (default) syncs the
