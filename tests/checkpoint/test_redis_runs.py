@@ -84,12 +84,16 @@ async def test_each_operation_is_one_command(tmp_path: Path) -> None:
     }
     # The run's hash is read and written by name (and the status its record
     # imposes on the thread read: HGET of rs); a refused write writes nothing.
-    assert by_script(seen["claim"]) == ["HMGET", "HLEN", "TIME", "HGET", "HSET", "HGETALL"]
+    # A write that changes the claim token moves the run in the holder index.
+    shape = ("HMGET", "HEXISTS", "HLEN")
+    assert by_script(seen["claim"]) == [
+        *(*shape, "TIME", "TYPE", "HGET", "HSET", "ZADD", "HGETALL")
+    ]
     assert by_script(seen["renew"]) == ["HMGET", "TIME", "HSET"]
     assert by_script(seen["refused"]) == ["HMGET"]
-    assert by_script(seen["record_operation"]) == ["HMGET", "HLEN", "HGET", "HSET", "HGET"]
+    assert by_script(seen["record_operation"]) == [*shape, "HGET", "HSET", "HGET"]
     assert by_script(seen["finalize_claimed"]) == [
-        *("HMGET", "HLEN", "TYPE", "HGET", "HSET", "HDEL", "ZREM", "ZADD", "HGET")
+        *(*shape, "TYPE", "TYPE", "HGET", "HSET", "HDEL", "ZREM", "ZADD", "ZREM", "HGET")
     ]
     # A page of two reads the two runs' heads, nothing of the others.
     assert by_script(seen["list_runs"]) == ["ZSCORE", "HMGET"] * 2
@@ -137,7 +141,7 @@ async def test_a_commit_removes_the_journal_entries(admin: aioredis.Redis, prefi
         committed = replace(record, cycle_index=1)
         await store.commit(committed, claim_token="owner-a")
         fields = set(await admin.hkeys(run))
-    assert fields == {name.encode() for name in (*run_scripts.FIELDS, "body")}
+    assert fields == {name.encode() for name in (*run_scripts.FIELDS, "body", "df")}
 
 
 async def test_leases_run_on_the_server_clock(

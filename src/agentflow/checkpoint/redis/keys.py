@@ -18,6 +18,7 @@ gives the reasons)::
     P:{r.b64(N).b64(T)}:gone STR    write id and answer of the delete that removed it (a minute)
     P:{d.b64(N)}:all        ZSET    every record key of N, score 0
     P:{d.b64(N)}:st         ZSET    record status letter + key, score 0
+    P:{d.b64(N)}:ct         ZSET    claim token + NUL + the run's hash key, of claimed runs
     P:{d.b64(N)}:v          STR     3, so that releases before it refuse N (they kept 1 here)
     P:{e.b64(N)}:n          STR     last event sequence of N
     P:{e.b64(N)}:id         HASH    event id -> "sequence:digest:write id"
@@ -113,6 +114,8 @@ class Keys:
         self.version = n + b"v"
         #: The record index, the record status index and the old durable version key.
         self.runs = [d + b"all", d + b"st", d + b"v"]
+        #: The claimed runs by claim token (a worker identity's claims, a limit's leases).
+        self.holders = d + b"ct"
         #: The event sequence, id index and event data.
         self.events = [e + b"n", e + b"id", e + b"ev"]
 
@@ -127,6 +130,12 @@ class Keys:
     def run(self, key: str, kind: bytes = b"run") -> bytes:
         """The record of ``key``, or with ``kind=b"gone"`` the marker its delete leaves."""
         return self._tagged(b"r", key) + kind
+
+    def key_of_run(self, run: bytes) -> str:
+        """The record key whose hash is ``run`` (as :meth:`run` makes it)."""
+        tag = run[run.index(b"{") + 1 : run.index(b"}")]
+        encoded = tag.rsplit(b".", 1)[1]
+        return base64.urlsafe_b64decode(encoded + b"=" * (-len(encoded) % 4)).decode()
 
     def event_index(self, run_id: str, *, parent: bool) -> bytes:
         """The sequences of a run's events (``parent``: of its children's events)."""

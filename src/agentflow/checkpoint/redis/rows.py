@@ -133,7 +133,7 @@ def run_row(key: str, stored: Mapping[bytes, bytes]) -> RunRow:
     if not _FIXED.issubset(stored):
         raise _damaged(key, "fields are missing")
     model, tool = _journal(key, stored, b"jm"), _journal(key, stored, b"jt")
-    if len(stored) != len(_FIXED) + len(model) + len(tool):
+    if len(stored) != len(_FIXED) + (b"df" in stored) + len(model) + len(tool):
         raise _damaged(key, "it holds fields that are not a record's")
     head = head_from(key, [stored[name.encode()] for name in HEAD_FIELDS])
     return RunRow(key, head, stored[b"body"], model, tool)
@@ -155,15 +155,17 @@ def _head_pairs(head: RunHead, *, keep_lease: bool = False) -> list[bytes]:
     return [item for name in names for item in (name.encode(), _encode(getattr(head, name), name))]
 
 
-def create_args(row: RunRow, written: bytes, key: bytes) -> list[bytes]:
-    """The arguments of the create script: write id, key, status, every field."""
+def create_args(row: RunRow, written: bytes, key: bytes, definition: str) -> list[bytes]:
+    """The arguments of the create script: write id, key, status, claim token, every
+    field (with ``df``, the digest of the run's definition ``definition``)."""
     journals = [b"jm", b"%d" % len(row.model_journal), b"jt", b"%d" % len(row.tool_journal)]
     for kind, entries in ((b"jm", row.model_journal), (b"jt", row.tool_journal)):
         for index, entry in enumerate(entries):
             journals += [b"%s.%d" % (kind, index), entry]
     status = row.head.status.value.encode()
+    token = _encode(row.head.claim_token, "claim_token")
     fields = [*_head_pairs(row.head), b"write_id", written, b"body", row.body, *journals]
-    return [written, key, status, *fields]
+    return [written, key, status, token, *fields, b"df", definition.encode()]
 
 
 def _guard_pairs(guard: Guard) -> list[bytes]:

@@ -23,6 +23,7 @@ from agentflow.checkpoint.rows import RunHead
 __all__ = [
     "FIELDS",
     "HEAD_FIELDS",
+    "RECORD_LIB",
     "LUA_CLAIM",
     "LUA_COMMIT",
     "LUA_CREATE",
@@ -59,11 +60,21 @@ local function read(run)
   for i, name in ipairs(FIELDS) do head[name] = values[i] end
   return values, head
 end
--- Whether the hash holds exactly its fields and journal entries, and the journal lengths.
+-- Whether the hash holds exactly its fields and journal entries (and the run
+-- definition's digest, df, if it was created with one), and the journal lengths.
 local function intact(run, head)
   local nm, nt = count(head.jm), count(head.jt)
   if not (nm and nt and LETTER[head.status]) then return false end
-  return redis.call('HLEN', run) == FIXED + nm + nt, nm, nt
+  local df = redis.call('HEXISTS', run, 'df')
+  return redis.call('HLEN', run) == FIXED + df + nm + nt, nm, nt
+end
+-- The holder index (CT): one member per claimed run, its claim token, a NUL and
+-- the run's key, kept in step with every write that changes a claim token (each
+-- checks CT's type first, with the other keys it writes).
+local function reholder(run, before, after)
+  if before == after then return end
+  if before and before ~= '' then redis.call('ZREM', CT, before .. '\\0' .. run) end
+  if after and after ~= '' then redis.call('ZADD', CT, 0, after .. '\\0' .. run) end
 end
 local function put(items, name, value)
   items[#items + 1] = name
@@ -103,11 +114,12 @@ local function plan_write(at)
   if not whole then return {answer = {2}} end
   at = at + 2 * guards + 1
   local w = {key = key, sets = {'write_id', wid}, stale = {}, before = head.status}
-  w.status = head.status
+  w.status, w.token_before, w.token = head.status, head.claim_token, head.claim_token
   for i = 1, tonumber(ARGV[at]) do
     local name, value = ARGV[at + 2 * i - 1], ARGV[at + 2 * i]
     put(w.sets, name, value)
     if name == 'status' then w.status = value end
+    if name == 'claim_token' then w.token = value end
   end
   at = at + 2 * tonumber(ARGV[at]) + 1
   if ARGV[at] ~= '' then put(w.sets, 'body', ARGV[at]) end
@@ -133,6 +145,7 @@ local function plan_write(at)
     if lengths.t ~= nt then put(w.sets, 'jt', fmt(lengths.t)) end
   end
   if w.status ~= head.status then expect('zset', {DST}) end
+  if w.token ~= w.token_before then expect('zset', {CT}) end
   w.impose = plan_impose(key, IMPOSED[w.status] or false)
   return w
 end
@@ -140,19 +153,23 @@ local function apply_write(w)
   apply('HSET', RUN, w.sets)
   if #w.stale > 0 then apply('HDEL', RUN, w.stale) end
   restatus(w.key, w.before, w.status)
+  reholder(RUN, w.token_before, w.token)
   apply_impose(w.key, w.impose)
   return redis.call('HGET', RUN, 'lease_expires_at_ms')
 end
 """
 )
 
-_RUN: Final = bind("RUN DST SUM ST RS") + LUA_COMMON + LUA_THREADS + _RUNS
+#: The record scripts' functions (read, intact, reholder, plan_write, ...), for scripts
+#: of other modules (needs the names they use bound first: RUN, DST, CT, ...).
+RECORD_LIB: Final = _RUNS
+_RUN: Final = bind("RUN DST SUM ST RS CT") + LUA_COMMON + LUA_THREADS + _RUNS
 
-# KEYS run, all, dst, sum, st, rs; ARGV write id, run key, status, then the
-# hash's field / value pairs. Returns 1 (created, or this write's re-send) or
-# 0 (the key exists).
+# KEYS run, all, dst, sum, st, rs, ct; ARGV write id, run key, status, claim
+# token ('' none), then the hash's field / value pairs. Returns 1 (created, or
+# this write's re-send) or 0 (the key exists).
 LUA_CREATE: Final = (
-    bind("RUN ALL DST SUM ST RS")
+    bind("RUN ALL DST SUM ST RS CT")
     + LUA_COMMON
     + LUA_THREADS
     + _RUNS
@@ -161,19 +178,20 @@ if redis.call('EXISTS', RUN) == 1 then
   if redis.call('HGET', RUN, 'write_id') == ARGV[1] then return 1 end
   return 0
 end
-expect('zset', {ALL, DST})
+expect('zset', {ALL, DST, CT})
 local imposed = plan_impose(ARGV[2], IMPOSED[ARGV[3]] or false)
 local items = {}
-for i = 4, #ARGV do items[#items + 1] = ARGV[i] end
+for i = 5, #ARGV do items[#items + 1] = ARGV[i] end
 apply('HSET', RUN, items)
 redis.call('ZADD', ALL, 0, ARGV[2])
 redis.call('ZADD', DST, 0, LETTER[ARGV[3]] .. ARGV[2])
+reholder(RUN, '', ARGV[4])
 apply_impose(ARGV[2], imposed)
 return 1
 """
 )
 
-# KEYS run, dst, sum, st, rs; ARGV cycle, claim token, lease ms, recovery ('1'
+# KEYS run, dst, sum, st, rs, ct; ARGV cycle, claim token, lease ms, recovery ('1'
 # or '0'), write id, run key. The rules of leases.claim_refusal and the
 # overflow checks of leases.claimed_head. Returns {1, the hash after the
 # claim}, {0, now, FIELDS} (refused), {-1} (no run) or {2} (damaged).
@@ -200,11 +218,13 @@ if head.terminal ~= '0' or (status ~= 'running' and status ~= 'reconciliation_re
   return {0, now, values}
 end
 if status ~= 'running' then expect('zset', {DST}) end
+expect('zset', {CT})
 local imposed = plan_impose(ARGV[6], false)
 redis.call('HSET', RUN, 'revision', fmt(rev + 1), 'status', 'running',
   'resume_attempt', fmt(attempt + recovery), 'claim_token', ARGV[2], 'claimed_cycle', ARGV[1],
   'lease_expires_at_ms', fmt(expiry), 'write_id', ARGV[5])
 restatus(ARGV[6], status, 'running')
+reholder(RUN, head.claim_token, ARGV[2])
 apply_impose(ARGV[6], imposed)
 return {1, redis.call('HGETALL', RUN)}
 """
@@ -231,7 +251,7 @@ return {1, expiry}
 """
 )
 
-# KEYS run, dst, sum, st, rs; ARGV the planned write (plan_write). Returns
+# KEYS run, dst, sum, st, rs, ct; ARGV the planned write (plan_write). Returns
 # {1, lease after the write} or plan_write's answer.
 LUA_WRITE: Final = (
     _RUN
@@ -242,13 +262,13 @@ return {1, apply_write(w)}
 """
 )
 
-# KEYS s d idx exp sum st due rs run dst; ARGV step, payload, metadata tail
+# KEYS s d idx exp sum st due rs run dst ct; ARGV step, payload, metadata tail
 # (its write id is the record write's), ttl ms or '', then the planned write.
 # The step must be new. Returns {1, lease} (both written, or this commit
 # re-sent), {4, the step's revision} (it exists) or plan_write's answer;
 # the guard is decided first, and a refusal writes nothing.
 LUA_COMMIT: Final = (
-    bind("S D IDX EXP SUM ST DUE RS RUN DST")
+    bind("S D IDX EXP SUM ST DUE RS RUN DST CT")
     + LUA_COMMON
     + LUA_THREADS
     + _RUNS
@@ -266,7 +286,7 @@ return {1, lease}
 """
 )
 
-# KEYS s d idx exp sum st due rs run gone all dst id ev er (er: the event
+# KEYS s d idx exp sum st due rs run gone all dst id ev er ct (er: the event
 # index of the thread's run); ARGV thread, write id, the parts to delete ('r'
 # record, 'e' events, 'c' checkpoints: any of them), force ('1' or '0').
 # Unless forced, a live lease on the record (server clock) refuses the
@@ -275,7 +295,7 @@ return {1, lease}
 # answer in `gone` for a minute, so a re-send answers the same (a re-sent
 # delete of checkpoints alone finds nothing more to delete).
 LUA_DELETE: Final = (
-    bind("S D IDX EXP SUM ST DUE RS RUN GONE ALL DST ID EV ER")
+    bind("S D IDX EXP SUM ST DUE RS RUN GONE ALL DST ID EV ER CT")
     + LUA_COMMON
     + LUA_THREADS
     + _RUNS
@@ -296,7 +316,7 @@ if runs then
       if expiry > now_ms() then return {-2} end
     end
   end
-  expect('zset', {ALL, DST})
+  expect('zset', {ALL, DST, CT})
   imposed = plan_impose(thread, false)
 end
 if events then
@@ -317,6 +337,7 @@ if steps then
   before = redis.call('HGET', SUM, thread)
 end
 if runs then
+  reholder(RUN, redis.call('HGET', RUN, 'claim_token'), '')
   redis.call('UNLINK', RUN)
   redis.call('ZREM', ALL, thread)
   local members = {}

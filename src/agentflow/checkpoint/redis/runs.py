@@ -81,17 +81,19 @@ class RedisRuns(RunsBase, abc.ABC):
         """Run ``job`` once the store is set up, with redis-py's errors as ours."""
 
     def _run_keys(self, key: str) -> list[bytes]:
-        """What a record script takes: the record, the record status index, and
-        the summaries, status index and imposed statuses of the threads."""
+        """What a record script takes: the record, the record status index, the
+        summaries, status index and imposed statuses of the threads, and the
+        holder index."""
         threads = self._keys.threads
-        return [self._keys.run(key), self._keys.runs[1], threads[2], threads[3], threads[5]]
+        run, holders = self._keys.run(key), self._keys.holders
+        return [run, self._keys.runs[1], threads[2], threads[3], threads[5], holders]
 
     async def create(self, checkpoint: DurableCheckpoint) -> None:
         self._check_open()
         row = self._parts.encode_row(checkpoint)
         keys = self._run_keys(row.key)
         keys.insert(1, self._keys.runs[0])
-        args = create_args(row, write_id(), row.key.encode())
+        args = create_args(row, write_id(), row.key.encode(), checkpoint.run_definition_digest)
         created = await self._redis("create", lambda: self._lua["create"](keys=keys, args=args))
         if not created:
             raise CheckpointAlreadyExists(f"a record exists under {row.key!r}")

@@ -27,7 +27,7 @@ from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.plans import Write
-from agentflow.checkpoint.redis import events, run_scripts, scripts
+from agentflow.checkpoint.redis import events, fleet_scripts, run_scripts, scripts
 from agentflow.checkpoint.redis.errors import driver_error
 from agentflow.checkpoint.redis.events import RedisEvents
 from agentflow.checkpoint.redis.keys import (
@@ -43,7 +43,7 @@ from agentflow.checkpoint.redis.keys import (
 from agentflow.checkpoint.redis.migration import prepare, upgrade_summary
 from agentflow.checkpoint.redis.records import stored_row, summary_of, thread_info
 from agentflow.checkpoint.redis.rows import write_args, write_id
-from agentflow.checkpoint.redis.runs import RedisRuns
+from agentflow.checkpoint.redis.fleet import RedisFleet
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import safe_url
 from agentflow.durable.errors import ClaimActive, DurableCorrupted
@@ -71,7 +71,7 @@ _Values = list[bytes | None]
 #: Every script of the store, by name ("put", "commit", "delete", ...).
 SCRIPTS = {
     name.removeprefix("LUA_").lower(): getattr(module, name)
-    for module in (scripts, run_scripts, events)
+    for module in (scripts, run_scripts, fleet_scripts, events)
     for name in module.__all__
     if name.startswith("LUA_") and name not in ("LUA_COMMON", "LUA_THREADS")
 }
@@ -97,7 +97,7 @@ def _address(client: aioredis.Redis) -> str:
     return f"{options.get('host', 'localhost')}:{options.get('port', 6379)}"
 
 
-class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
+class RedisCheckpointer(RedisFleet, RedisEvents, StoreBase):
     """A namespace's checkpoints, records and events in Redis (a Store).
 
     Pass a ``url`` (we create, own and close the client) or an async
@@ -222,7 +222,7 @@ class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
         step_, payload, tail = self._encoded(thread, step, encode)
         args = [step_, payload, tail, self._ttl_ms, *write_args(write, tail[:32], utf8(thread))]
         keys = [*self._thread_keys(thread), self._keys.run(thread), self._keys.runs[1]]
-        reply = await self._lua["commit"](keys=keys, args=args)
+        reply = await self._lua["commit"](keys=[*keys, self._keys.holders], args=args)
         if reply[0] == 4:
             return int(reply[1]), write.record
         return None, self._applied(write, reply)
@@ -321,7 +321,7 @@ class RedisCheckpointer(RedisRuns, RedisEvents, StoreBase):
         await self._setup()
         k = self._keys
         keys = [*self._thread_keys(thread), k.run(thread), k.run(thread, b"gone"), *k.runs[:2]]
-        keys += [*k.events[1:], k.event_index(thread, parent=False)]
+        keys += [*k.events[1:], k.event_index(thread, parent=False), k.holders]
         args = [utf8(thread), write_id(), parts, b"1" if force else b"0"]
         reply = cast(list[int], await self._lua["delete"](keys=keys, args=args))
         if reply == [-2]:
