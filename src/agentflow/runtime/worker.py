@@ -96,21 +96,13 @@ class WorkerPass:
     lost: int = 0
 
 
-def _held(info: ThreadInfo, record: DurableCheckpoint) -> StepClaimed | None:
-    """Who holds ``info``'s due run, which a batch did not take: another process
-    (whose lease was live when the batch was decided: a lapsed one it would have
-    taken). A claim minted here is left to :meth:`CompiledGraph.resume`, which
-    waits out a lease this process released."""
+def _held(thread: str, step: int, record: DurableCheckpoint) -> StepClaimed | None:
+    """Who holds ``thread``'s run (its latest step ``step``), if its record is claimed."""
     token, lease = record.claim_token, record.lease_expires_at_ms
-    if token is None or lease is None or minted_here(token):
+    if token is None or lease is None:
         return None
     return StepClaimed(
-        info.thread,
-        info.latest_step,
-        record.revision,
-        record.revision,
-        holder=holder_of(record.claim_token),
-        until=iso_ms(lease),
+        thread, step, record.revision, record.revision, holder=holder_of(token), until=iso_ms(lease)
     )
 
 
@@ -441,11 +433,15 @@ class Worker:
                     record = None  # no record can live under this id; let resume say why
                 if record is None or not bounded:
                     wake = True
-                elif record.claim_token is not None:  # held, or released by this process
-                    held = _held(info, record)
+                elif record.claim_token is not None and not minted_here(record.claim_token):
+                    # held by another process (whose lease was live when the batch was
+                    # decided: it would have taken a lapsed one)
+                    held = _held(info.thread, info.latest_step, record)
                     if held is not None:
                         p.outcome.taken.append((info.thread, held))
                     wake = held is None
+                elif record.claim_token is not None:  # this process's: resume waits out a
+                    wake = True  # lease it released, and names a live holder
                 else:
                     wake = not self._batched(record)
                 if wake:
@@ -482,8 +478,13 @@ class Worker:
             try:
                 record = await self.durable.load(thread)
                 token = None if record is None else record.claim_token
-                if record is None or token is None or minted_here(token):
-                    return  # given up meanwhile, or this process's own claim
+                if record is None or token is None:
+                    return  # given up meanwhile
+                if minted_here(token):  # a live holder in this process: not a dead one's
+                    latest = await self.checkpointer.get(thread)
+                    held = _held(thread, -1 if latest is None else latest.step, record)
+                    outcome.taken.extend([] if held is None else [(thread, held)])
+                    return
                 graph = self._by_definition.get(record.run_definition_digest)
                 if graph is None:
                     outcome.unknown.append(thread)
