@@ -327,7 +327,8 @@ def test_hot_queries_seek_an_index(db: Path) -> None:
     asyncio.run(_create(db))
     queries = [
         (statements.GET_LATEST, ("", "t")),
-        (statements.HISTORY, ("", "t", 5, 256)),
+        (statements.HISTORY, ("", "t", 5, 2**63 - 1, 256)),
+        (statements.HISTORY_NEWEST_FIRST, ("", "t", -1, 90, 256)),
         (statements.LIST_AFTER, ("", "t", 100)),
         (statements.LIST_STATUS_AFTER, ("", "done", "t", 100)),
         (statements.DUE, ("", 10**15, 0, "", 100)),
@@ -336,6 +337,13 @@ def test_hot_queries_seek_an_index(db: Path) -> None:
         for sql, args in queries:
             plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", args))
             assert "SEARCH" in plan and "SCAN" not in plan and "TEMP B-TREE" not in plan, plan
+        # a chain's steps: one index probe each, over the JSON array of steps asked for
+        plan = " ".join(
+            row[3]
+            for row in conn.execute(f"EXPLAIN QUERY PLAN {statements.STEPS}", ("", "t", "[1]"))
+        )
+        assert "SEARCH agentflow_checkpoints USING INDEX" in plan, plan
+        assert "SCAN agentflow_checkpoints" not in plan, plan
 
 
 async def _create(db: Path) -> None:

@@ -52,9 +52,19 @@ class Recording:
         self.calls["get"] += 1
         return await self.inner.get(thread, step)
 
-    def history(self, thread: str) -> AsyncIterator[Checkpoint]:
+    def history(
+        self,
+        thread: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> AsyncIterator[Checkpoint]:
         self.calls["history"] += 1
-        return self.inner.history(thread)
+        return self.inner.history(
+            thread, after=after, before=before, limit=limit, newest_first=newest_first
+        )
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         self.calls["list_threads"] += 1

@@ -70,7 +70,11 @@ WRITES = (
     "delete",
     "delete_thread",
     "append_once",
+    "record_event_deliveries",
 )
+#: What delivering a run's checkpoint_created event costs where the step's commit does
+#: not deliver it itself (memory, Redis, MongoDB, file): its append, then its record.
+DELIVERY = ["append_once", "record_event_deliveries"]
 
 
 class Calls:
@@ -195,8 +199,18 @@ class ThirdParty(Checkpointer):
     async def get(self, thread: str, step: int | None = None) -> Checkpoint | None:
         return await self.inner.get(thread, step)
 
-    def history(self, thread: str) -> AsyncIterator[Checkpoint]:
-        return self.inner.history(thread)
+    def history(
+        self,
+        thread: str,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> AsyncIterator[Checkpoint]:
+        return self.inner.history(
+            thread, after=after, before=before, limit=limit, newest_first=newest_first
+        )
 
     async def list_threads(self, *, limit: int = 100, offset: int = 0) -> list[ThreadInfo]:
         return await self.inner.list_threads(limit=limit, offset=offset)
@@ -449,6 +463,7 @@ async def test_twenty_at_most_once_calls_in_one_node_cost_twenty_writes_and_one_
         "start_run",  # step 0 (the input), its record and the claim, as one write
         *["record_operations"] * 20,  # each call's started entry, the receipt before it riding
         "commit_step",  # the step with the last receipt
+        *DELIVERY,
         "finalize_claimed",
     ]
     sizes = [len(entries) for entries in calls.entries("record_operations")]
@@ -463,7 +478,7 @@ async def test_twenty_idempotent_calls_in_one_node_cost_one_commit() -> None:
     store, tool = MemoryCheckpointer(), Tool()
     calls, result = await _counted(store, _charging(tool, calls=20, idempotent=True))
     assert result.status == "done" and len(tool.calls) == 20
-    assert calls.names() == ["start_run", "commit_step", "finalize_claimed"]
+    assert calls.names() == ["start_run", "commit_step", *DELIVERY, "finalize_claimed"]
     [entries] = calls.entries("commit_step")
     succeeded = [e for e in entries if e.state is OperationState.SUCCEEDED]
     assert len({e.operation_id for e in succeeded}) == 20
@@ -480,7 +495,10 @@ async def test_a_step_of_one_call_is_one_started_write_and_one_step_commit() -> 
     assert result.status == "done" and result.state["i"] == 20
     assert calls.names() == [
         "start_run",
-        *["record_operations", "commit_step"] * 20,
+        "record_operations",
+        "commit_step",
+        *DELIVERY,
+        *["record_operations", "commit_step"] * 19,
         "finalize_claimed",
     ]
     for entries in calls.entries("commit_step"):

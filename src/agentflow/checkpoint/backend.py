@@ -3,7 +3,8 @@
 A backend is a handful of I/O hooks (the ``_``-prefixed abstract methods
 below). The base checks every argument and every checkpoint field before a
 hook runs, binds the namespace, redacts and encodes through the codec, wraps
-every record in an integrity envelope checked on every read (integrity.py), issues
+every record in an integrity envelope checked on every read (envelope.py), stores a
+step that carries its changes as a delta and reads it back whole (stored.py), issues
 and checks authenticated cursors (and the ``limit + 1`` peek that tells
 whether another page follows), checks that every row read back is a valid
 record of the key that was asked for, refuses use after :meth:`close`, and
@@ -19,14 +20,10 @@ exceptions; :meth:`_driver_error` maps those.
 from __future__ import annotations
 
 import abc
-import dataclasses
-import hashlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, ClassVar, Final, NoReturn
 
-from agentflow.checkpoint import envelope
 from agentflow.checkpoint.base import (
     Checkpoint,
     Checkpointer,
@@ -35,10 +32,22 @@ from agentflow.checkpoint.base import (
     ThreadPage,
     ThreadStatus,
 )
-from agentflow.checkpoint.codec import CheckpointCodec, JsonCodec, RecordKey
+from agentflow.checkpoint.chains import Decoded, Replaying, cut_off
+from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import CursorSigner
-from agentflow.checkpoint.redaction import redact_checkpoint, redact_none
-from agentflow.checkpoint.timestamps import instant_of, parse_instant, utc_now_iso
+from agentflow.checkpoint.deltas import (
+    ChainLinks,
+    ChainRecord,
+)
+from agentflow.checkpoint.redaction import redact_none
+from agentflow.checkpoint.stored import (
+    EncodedCheckpoint,
+    StoredForms,
+    StoredRow,
+    sealing_of,
+    store_identity,
+)
+from agentflow.checkpoint.timestamps import instant_of, parse_instant
 from agentflow.checkpoint.validation import (
     MAX_PAGE,
     StepRange,
@@ -65,44 +74,18 @@ from agentflow.errors import (
 if TYPE_CHECKING:
     from agentflow.checkpoint.sealing import KeyRing
 
-__all__ = ["CheckpointerBase", "EncodedCheckpoint", "StepRange", "StoredRow"]
+__all__ = [
+    "ChainRecord",
+    "CheckpointerBase",
+    "Decoded",
+    "EncodedCheckpoint",
+    "StepRange",
+    "StoredRow",
+]
 
 #: The listings whose cursors are told apart (a cursor of one fails on another).
 _THREADS: Final = "threads"
 _DUE: Final = "due"
-
-
-class StoredRow(NamedTuple):
-    """One stored step as a backend read it: the base checks and decodes it."""
-
-    step: Any
-    revision: Any
-    payload: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedCheckpoint:
-    """A checkpoint ready for storage: the codec's bytes and the columns stores index."""
-
-    thread: str
-    step: int
-    payload: bytes
-    ts: str
-    #: ``ts`` as microseconds since the epoch, so stores compare instants.
-    ts_us: int
-    interrupted: bool
-    done: bool
-    wake_at: str | None
-    #: ``wake_at`` as microseconds since the epoch, for :meth:`list_due`.
-    wake_us: int | None
-    status: ThreadStatus
-
-    def summary(self, run_status: ThreadStatus | None = None) -> ThreadInfo:
-        """The :class:`ThreadInfo` of a thread whose latest step this is (and whose
-        record imposes ``run_status``, if any)."""
-        return ThreadInfo(
-            self.thread, self.step, self.interrupted, self.done, self.ts, self.wake_at, run_status
-        )
 
 
 def _in_order(previous: int | None, step: int, steps: StepRange) -> bool:
@@ -112,20 +95,7 @@ def _in_order(previous: int | None, step: int, steps: StepRange) -> bool:
     return step < previous if steps.newest_first else step > previous
 
 
-def _is_int(value: object) -> bool:
-    """An int column, as drivers return it (BSON's Int64 is a subclass), never a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _status(cp: Checkpoint) -> ThreadStatus:
-    if not cp.next and not cp.interrupted:
-        return "done"
-    if cp.interrupted:
-        return "waiting" if cp.wake_at is not None else "interrupted"
-    return "running"
-
-
-class CheckpointerBase(Checkpointer, abc.ABC):
+class CheckpointerBase(StoredForms, Checkpointer, abc.ABC):
     """Every public method of :class:`Checkpointer`, over a backend's I/O hooks.
 
     Subclasses set :attr:`kind`, call ``super().__init__`` with the namespace,
@@ -150,18 +120,31 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             raise InvalidArgument(f"codec must have encode() and decode(), got {codec!r}")
         self._redact: Redactor = redact or redact_none
         #: The key ring every stored part is sealed with (None: integrity only).
-        self._sealing, self._codec = _sealing_of(codec, sealing)
+        self._sealing, self._codec = sealing_of(codec, sealing)
         self._binds_store = bool(getattr(self._codec, "binds_store", False))
-        #: :attr:`RecordKey.store`, read before the first encode or decode when
-        #: the codec binds it (hooks may encode and decode on other threads).
         self._store_id = b""
         self._closed = False
         self._signer: CursorSigner | None = None
+        self._links = ChainLinks()
+        #: Whether a step that carries its changes is stored as them (see :attr:`deltas`).
+        self._deltas = True
 
     @property
     def namespace(self) -> str | None:
         """The tenant this checkpointer reads and writes (None: the default one)."""
         return self._namespace or None
+
+    @property
+    def deltas(self) -> bool:
+        """Whether a checkpoint that carries :class:`~agentflow.checkpoint.model.StateChanges`
+        is stored as what it changed (True, the default) or whole. Set it False while
+        processes of an earlier release, which cannot read such records, share the
+        store; steps stored as changes before stay readable either way."""
+        return self._deltas
+
+    @deltas.setter
+    def deltas(self, value: bool) -> None:
+        self._deltas = bool(value)
 
     @property
     def closed(self) -> bool:
@@ -186,12 +169,12 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         be called on any thread and may raise; then nothing is written."""
 
     @abc.abstractmethod
-    async def _read_step(self, thread: str, step: int | None) -> StoredRow | Checkpoint | None:
+    async def _read_step(self, thread: str, step: int | None) -> StoredRow | Decoded | None:
         """The row at ``step`` (None: the highest step), or None. A backend may
         return the row already passed through :meth:`_decode_row`."""
 
     @abc.abstractmethod
-    def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[StoredRow | Checkpoint]:
+    def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[StoredRow | Decoded]:
         """The rows of ``thread`` whose step ``steps`` holds, in its order, at most
         ``steps.limit`` of them: keyset reads by step in bounded batches, each
         asking for no more rows than are left to yield, so a bounded read costs
@@ -213,7 +196,7 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         order, costing O(limit)."""
 
     @abc.abstractmethod
-    async def _delete_steps(
+    async def _delete_rows(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         """Delete the steps below ``before_step`` and older than ``cutoff_us``
@@ -252,50 +235,7 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             secret = await self._cursor_secret()
         except Exception as exc:
             self._reraise(exc, operation)
-        self._store_id = _store_identity(secret)
-
-    def _encode(self, cp: Checkpoint) -> EncodedCheckpoint:
-        """Redact, encode and wrap a checked checkpoint; safe on any thread."""
-        ts = cp.ts or utc_now_iso()
-        if not cp.ts:
-            cp = dataclasses.replace(cp, ts=ts)
-        cp = redact_checkpoint(cp, self._redact)
-        key = RecordKey(self._namespace, cp.thread, cp.step, self._store_id)
-        payload = envelope.wrap(key, self._codec.encode(cp, key))
-        wake_at = cp.wake_at
-        return EncodedCheckpoint(
-            thread=cp.thread,
-            step=cp.step,
-            payload=payload,
-            ts=ts,
-            ts_us=parse_instant(ts),
-            interrupted=cp.interrupted,
-            done=not cp.next and not cp.interrupted,
-            wake_at=wake_at,
-            wake_us=None if wake_at is None else parse_instant(wake_at),
-            status=_status(cp),
-        )
-
-    def _decode_row(self, thread: str, row: StoredRow | tuple[Any, Any, bytes]) -> Checkpoint:
-        """Check and decode a row read for ``thread``; safe on any thread.
-
-        A revision or step column that is not a positive (resp. non-negative)
-        int, a payload failing its integrity check, bytes the codec refuses, or
-        a payload of another key all raise
-        :class:`~agentflow.errors.CheckpointCorrupted`, never other data.
-        """
-        step, revision, payload = row
-        if not _is_int(step) or step < 0:
-            raise CheckpointCorrupted(f"thread {thread!r}: a stored step number is damaged")
-        if not _is_int(revision) or revision < 1:
-            raise CheckpointCorrupted(f"thread {thread!r} step {step}: the revision is damaged")
-        key = RecordKey(self._namespace, thread, step, self._store_id)
-        cp = self._codec.decode(envelope.unwrap(key, payload), key, revision)
-        if cp.thread != thread or cp.step != step:
-            raise CheckpointCorrupted(
-                f"thread {thread!r} step {step} holds the checkpoint of another key"
-            )
-        return cp
+        self._store_id = store_identity(secret)
 
     async def _cursors(self, operation: str) -> CursorSigner:
         signer = self._signer
@@ -322,6 +262,7 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         except Exception as exc:
             self._reraise(exc, "put")
         if found is not None:
+            self._links.put(thread, step, None)
             raise CheckpointConflict(thread, step, if_revision or 0, found)
         return f"{thread}:{step}"
 
@@ -334,13 +275,14 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             await self._bind_store("get")
         try:
             row = await self._read_step(thread, step)
+            if row is None:
+                return None
+            found = self._decode_row(thread, row)
+            if step is not None and found.step != step:
+                raise CheckpointCorrupted(f"thread {thread!r}: asked for step {step}, read another")
+            return await self._whole(thread, found) if isinstance(found, ChainRecord) else found
         except Exception as exc:
             self._reraise(exc, "get")
-        if row is None or isinstance(row, Checkpoint):
-            return row
-        if step is not None and row.step != step:
-            raise CheckpointCorrupted(f"thread {thread!r}: asked for step {step}, read another")
-        return self._decode_row(thread, row)
 
     async def history(
         self,
@@ -356,16 +298,16 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         steps = check_history_bounds(after, before, limit, newest_first)
         if self._binds_store and not self._store_id:
             await self._bind_store("history")
-        rows = self._read_history(thread, steps)
+        rows = self._rows(thread, steps)
+        replaying = Replaying(self._steps_read(thread))
         previous: int | None = None
         left = steps.limit
         try:
             async for row in rows:
-                cp = row if isinstance(row, Checkpoint) else self._decode_row(thread, row)
-                if not steps.holds(cp.step) or not _in_order(previous, cp.step, steps):
+                if not steps.holds(row.step) or not _in_order(previous, row.step, steps):
                     raise CheckpointCorrupted(f"thread {thread!r}: history is out of step order")
-                previous = cp.step
-                yield cp
+                previous = row.step
+                yield await replaying.whole(row) if isinstance(row, ChainRecord) else row
                 if left is not None:
                     left -= 1
                     if not left:
@@ -373,9 +315,7 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         except Exception as exc:
             self._reraise(exc, "history")
         finally:
-            close = getattr(rows, "aclose", None)
-            if close is not None:
-                await close()
+            await rows.aclose()
 
     async def _threads(
         self, after: str, limit: int, status: ThreadStatus | None, operation: str
@@ -451,6 +391,29 @@ class CheckpointerBase(Checkpointer, abc.ABC):
         body = {"wake_us": last_wake_us, "after": last.thread}
         return ThreadPage(infos, (await self._cursors("list_due")).encode(_DUE, body))
 
+    async def _delete_steps(
+        self, thread: str, before_step: int | None, cutoff_us: int | None
+    ) -> int:
+        """Delete as :meth:`_delete_rows` does, once every kept step stored as a
+        change of a step that goes is written again as its full state (under the
+        same token, so the steps stored on it stay readable; its revision goes up
+        by one): a prune never leaves a step that cannot be read whole."""
+        self._links.forget(thread)
+        if before_step is not None or cutoff_us is not None:
+            for record in await cut_off(self._range_read(thread), before_step, cutoff_us):
+                await self._rewrite_whole(thread, record)
+        return await self._delete_rows(thread, before_step, cutoff_us)
+
+    async def _rewrite_whole(self, thread: str, record: ChainRecord) -> None:
+        """Store ``record``'s step as its full state, as long as nobody rewrote it since."""
+        cp = await self._whole(thread, record)
+        token = record.token
+        found = await self._write_step(
+            thread, cp.step, lambda: self._encode(cp, whole_token=token), cp.revision
+        )
+        if found is not None:
+            raise CheckpointConflict(thread, cp.step, cp.revision, found)
+
     async def delete_thread(self, thread: str) -> None:
         self._check_open()
         validate_thread(thread)
@@ -478,36 +441,6 @@ class CheckpointerBase(Checkpointer, abc.ABC):
             await self._close_store()
         except Exception as exc:
             self._reraise(exc, "close")
-
-
-def _sealing_of(
-    codec: CheckpointCodec | None, sealing: KeyRing | None
-) -> tuple[KeyRing | None, CheckpointCodec]:
-    """The one key ring of a store and its checkpoint codec.
-
-    ``sealing`` seals checkpoints (around ``codec``, JSON by default), records
-    and events alike. A sealing codec given as ``codec`` brings its key ring
-    to the records and events, so no part of a thread is left plain.
-    """
-    ring: KeyRing | None = (
-        getattr(codec, "keyring", None) if getattr(codec, "binds_store", False) else None
-    )
-    if sealing is None:
-        return ring, codec or JsonCodec()
-    from agentflow.checkpoint.sealing import KeyRing, SealedCodec
-
-    if not isinstance(sealing, KeyRing):
-        raise InvalidArgument(f"sealing needs a KeyRing, got {type(sealing).__name__}")
-    if ring is not None:
-        if ring is not sealing:
-            raise InvalidArgument("give one key ring: sealing=, or a sealing codec, not both")
-        return ring, codec or JsonCodec()
-    return sealing, SealedCodec(sealing, codec)
-
-
-def _store_identity(secret: bytes) -> bytes:
-    """The store's identity: one-way from its cursor secret, so it reveals no cursor key."""
-    return hashlib.blake2b(secret, digest_size=16, person=b"agentflow-store").digest()
 
 
 def _thread_in(value: object) -> str:

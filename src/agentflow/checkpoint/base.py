@@ -13,7 +13,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any, Final, Protocol, Self, runtime_checkable
 
-from agentflow.checkpoint.model import Checkpoint, Redactor, ThreadInfo, ThreadPage, ThreadStatus
+from agentflow.checkpoint.model import (
+    Checkpoint,
+    Redactor,
+    StateChanges,
+    ThreadInfo,
+    ThreadPage,
+    ThreadStatus,
+)
 
 __all__ = [
     "CORE_METHODS",
@@ -21,6 +28,7 @@ __all__ = [
     "Checkpointer",
     "CoreOnlyCheckpointer",
     "Redactor",
+    "StateChanges",
     "ThreadInfo",
     "ThreadPage",
     "ThreadStatus",

@@ -4,7 +4,12 @@ checked on every read, seeded with where the bytes belong.
 
 **Checkpoints.** Whatever a codec returns is stored as ``[1,"<checksum>",<codec
 bytes>]``: the envelope version, then XXH3-64 over the record's namespace, thread
-and step and the codec's bytes (:func:`wrap`, :func:`unwrap`). Every read verifies
+and step and the codec's bytes (:func:`wrap`, :func:`unwrap`). A step stored as
+what it changed, or as a full state such steps build on, is ``[3,...]`` instead
+(:mod:`agentflow.checkpoint.deltas`): the version is in the checksum's seed, so a
+record cannot be passed off as the other kind, and a reader that predates it
+refuses it as from a newer version rather than read its codec bytes as a state.
+Every read verifies
 it before the codec sees a byte, so a flipped bit, an edited value or a payload
 copied to another key raises :class:`~agentflow.errors.CheckpointCorrupted`
 instead of reading back as other data. It lives in the base, not in a codec, so
@@ -68,6 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BODY",
+    "CHAINED_VERSION",
     "CHECKED_VERSION",
     "ENVELOPE_VERSION",
     "EVENT",
@@ -78,6 +84,7 @@ __all__ = [
     "entry_part",
     "stored_event",
     "unwrap",
+    "unwrap_record",
     "wrap",
 ]
 
@@ -85,11 +92,15 @@ __all__ = [
 ENVELOPE_VERSION: Final = 1
 CHECKED_VERSION: Final = ENVELOPE_VERSION
 SEALED_VERSION: Final = 2
+#: A checkpoint of a delta chain (a step stored as its changes, or a full state
+#: steps are stored on): checked as version 1 is, under its own seed.
+CHAINED_VERSION: Final = 3
 #: Part names: the body, and the payload of an event (whose key is the event id).
 BODY: Final = "body"
 EVENT: Final = "event"
 _CHECKED: Final = b'[1,"'
 _SEALED: Final = b'[2,"'
+_CHAINED: Final = b'[3,"'
 _DIGITS: Final = 16
 _MID: Final = b'",'
 _START: Final = len(_CHECKED) + _DIGITS + len(_MID)
@@ -100,36 +111,43 @@ _SEALING: Final = "checkpoint_sealing_invalid"
 _LEGACY: Final = b'{"v":1,'
 
 
-def _framed(checksum: bytes, data: bytes) -> bytes:
-    """``data`` in the checked envelope."""
-    return b"".join((_CHECKED, checksum, _MID, data, b"]"))
+def _framed(checksum: bytes, data: bytes, head: bytes = _CHECKED) -> bytes:
+    """``data`` in the checked envelope (``head``: its version's opening)."""
+    return b"".join((head, checksum, _MID, data, b"]"))
 
 
-def _unframed(stored: bytes) -> tuple[bytes, bytes] | None:
+def _unframed(stored: bytes, head: bytes = _CHECKED) -> tuple[bytes, bytes] | None:
     """The checksum and bytes of a checked envelope, or None: ``stored`` is not one."""
-    if (
-        stored.startswith(_CHECKED)
-        and stored.endswith(b"]")
-        and stored[_START - 2 : _START] == _MID
-    ):
-        return stored[len(_CHECKED) : _START - 2], stored[_START:-1]
+    if stored.startswith(head) and stored.endswith(b"]") and stored[_START - 2 : _START] == _MID:
+        return stored[len(head) : _START - 2], stored[_START:-1]
     return None
 
 
-def _checkpoint_checksum(key: RecordKey, payload: bytes) -> bytes:
+def _checkpoint_checksum(key: RecordKey, payload: bytes, version: int = ENVELOPE_VERSION) -> bytes:
     # Neither a namespace nor a thread id may hold NUL, so NUL separates them.
-    identity = f"{ENVELOPE_VERSION}\x00{key.namespace}\x00{key.thread}\x00{key.step}"
+    identity = f"{version}\x00{key.namespace}\x00{key.thread}\x00{key.step}"
     seed = xxh3_64_intdigest(identity.encode())
     return xxh3_64_hexdigest(payload, seed=seed).encode("ascii")
 
 
-def wrap(key: RecordKey, payload: bytes) -> bytes:
-    """The stored form of a codec's ``payload`` for the checkpoint at ``key``."""
+def wrap(key: RecordKey, payload: bytes, *, chained: bool = False) -> bytes:
+    """The stored form of a codec's ``payload`` for the checkpoint at ``key``
+    (``chained``: a record of a delta chain)."""
+    if chained:
+        checksum = _checkpoint_checksum(key, payload, CHAINED_VERSION)
+        return _framed(checksum, payload, _CHAINED)
     return _framed(_checkpoint_checksum(key, payload), payload)
 
 
 def unwrap(key: RecordKey, stored: object) -> bytes:
-    """The codec's bytes of a stored checkpoint of ``key``, once its checksum holds.
+    """The codec's bytes of a stored checkpoint of ``key``, once its checksum holds
+    (of either kind: see :func:`unwrap_record`)."""
+    return unwrap_record(key, stored)[0]
+
+
+def unwrap_record(key: RecordKey, stored: object) -> tuple[bytes, bool]:
+    """The codec's bytes of a stored checkpoint of ``key``, once its checksum holds,
+    and whether it is a record of a delta chain.
 
     Raises :class:`~agentflow.errors.CheckpointCorrupted` naming the thread and
     step, never any stored data, when the record is damaged, belongs to
@@ -139,16 +157,17 @@ def unwrap(key: RecordKey, stored: object) -> bytes:
         if not isinstance(stored, bytearray | memoryview):
             raise _checkpoint_corrupted(key, "is not bytes")
         stored = bytes(stored)
-    framed = _unframed(stored)
-    if framed is not None:
-        checksum, payload = framed
-        if checksum == _checkpoint_checksum(key, payload):
-            return payload
-        raise _checkpoint_corrupted(
-            key, "fails its integrity check: damaged or edited, or it holds another record"
-        )
+    for head, version in ((_CHECKED, ENVELOPE_VERSION), (_CHAINED, CHAINED_VERSION)):
+        framed = _unframed(stored, head)
+        if framed is not None:
+            checksum, payload = framed
+            if checksum == _checkpoint_checksum(key, payload, version):
+                return payload, version == CHAINED_VERSION
+            raise _checkpoint_corrupted(
+                key, "fails its integrity check: damaged or edited, or it holds another record"
+            )
     if stored.startswith(_LEGACY):
-        return stored
+        return stored, False
     raise _checkpoint_corrupted(
         key, "is in no format this version reads (damaged, or from a newer version)"
     )

@@ -8,11 +8,11 @@ protocol so the modules that check and default it need not import it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Checkpoint", "Redactor", "ThreadInfo", "ThreadPage", "ThreadStatus"]
+__all__ = ["Checkpoint", "Redactor", "StateChanges", "ThreadInfo", "ThreadPage", "ThreadStatus"]
 
 #: A function applied to ``state``, ``interrupt_payload`` and ``extra`` before
 #: they are persisted. It must return JSON-serializable data and must not mutate
@@ -76,6 +76,76 @@ class ThreadPage:
     next_cursor: str | None
 
 
+def _shape(state: Mapping[str, Any]) -> tuple[tuple[str, int, int], ...]:
+    """What :class:`StateChanges` checks a state against: each key, the identity
+    of its value, and the length of a list or dict value (-1 for any other)."""
+    return tuple(
+        (key, id(value), len(value) if type(value) in (list, dict) else -1)
+        for key, value in state.items()
+    )
+
+
+class StateChanges:
+    """What made a step's ``state`` from the state of step ``base`` of its thread:
+    the keys ``written`` (set to the value ``state`` holds), the keys ``appended``
+    to (each a list whose last ``n`` items in ``state`` were added to the base's
+    list) and the keys ``removed``. Every other key holds the base's value.
+
+    Give it as :attr:`Checkpoint.changes` and a store keeps the step as what it
+    changed, with a full state every so often so that a read replays a bounded
+    number of steps (see docs/checkpoint.md "Steps stored as their changes"); it
+    still reads back whole. The runtime passes it for every step it stores; a
+    store passes it on every checkpoint it reads, so a checkpoint put back as it
+    was read (copy, rekey) keeps its stored form.
+
+    It describes ``state`` exactly as it is when the changes are built: a store
+    uses it only while the checkpoint's state is that same mapping, with the
+    same value object under every key and every list and dict value of the same
+    length. A state given through ``dataclasses.replace`` or changed at its top
+    level is stored whole. A change made in place inside a value (an item of a
+    list replaced, a field of a nested dict) is not seen: the step would be
+    stored without it, so change values by replacing them.
+    """
+
+    __slots__ = ("_shape", "_state", "appended", "base", "removed", "segment", "token", "written")
+
+    def __init__(
+        self,
+        state: Mapping[str, Any],
+        *,
+        base: int | None,
+        written: Iterable[str] = (),
+        appended: Mapping[str, int] | None = None,
+        removed: Iterable[str] = (),
+        token: int | None = None,
+        segment: bool = False,
+    ) -> None:
+        #: The step of the same thread whose state this one changes; None for a
+        #: full state (a store's own mark on a full state steps are stored on).
+        self.base = base
+        self.written = tuple(written)
+        self.appended: Mapping[str, int] = dict(appended or {})
+        self.removed = tuple(removed)
+        #: Marks a store sets on what it reads, so that a checkpoint put back as
+        #: it was read is stored as it was: the identity it gave the state (None:
+        #: a new one), and whether the step was stored as a segment (all changes
+        #: since the segment before it, docs/checkpoint.md).
+        self.token = token
+        self.segment = segment
+        self._state = state
+        self._shape = _shape(state)
+
+    def describes(self, state: Mapping[str, Any]) -> bool:
+        """Whether these are still the changes of ``state`` (see the class)."""
+        return state is self._state and _shape(state) == self._shape
+
+    def __repr__(self) -> str:
+        return (
+            f"StateChanges(base={self.base!r}, written={self.written!r}, "
+            f"appended={dict(self.appended)!r}, removed={self.removed!r})"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """One persisted point in a run's history.
@@ -113,6 +183,9 @@ class Checkpoint:
     #: value you read as ``put(..., if_revision=)`` to guard a read-modify-write
     #: against a concurrent resume. 0 means "never written".
     revision: int = 0
+    #: What the step changed in an earlier step's state (:class:`StateChanges`),
+    #: so a store keeps only that; None: stored whole. Not compared.
+    changes: StateChanges | None = field(default=None, compare=False, repr=False)
 
     @property
     def done(self) -> bool:

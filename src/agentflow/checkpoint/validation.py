@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, NamedTuple, get_args
 
+from agentflow.checkpoint.deltas import check_changes
 from agentflow.checkpoint.model import Checkpoint, ThreadStatus
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import InvalidArgument, InvalidThreadId
@@ -209,4 +210,5 @@ def check_checkpoint(cp: object) -> Checkpoint:
     if cp.wake_at is not None and parse_instant(cp.wake_at, what=f"{what} wake_at") < 0:
         raise InvalidArgument(f"{what} wake_at {cp.wake_at!r} is before 1970-01-01T00:00:00Z")
     _check_str_keys(cp.extra, f"{what} extra", exact_dict=True)
+    check_changes(cp)
     return cp

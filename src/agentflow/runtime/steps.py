@@ -24,7 +24,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from agentflow.checkpoint.base import Checkpoint, Checkpointer
+from agentflow.checkpoint.base import Checkpoint, Checkpointer, StateChanges
 from agentflow.checkpoint.codec import JsonCodec, RecordKey
 from agentflow.checkpoint.timestamps import utc_now_iso
 from agentflow.durable import (
@@ -46,6 +46,7 @@ from agentflow.runtime.errors import (
     UpdateNotSerializable,
 )
 from agentflow.runtime.events import RunEvent, Sink
+from agentflow.runtime.reducers import append
 from agentflow.runtime.section import EXTENSIONS_KEY, RUNTIME_KEY
 from agentflow.runtime.spec import END, GraphSpec
 
@@ -61,6 +62,12 @@ Updates = list[tuple[str, Mapping[str, Any]]]
 _UNSETTLED = frozenset({OperationState.STARTED, OperationState.AMBIGUOUS})
 #: Why the codec refuses a value it raised about without a driver cause.
 _NON_FINITE = "it holds NaN or infinity, which JSON cannot represent"
+
+
+def _list_lengths(state: Mapping[str, Any]) -> dict[str, int]:
+    """The length of every list the state holds: a node that appends to one in place
+    changes it, which a step stored as its changes would not hold."""
+    return {key: len(value) for key, value in state.items() if type(value) is list}
 
 
 def _json_problem(thread: str, key: str, value: Any) -> str | None:
@@ -221,6 +228,7 @@ class StepRunner:
         ambiguous, and :class:`LeaseLost` when the lease was lost meanwhile.
         """
         view = MappingProxyType(cp.state)
+        lengths = _list_lengths(cp.state)
         pending = [node for node in cp.next if node not in writes]
         outcomes = await self._call_all(cp, pending, view, answers, sink, env=env)
         ambiguous = [u for u in outcomes.values() if isinstance(u, CallAmbiguous)]
@@ -252,6 +260,7 @@ class StepRunner:
                     env, cp.step + 1, {"graph": name, "writes": done, "answers": carried}
                 ),
                 revision=1,
+                changes=self.changes(cp, [], cp.state, lengths),
             )
             await self.store(new, list(done.items()), sink, self._commit(env))
             return new
@@ -266,9 +275,31 @@ class StepRunner:
             ts=utc_now_iso(),
             extra=self._extra(env, cp.step + 1, {"graph": name}),
             revision=1,
+            changes=self.changes(cp, updates, state, lengths),
         )
         await self.store(new, updates, sink, self._commit(env))
         return new
+
+    def changes(
+        self, cp: Checkpoint, updates: Updates, state: Mapping[str, Any], lengths: dict[str, int]
+    ) -> StateChanges | None:
+        """What ``updates`` changed in ``cp``'s state to make ``state``, so the store
+        keeps only that: the keys written, and for an :func:`~.reducers.append`
+        key the items appended. None (store it whole) when a node changed a list
+        of the state it was given in place: the stored base does not hold that.
+        """
+        if _list_lengths(cp.state) != lengths:
+            return None
+        written: list[str] = []
+        appended: dict[str, int] = {}
+        reducers = self.graph.reducers
+        for key in dict.fromkeys(key for _, update in updates for key in update):
+            base = cp.state.get(key)
+            if reducers.get(key) is append and (base is None or type(base) is list):
+                appended[key] = len(state[key]) - (0 if base is None else len(base))
+            else:
+                written.append(key)
+        return StateChanges(state, base=cp.step, written=written, appended=appended)
 
     async def _call_all(
         self,

@@ -17,11 +17,17 @@ from __future__ import annotations
 import bisect
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Final, get_args
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StepRange, StoredRow
-from agentflow.checkpoint.base import Checkpoint, ThreadInfo, ThreadStatus
+from agentflow.checkpoint.backend import (
+    CheckpointerBase,
+    Decoded,
+    EncodedCheckpoint,
+    StepRange,
+    StoredRow,
+)
+from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
 from agentflow.checkpoint.file import index
 from agentflow.checkpoint.file import thread as thread_dir
 from agentflow.checkpoint.file.directories import FileParts
@@ -69,7 +75,7 @@ class FileSteps(FileParts, CheckpointerBase):
         info = self._summary(base, thread)
         return None if info is None else ThreadState.of_info(info)
 
-    def _decode(self, thread: str, found: StepFile) -> Checkpoint:
+    def _decode(self, thread: str, found: StepFile) -> Decoded:
         payload = payload_of(found.data, found.start, thread, found.step)
         return self._decode_row(thread, StoredRow(found.step, found.header.revision, payload))
 
@@ -132,11 +138,11 @@ class FileSteps(FileParts, CheckpointerBase):
 
     # -- reads ----------------------------------------------------------------
 
-    async def _read_step(self, thread: str, step: int | None) -> Checkpoint | None:
+    async def _read_step(self, thread: str, step: int | None) -> Decoded | None:
         check_thread(thread)
         return await self._io("get", self._get, thread, step)
 
-    def _get(self, thread: str, step: int | None) -> Checkpoint | None:
+    def _get(self, thread: str, step: int | None) -> Decoded | None:
         with self._thread_fd(thread) as (_, tfd):
             if tfd is None:
                 return None
@@ -146,7 +152,7 @@ class FileSteps(FileParts, CheckpointerBase):
                 found = thread_dir.read(tfd, thread, step)
             return None if found is None else self._decode(thread, found)
 
-    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[Checkpoint]:
+    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[Decoded]:
         """One listing of the thread's directory, then its files in the order
         asked, in batches of no more files than are left to yield (a step pruned
         since the listing is skipped, and the next one read)."""
@@ -162,16 +168,28 @@ class FileSteps(FileParts, CheckpointerBase):
             for cp in batch:
                 yield cp
 
+    async def _read_steps(self, thread: str, steps: Sequence[int]) -> list[Decoded]:
+        """The files of the steps asked for (a record's chain), in one worker call."""
+        check_thread(thread)
+        return await self._io("get", self._read_files, thread, list(steps))
+
+    def _read_files(self, thread: str, steps: list[int]) -> list[Decoded]:
+        with self._thread_fd(thread) as (_, tfd):
+            if tfd is None:
+                return []
+            found = (thread_dir.read(tfd, thread, step) for step in steps)
+            return [self._decode(thread, file) for file in found if file is not None]
+
     def _steps(self, thread: str) -> set[int]:
         with self._thread_fd(thread) as (_, tfd):
             return set() if tfd is None else thread_dir.steps(tfd)
 
     def _read_batch(
         self, thread: str, steps: list[int], start: int, most: int
-    ) -> tuple[list[Checkpoint], int]:
+    ) -> tuple[list[Decoded], int]:
         """One worker call's worth of history (at most ``most`` files): the budget
         keeps memory bounded."""
-        batch: list[Checkpoint] = []
+        batch: list[Decoded] = []
         size = 0
         position = start
         with self._thread_fd(thread) as (_, tfd):
@@ -245,7 +263,7 @@ class FileSteps(FileParts, CheckpointerBase):
 
     # -- deletes --------------------------------------------------------------
 
-    async def _delete_steps(
+    async def _delete_rows(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         check_thread(thread)

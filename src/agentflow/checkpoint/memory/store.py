@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -218,6 +218,15 @@ class MemoryCheckpointer(MemoryRuns, MemoryEvents, StoreBase):
             if stored is not None:
                 yield StoredRow(step, stored.revision, stored.encoded.payload)
 
+    async def _read_steps(self, thread: str, steps: Sequence[int]) -> list[StoredRow]:
+        stored_steps = self._data.threads.get(thread, {})
+        found = (stored_steps.get(step) for step in steps)
+        return [
+            StoredRow(stored.encoded.step, stored.revision, stored.encoded.payload)
+            for stored in found
+            if stored is not None
+        ]
+
     def _info(self, thread: str) -> ThreadInfo:
         latest = self._latest(thread)
         assert latest is not None
@@ -244,7 +253,7 @@ class MemoryCheckpointer(MemoryRuns, MemoryEvents, StoreBase):
             found.append(self._info(thread))
         return found
 
-    async def _delete_steps(
+    async def _delete_rows(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         steps = self._data.threads.get(thread)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -302,7 +302,7 @@ class MongoCheckpointer(MongoFleet, MongoEvents, StoreBase):
             await self._summaries.reconcile(thread)
         return await self._revision(thread, step), stored
 
-    async def _delete_steps(
+    async def _delete_rows(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         await self._ready()
@@ -344,6 +344,13 @@ class MongoCheckpointer(MongoFleet, MongoEvents, StoreBase):
                     yield stored_row(doc)
         finally:
             await cursor.close()
+
+    async def _read_steps(self, thread: str, steps: Sequence[int]) -> list[StoredRow]:
+        """One find for every step asked for (a record's chain)."""
+        await self._checked()
+        keys = [self._key(thread, step) for step in steps]
+        docs = await self._coll.find({"_id": {"$in": keys}}, PAYLOAD).to_list(len(keys))
+        return [stored_row(doc) for doc in docs]
 
     async def _read_threads(
         self, after: str, limit: int, status: ThreadStatus | None

@@ -19,14 +19,14 @@ delete is one transaction.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg
 
-from agentflow.checkpoint.backend import EncodedCheckpoint, StepRange, StoredRow
-from agentflow.checkpoint.base import Checkpoint, Redactor, ThreadInfo, ThreadStatus
+from agentflow.checkpoint.backend import Decoded, EncodedCheckpoint, StepRange, StoredRow
+from agentflow.checkpoint.base import Redactor, ThreadInfo, ThreadStatus
 from agentflow.checkpoint.codec import CheckpointCodec
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.plans import Write
@@ -192,7 +192,7 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
         await conn.execute(self._sql.cp["lock_summary"], self._namespace, thread)
         await conn.execute(self._sql.cp["rebuild_summary"], self._namespace, thread)
 
-    async def _delete_steps(
+    async def _delete_rows(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         delete = self._sql.cp["delete_rows"]
@@ -288,7 +288,7 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
             row = await self._query("fetchrow", "get_step", thread, step)
         return None if row is None else StoredRow(*row)
 
-    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[Checkpoint]:
+    async def _read_history(self, thread: str, steps: StepRange) -> AsyncIterator[Decoded]:
         """Keyset batches of about 2 MiB of payload: memory stays bounded for
         5 MB states and round trips stay few for small ones, and no connection
         is held while the caller consumes a batch; no batch asks for more rows
@@ -314,6 +314,11 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
             if len(rows) < asked or left == 0:
                 return
             del rows  # never hold two batches while the next one is fetched
+
+    async def _read_steps(self, thread: str, steps: Sequence[int]) -> list[Decoded]:
+        """One statement for every step asked for (a record's chain)."""
+        rows = await self._query("fetch", "steps", thread, list(steps))
+        return [self._decode_row(thread, row) for row in rows]
 
     async def _read_threads(
         self, after: str, limit: int, status: ThreadStatus | None

@@ -144,6 +144,7 @@ _SQL: Final = {
     # The rows with $3 < step <= $4, oldest first or newest first.
     "history": f"{_ROW} AND step > $3 AND step <= $4 ORDER BY step LIMIT $5",
     "history_newest_first": f"{_ROW} AND step > $3 AND step <= $4 ORDER BY step DESC LIMIT $5",
+    "steps": f"{_ROW} AND step = ANY($3::bigint[])",
     "list_after": f'{_INFO} WHERE namespace = $1 AND thread > $2 ORDER BY thread COLLATE "C"'
     " LIMIT $3",
     # The effective status (the record's, else the latest step's) is indexed.

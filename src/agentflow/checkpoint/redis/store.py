@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import redis.asyncio as aioredis
@@ -30,6 +30,7 @@ from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.redis import events, fleet_scripts, run_scripts, scripts
 from agentflow.checkpoint.redis.errors import driver_error
 from agentflow.checkpoint.redis.events import RedisEvents
+from agentflow.checkpoint.redis.fleet import RedisFleet
 from agentflow.checkpoint.redis.keys import (
     Keys,
     check_prefix,
@@ -43,7 +44,6 @@ from agentflow.checkpoint.redis.keys import (
 from agentflow.checkpoint.redis.migration import prepare, upgrade_summary
 from agentflow.checkpoint.redis.records import stored_row, summary_of, thread_info
 from agentflow.checkpoint.redis.rows import write_args, write_id
-from agentflow.checkpoint.redis.fleet import RedisFleet
 from agentflow.checkpoint.store_base import StoreBase
 from agentflow.checkpoint.stores import safe_url
 from agentflow.durable.errors import ClaimActive, DurableCorrupted
@@ -287,6 +287,21 @@ class RedisCheckpointer(RedisFleet, RedisEvents, StoreBase):
             else:
                 low = b"(" + found[-1]
 
+    async def _read_steps(self, thread: str, steps: Sequence[int]) -> list[StoredRow]:
+        """One ``HMGET`` for every step asked for (a record's chain): payloads and
+        revisions from one instant."""
+        await self._setup()
+        _, data = self._keys.thread(thread)
+        members = [step_member(step) for step in steps]
+        values = cast(
+            _Values, await self._client.hmget(data, [f for m in members for f in (m, m + b"m")])
+        )
+        return [
+            stored_row(thread, member, payload, meta)
+            for member, payload, meta in zip(members, values[::2], values[1::2], strict=True)
+            if payload is not None or meta is not None
+        ]
+
     async def _scan(
         self, target: bytes, bounds: tuple[bytes, bytes, int], limit: int
     ) -> list[ThreadInfo]:
@@ -339,7 +354,7 @@ class RedisCheckpointer(RedisFleet, RedisEvents, StoreBase):
     async def _delete_events(self, run_id: str) -> int:
         return (await self._delete(run_id, b"e"))[1]
 
-    async def _delete_steps(
+    async def _delete_rows(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         if before_step is None and cutoff_us is None:

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, get_args
 
-from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint, StepRange, StoredRow
-from agentflow.checkpoint.base import Checkpoint, ThreadInfo, ThreadStatus
+from agentflow.checkpoint.backend import (
+    CheckpointerBase,
+    Decoded,
+    EncodedCheckpoint,
+    StepRange,
+    StoredRow,
+)
+from agentflow.checkpoint.base import ThreadInfo, ThreadStatus
 from agentflow.checkpoint.cursor import SECRET_BYTES
 from agentflow.checkpoint.sqlite.connection import SqliteConnection
 from agentflow.checkpoint.sqlite.sql import (
@@ -34,6 +41,7 @@ from agentflow.checkpoint.sqlite.sql import (
     READ_SECRET,
     REBUILD_SUMMARY,
     REVISION,
+    STEPS,
     STORE_SECRET,
     UPSERT,
     UPSERT_SUMMARY,
@@ -113,7 +121,7 @@ class SqliteCheckpoints(SqliteConnection, CheckpointerBase, abc.ABC):
         found: int | None = await self._prepared("put", prepare)
         return found
 
-    async def _delete_steps(
+    async def _delete_rows(
         self, thread: str, before_step: int | None, cutoff_us: int | None
     ) -> int:
         key: tuple[object, ...] = (self._namespace, thread)
@@ -135,20 +143,20 @@ class SqliteCheckpoints(SqliteConnection, CheckpointerBase, abc.ABC):
         removed: int = await self._write("prune", apply)
         return removed
 
-    async def _read_step(self, thread: str, step: int | None) -> Checkpoint | None:
+    async def _read_step(self, thread: str, step: int | None) -> Decoded | None:
         key = (self._namespace, thread)
         sql, args = (GET_LATEST, key) if step is None else (GET_STEP, (*key, step))
 
-        def read(conn: sqlite3.Connection) -> Checkpoint | None:
+        def read(conn: sqlite3.Connection) -> Decoded | None:
             rows = conn.execute(sql, args).fetchall()
             return self._decode_row(thread, rows[0]) if rows else None
 
-        found: Checkpoint | None = await self._read("get", read)
+        found: Decoded | None = await self._read("get", read)
         return found
 
     async def _read_history(
         self, thread: str, steps: StepRange
-    ) -> AsyncIterator[StoredRow | Checkpoint]:
+    ) -> AsyncIterator[StoredRow | Decoded]:
         """Stream in keyset batches, reading the next batch while this one is consumed.
 
         Rows are decoded one at a time as they are yielded, so only what the
@@ -200,6 +208,22 @@ class SqliteCheckpoints(SqliteConnection, CheckpointerBase, abc.ABC):
         finally:
             if pending is not None:
                 pending.cancel()
+
+    async def _read_steps(self, thread: str, steps: Sequence[int]) -> list[StoredRow | Decoded]:
+        """One statement for every step asked for (a record's chain); payloads over
+        ``_DECODE_ON_LOOP_MAX`` bytes are decoded on the reader thread."""
+        args = (self._namespace, thread, json.dumps(list(steps)))
+
+        def read(conn: sqlite3.Connection) -> list[StoredRow | Decoded]:
+            rows = conn.execute(STEPS, args).fetchall()
+            big = _DECODE_ON_LOOP_MAX
+            return [
+                self._decode_row(thread, row) if len(row[2]) > big else StoredRow(*row)
+                for row in rows
+            ]
+
+        found: list[StoredRow | Decoded] = await self._read("get", read)
+        return found
 
     async def _read_threads(
         self, after: str, limit: int, status: ThreadStatus | None

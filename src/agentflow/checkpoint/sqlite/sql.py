@@ -49,6 +49,8 @@ GET_STEP: Final = f"{_ROWS} AND step = ?"
 #: The rows with ``?3 < step <= ?4``, oldest first (``HISTORY``) or newest first.
 HISTORY: Final = f"{_ROWS} AND step > ? AND step <= ? ORDER BY step LIMIT ?"
 HISTORY_NEWEST_FIRST: Final = f"{_ROWS} AND step > ? AND step <= ? ORDER BY step DESC LIMIT ?"
+#: The rows of the steps in the JSON array ``?3``: one index probe each.
+STEPS: Final = f"{_ROWS} AND step IN (SELECT value FROM json_each(?))"
 REVISION: Final = f"SELECT revision FROM agentflow_checkpoints WHERE {KEY} AND step = ?"
 UPSERT: Final = """INSERT INTO agentflow_checkpoints VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (namespace, thread, step) DO UPDATE SET revision = revision + 1,

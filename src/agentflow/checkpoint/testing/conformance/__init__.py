@@ -17,6 +17,7 @@ from agentflow.checkpoint.testing.conformance._support import (
     UNICODE_THREAD_IDS,
 )
 from agentflow.checkpoint.testing.conformance.delete import DeleteConformance
+from agentflow.checkpoint.testing.conformance.deltas import DeltaConformance
 from agentflow.checkpoint.testing.conformance.due import DueConformance
 from agentflow.checkpoint.testing.conformance.fleet import FleetConformance
 from agentflow.checkpoint.testing.conformance.get import GetConformance
@@ -34,6 +35,7 @@ __all__ = [
     "UNICODE_THREAD_IDS",
     "CheckpointerConformance",
     "DeleteConformance",
+    "DeltaConformance",
     "DueConformance",
     "FleetConformance",
     "GetConformance",
@@ -51,6 +53,7 @@ class CheckpointerConformance(
     PutConformance,
     GetConformance,
     HistoryConformance,
+    DeltaConformance,
     ListingConformance,
     DueConformance,
     PruneConformance,
