@@ -9,7 +9,8 @@ Costs, in protocol calls (each one round trip):
 - ``load``: two ``get`` calls (index entry, checkpoint); one for an id this
   storage saved or loaded recently.
 - ``get_latest``: one ``get``; one more per deleted checkpoint (or refused
-  save) on top.
+  save) on top, and a newest-first ``history`` down to the live one when
+  their pointers lead nowhere.
 - ``list_checkpoints`` / ``list_checkpoint_ids``: one ``history`` of the
   workflow's thread, read in the backend's bounded batches.
 - ``delete``: the ``load`` lookup, a ``get`` of the step below, a conditional
@@ -311,13 +312,19 @@ class AgentflowCheckpointStorage(CheckpointStorage):
         return live
 
     async def _last_live(self, thread: str) -> Stored | None:
-        """The last live checkpoint of ``thread``, by reading all of it (only
-        when deleted records on top lead nowhere)."""
-        last = None
-        async for stored in self._records(thread):
-            if stored.kind == "checkpoint":
-                last = stored
-        return last
+        """The last live checkpoint of ``thread``, reading it newest first down to
+        that one (only when deleted records on top lead nowhere)."""
+        newest = self.checkpointer.history(thread, newest_first=True)
+        try:
+            async for cp in newest:
+                stored = self._ours(cp)
+                if stored.kind == "checkpoint":
+                    return stored
+        finally:
+            close = getattr(newest, "aclose", None)
+            if close is not None:
+                await close()
+        return None
 
     # -- writing ---------------------------------------------------------------
 

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -185,13 +193,13 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
             thread_id, ns, only_id = _keys(config)
             namespaces = [ns] if ns is not None else await self._store.namespaces(thread_id)
             threads = _iterate([namespace_thread(thread_id, n) for n in namespaces])
+        wanted = limit if not filter and only_id is None else None
+        pairs = self._newest(threads, merge=config is not None, before=bound, wanted=wanted)
         left = limit
-        async for pairs in self._pairs_of(threads, merge=config is not None):
-            for cp, writes in pairs:
+        try:
+            async for cp, writes in pairs:
                 if left is not None and left <= 0:
                     return
-                if bound is not None and cp.step >= bound:
-                    continue
                 if only_id is not None and cp.checkpoint_id != only_id:
                     continue
                 if filter and not _matches(self._store.codec.metadata(cp), filter):
@@ -199,20 +207,41 @@ class AgentflowSaver(BaseCheckpointSaver[str]):
                 if left is not None:
                     left -= 1
                 yield self._store.codec.to_tuple(cp, writes)
+        finally:
+            await pairs.aclose()
 
-    async def _pairs_of(
-        self, threads: AsyncIterator[str], *, merge: bool
-    ) -> AsyncIterator[list[Pair]]:
-        """Newest-first pairs per thread, or of all ``threads`` merged by id."""
+    async def _newest(
+        self, threads: AsyncIterator[str], *, merge: bool, before: int | None, wanted: int | None
+    ) -> AsyncGenerator[Pair, None]:
+        """Newest-first pairs per thread, or of all ``threads`` merged by id (each
+        read in pages, newest first, only as far as the listing goes)."""
+        store = self._store
         if not merge:
             async for thread in threads:
-                yield list(reversed(await self._store.pairs(thread)))
+                async for pair in store.newest_pairs(thread, before=before, wanted=wanted):
+                    yield pair
             return
-        merged: list[Pair] = []
-        async for thread in threads:
-            merged.extend(await self._store.pairs(thread))
-        merged.sort(key=lambda pair: pair[0].checkpoint_id, reverse=True)
-        yield merged
+        streams = [
+            store.newest_pairs(thread, before=before, wanted=wanted) async for thread in threads
+        ]
+        heads: list[tuple[Pair, AsyncGenerator[Pair, None]]] = []
+        try:
+            for stream in streams:
+                first = await anext(stream, None)
+                if first is not None:
+                    heads.append((first, stream))
+            while heads:
+                newest = max(range(len(heads)), key=lambda i: heads[i][0][0].checkpoint_id)
+                pair, stream = heads[newest]
+                yield pair
+                following = await anext(stream, None)
+                if following is None:
+                    del heads[newest]
+                else:
+                    heads[newest] = (following, stream)
+        finally:
+            for stream in streams:
+                await stream.aclose()
 
     async def adelete_thread(self, thread_id: str) -> None:
         await maintenance.delete_thread(self._store, check_thread_id(thread_id))

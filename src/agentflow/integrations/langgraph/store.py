@@ -15,9 +15,11 @@ Costs, in protocol calls (each one round trip):
   the chain goes idle, they are written alone.
 - ``get_tuple`` by id: two ``get`` calls at once (checkpoint, writes).
 - ``get_tuple`` latest: one ``get``, two when the latest record is writes.
-- ``list``: one ``history`` of the (thread, namespace): the protocol has no
-  descending or bounded range read, so ``before`` and ``limit`` filter a full
-  read of that thread, never of other threads.
+- ``list``: a newest-first ``history`` of the (thread, namespace) below
+  ``before``, in pages sized by what ``limit`` leaves to find (a checkpoint and
+  its writes record each), so ``list(limit=1)`` reads one page of a few
+  records whatever the length of the thread; several namespaces are merged by
+  id as their pages come.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -53,6 +55,8 @@ _LOCK_STRIPES: Final = 64
 #: Loop turns parked writes wait, once their thread's chain went idle, for the next
 #: checkpoint put (LangGraph starts it two turns after the previous one returns).
 _IDLE_TURNS: Final = 4
+#: Records per newest-first page when a listing's limit leaves many to find.
+_PAGE: Final = 256
 
 
 @dataclass(slots=True)
@@ -306,9 +310,13 @@ class RecordStore:
             live = await self.read(thread, top.fields["live"])
             if live is not None and live.kind == "checkpoint":
                 return await self.by_id(thread, live.checkpoint_id)
-        # A write that landed before its checkpoint, or a stale pointer: scan.
-        pairs = await self.pairs(thread)
-        return pairs[-1] if pairs else None
+        # A write that landed before its checkpoint, or a stale pointer: the newest
+        # live checkpoint below, read newest first.
+        newest = self.newest_pairs(thread, wanted=1)
+        try:
+            return await anext(newest, None)
+        finally:
+            await newest.aclose()
 
     async def threads(self) -> AsyncIterator[str]:
         """Every agentflow thread of the namespace that holds LangGraph checkpoints
@@ -335,6 +343,41 @@ class RecordStore:
                 )
             yield rec
 
+    async def newest_pairs(
+        self, thread: str, *, before: int | None = None, wanted: int | None = None
+    ) -> AsyncGenerator[Pair, None]:
+        """The live checkpoints of ``thread`` below step ``before`` with their writes,
+        newest first: bounded history reads, each page sized for the ``wanted``
+        checkpoints not found yet (a checkpoint and its writes record each)."""
+        left = wanted
+        writes: Record | None = None
+        while True:
+            page = None if left is None else min(_PAGE, 2 * left + 1)
+            read = 0
+            rows = self.checkpointer.history(thread, before=before, limit=page, newest_first=True)
+            try:
+                async for cp in rows:
+                    read += 1
+                    before = cp.step
+                    rec = stored_record(cp)
+                    if rec is None:
+                        raise CheckpointCorrupted(
+                            f"thread {thread!r} step {cp.step} is not a LangGraph record"
+                        )
+                    if rec.kind == "writes":
+                        writes = rec
+                        continue
+                    if rec.kind == "checkpoint":
+                        held = writes if _writes_of(writes, rec) else None
+                        yield rec, held
+                        if left is not None:
+                            left -= 1
+                    writes = None
+            finally:
+                await _closed(rows)
+            if page is None or read < page or left == 0:
+                return
+
     async def pairs(self, thread: str) -> list[Pair]:
         """Every live checkpoint of ``thread`` with its writes, in id order."""
         pairs: list[Pair] = []
@@ -349,3 +392,20 @@ class RecordStore:
             ):
                 pairs[-1] = (pairs[-1][0], rec)
         return pairs
+
+
+def _writes_of(writes: Record | None, cp: Record) -> bool:
+    """Whether ``writes`` is the writes record of the checkpoint ``cp``."""
+    return (
+        writes is not None
+        and writes.step == cp.step + 1
+        and writes.checkpoint_id == cp.checkpoint_id
+    )
+
+
+async def _closed(rows: AsyncIterator[Any]) -> None:
+    """Close a history read left before its end (an async generator is not closed
+    by the loop that left it)."""
+    close = getattr(rows, "aclose", None)
+    if close is not None:
+        await close()
