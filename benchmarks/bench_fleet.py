@@ -28,10 +28,9 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from queue import Empty
@@ -41,10 +40,10 @@ import asyncpg
 
 from agentflow.checkpoint.store import Store
 from agentflow.checkpoint.stores import open_store
-from agentflow.runtime import START, CompiledGraph, Graph, NodeContext, ToolCall, Worker
-from agentflow.runtime.calls import ToolFn
+from agentflow.runtime import CompiledGraph, ToolCall, Worker
 from benchmarks.common import Table
 from benchmarks.durable_backends import DSN, postgres_admin, postgres_schema
+from benchmarks.durable_ledger import ledger_graph
 
 #: Runs resumed at once by one worker.
 CONCURRENCY = 4
@@ -55,17 +54,6 @@ HOLD = 0.05
 _CREATING = 16
 #: Seconds a worker with nothing left to do waits before it looks again.
 _IDLE = 0.05
-
-
-def fleet_graph(charge: ToolFn) -> Graph:
-    """Wait for a due timer, then make one journaled call of ``charge``."""
-
-    async def work(state: Mapping[str, Any], ctx: NodeContext) -> dict[str, Any]:
-        ctx.wait(timedelta(0))
-        await ctx.tool("charge", {"run": ctx.thread}, charge)
-        return {"charged": True}
-
-    return Graph("fleet").add_node("work", work).add_edge(START, "work")
 
 
 @dataclass(frozen=True)
@@ -163,7 +151,7 @@ async def _work(job: Job, ready: Any, start: Event) -> Report:
 
     try:
         async with _open(place) as store:
-            graph = fleet_graph(charge).compile(store, max_concurrent=limit)
+            graph = ledger_graph(charge).compile(store, max_concurrent=limit)
             worker = Worker([graph], concurrency=CONCURRENCY)
             await store.list_threads_page(limit=1)  # connected before the clock starts
             ready.put(report.pid)
@@ -205,12 +193,12 @@ async def _create(place: Place, runs: int) -> None:
         raise AssertionError("a run makes no call before its timer is due")
 
     async with _open(place) as store:
-        graph = fleet_graph(never).compile(store)
+        graph = ledger_graph(never).compile(store)
         slots = asyncio.Semaphore(_CREATING)
 
         async def create(index: int) -> None:
             async with slots:
-                await graph.run({}, thread=_thread(index))
+                await graph.run({"calls": 1}, thread=_thread(index))
 
         await asyncio.gather(*(create(i) for i in range(runs)))
 

@@ -60,7 +60,9 @@ __all__ = [
     "FleetBase",
     "check_holder",
     "due_claim_mode",
+    "held_params",
     "held_range",
+    "is_record_key",
 ]
 
 #: Ends a claim token's holder part: ``HOLDER#RANDOM``.
@@ -147,6 +149,22 @@ class DueClaim:
         if self.max_concurrent is not None:
             return "limited"
         return "any" if self.definitions is None else "definitions"
+
+
+def held_params(namespace: str, holder: str, after: str | None, limit: int) -> dict[str, object]:
+    """The parameters of an SQL holder listing: the token range, where the page starts
+    (after the token ``after``), and one row past the page."""
+    lo, hi = held_range(holder)
+    return {"namespace": namespace, "lo": lo, "hi": hi, "after": after or "", "limit": limit + 1}
+
+
+def is_record_key(thread: str) -> bool:
+    """Whether ``thread`` can be a record's key (a thread id that cannot has no record)."""
+    try:
+        validate_checkpoint_key(thread)
+    except DurableError:
+        return False
+    return True
 
 
 def _check_batch(
@@ -324,10 +342,8 @@ class FleetBase(abc.ABC):
         lease_ms: int,
         definitions: tuple[str, ...] | None,
     ) -> DueRun | None:
-        try:
-            validate_checkpoint_key(thread)
-        except DurableError:
-            return None  # a thread id that cannot be a record's key has no record
+        if not is_record_key(thread):
+            return None
         record = await self.load(thread)
         if record is None or (
             definitions is not None and record.run_definition_digest not in definitions

@@ -20,7 +20,7 @@ import hashlib
 from typing import Any, Final
 
 from agentflow.checkpoint.envelope import StoredParts
-from agentflow.checkpoint.fleet import DueClaim, DueRun, FleetBase, held_range
+from agentflow.checkpoint.fleet import DueClaim, DueRun, FleetBase, held_params
 from agentflow.checkpoint.postgres.connections import KeptConnections
 from agentflow.checkpoint.postgres.rows import HEAD_WIDTH, decode_run, head_from
 from agentflow.checkpoint.postgres.runs_sql import (
@@ -165,14 +165,7 @@ class PostgresFleet(PostgresPart, StoredParts, FleetBase, abc.ABC):
     async def _held(
         self, holder: str, after: str | None, limit: int
     ) -> tuple[list[RunSummary], str | None]:
-        lo, hi = held_range(holder)
-        params = {
-            "namespace": self._namespace,
-            "lo": lo,
-            "hi": hi,
-            "after": after or "",
-            "limit": limit + 1,
-        }
+        params = held_params(self._namespace, holder, after, limit)
         rows = await self._fetch("list_held", "fetch", self._fleet_statement(_HELD), params)
         runs = [summary_of(row[1], head_from(row[1], row[2 : 2 + HEAD_WIDTH])) for row in rows]
         more = len(rows) > limit

@@ -18,27 +18,17 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, Final, cast
 
-from agentflow.checkpoint.fleet import DueClaim, DueRun, FleetBase, held_range
+from agentflow.checkpoint.fleet import DueClaim, DueRun, FleetBase, held_range, is_record_key
 from agentflow.checkpoint.redis.rows import head_from, run_row, write_id
 from agentflow.checkpoint.redis.runs import RedisRuns
 from agentflow.checkpoint.rows import summary_of
-from agentflow.durable.errors import DurableError
 from agentflow.durable.store import RunSummary
-from agentflow.durable.wire.validators import validate_checkpoint_key
 
 __all__ = ["RedisFleet"]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 #: Due threads a batch reads at least per page (more for a large batch).
 _PAGE: Final = 64
-
-
-def _is_key(thread: str) -> bool:
-    try:
-        validate_checkpoint_key(thread)
-    except DurableError:
-        return False
-    return True
 
 
 class RedisFleet(RedisRuns, FleetBase, abc.ABC):
@@ -57,7 +47,7 @@ class RedisFleet(RedisRuns, FleetBase, abc.ABC):
             found = [
                 (info.thread, info.latest_step)
                 for info in due.threads
-                if info.thread not in request.exclude and _is_key(info.thread)
+                if info.thread not in request.exclude and is_record_key(info.thread)
             ]
             tokens = request.tokens[len(claimed) :]
             if found:

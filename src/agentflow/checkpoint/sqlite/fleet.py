@@ -16,7 +16,7 @@ import json
 import sqlite3
 from typing import Any, Final
 
-from agentflow.checkpoint.fleet import DueClaim, DueRun, FleetBase, held_range
+from agentflow.checkpoint.fleet import DueClaim, DueRun, FleetBase, held_params
 from agentflow.checkpoint.rows import summary_of
 from agentflow.checkpoint.sqlite.runs import SqliteRuns, head_from
 from agentflow.checkpoint.sqlite.sql import HEAD_COLUMNS
@@ -106,14 +106,7 @@ class SqliteFleet(SqliteRuns, FleetBase, abc.ABC):
     async def _held(
         self, holder: str, after: str | None, limit: int
     ) -> tuple[list[RunSummary], str | None]:
-        lo, hi = held_range(holder)
-        params = {
-            "namespace": self._namespace,
-            "lo": lo,
-            "hi": hi,
-            "after": after or "",
-            "limit": limit + 1,
-        }
+        params = held_params(self._namespace, holder, after, limit)
         rows: list[Any] = await self._read(
             "list_held", lambda conn: conn.execute(_HELD, params).fetchall()
         )
