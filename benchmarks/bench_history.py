@@ -5,9 +5,10 @@ nodes replace a ~10 KB nested state; ``AsyncSqliteSaver`` and
 ``AgentflowSaver`` over agentflow's SQLite store, both WAL with
 ``synchronous=FULL``, in one folder). One thread of 1,001 checkpoints each;
 then, in interleaved rounds, ``graph.aget_state_history(config, limit=N)``
-for N = 1,000, 10 and 1 (the newest page a UI shows), and the same page
-``before`` the thread's middle checkpoint. Medians of the rounds; the ratio
-is the stock saver's time over ours (above 1: ours is faster).
+for N = 1,000, 10 and 1 (the newest page a UI shows), the same page
+``before`` the thread's middle checkpoint, and the saver's own
+``alist(limit=1,000)`` without LangGraph building snapshots. Medians of the
+rounds; the ratio is the stock saver's time over ours (above 1: ours is faster).
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ async def _listing(contestant: _Contestant, limit: int, before: Any = None) -> f
     listed = [
         s async for s in contestant.graph.aget_state_history(config, limit=limit, before=before)
     ]
+    elapsed = time.perf_counter() - start
+    assert len(listed) == limit, (contestant.label, len(listed))
+    return elapsed
+
+
+async def _saver_listing(contestant: _Contestant, limit: int) -> float:
+    """The saver's own ``alist`` (no snapshots built by LangGraph)."""
+    config = {"configurable": {"thread_id": "long"}}
+    saver = contestant.graph.checkpointer
+    start = time.perf_counter()
+    listed = [t async for t in saver.alist(config, limit=limit)]
     elapsed = time.perf_counter() - start
     assert len(listed) == limit, (contestant.label, len(listed))
     return elapsed
@@ -53,10 +65,17 @@ async def run(quick: bool) -> list[Table]:
                     for limit, before in cases:
                         took = await _listing(contestant, limit, middle if before else None)
                         samples.setdefault((contestant.label, limit, before), []).append(took)
+                    took = await _saver_listing(contestant, checkpoints)
+                    samples.setdefault((contestant.label, -1, False), []).append(took)
     table = Table(
         title=f"LangGraph state history on SQLite ({checkpoints + 1:,}-checkpoint thread)",
-        headers=["saver", *(_case(limit, before) for limit, before in cases)],
+        headers=[
+            "saver",
+            *(_case(limit, before) for limit, before in cases),
+            f"saver.alist(limit={checkpoints:,})",
+        ],
     )
+    cases.append((-1, False))
     medians = {key: median(values) for key, values in samples.items()}
     for contestant in contestants:
         table.rows.append(

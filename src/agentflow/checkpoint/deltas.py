@@ -442,12 +442,9 @@ def read_chained(stored: Checkpoint, size: int) -> ChainRecord:
     chain, base_token = doc.get("c"), doc.get("bt")
     if type(chain) is not list or not chain or not _is_int(base_token):
         raise _corrupted(stored, "delta does not name its base")
-    previous = -1
-    for step in chain:
-        if not _is_int(step) or step <= previous:
-            raise _corrupted(stored, "delta's chain is malformed")
-        previous = step
-    if previous >= stored.step:
+    if any(type(step) is not int for step in chain) or chain[0] < 0 or chain != sorted(set(chain)):
+        raise _corrupted(stored, "delta's chain is malformed")
+    if chain[-1] >= stored.step:
         raise _corrupted(stored, "delta names a base that cannot be its own")
     return ChainRecord(stored, cast(int, token), size, tuple(chain), cast(int, base_token))
 
