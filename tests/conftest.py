@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import atexit
 import importlib
+import importlib.util
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -8,6 +10,28 @@ from pathlib import Path
 import pytest
 
 from agentflow.checkpoint.testing import BackendHarness
+
+
+def _a_mongod_per_worker() -> None:
+    """Under pytest-xdist, each worker runs its MongoDB tests on a mongod of its own.
+
+    Tests name their own databases, but some count what the whole server did
+    (journal syncs in ``serverStatus``, commands of a profiler): on one shared
+    server those counts would include the other workers' writes. PostgreSQL
+    and Redis tests that count do so on a private database or server already.
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("MONGODB_URI"):
+        return  # one process (the session starts a mongod if none is named), or none named
+    if importlib.util.find_spec("fiftyone") is None:
+        return  # no mongod binary here: the named server is shared
+    from tests.support.mongod import MongodProcess
+
+    server = MongodProcess()
+    atexit.register(server.cleanup)
+    os.environ["MONGODB_URI"] = server.uri
+
+
+_a_mongod_per_worker()
 
 BACKENDS = sorted(
     p.stem for p in (Path(__file__).parent / "backends").glob("*.py") if not p.stem.startswith("_")

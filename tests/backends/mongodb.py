@@ -113,6 +113,19 @@ async def scratch() -> AsyncIterator[MongoStore]:
         yield opened
 
 
+async def quiet_scratch() -> AsyncIterator[MongoStore]:
+    """Fixture body: a database on a mongod of the test's own, for tests that read the
+    server's counters (journal syncs): another test's writes on the session's server
+    would move them too."""
+    server = private_mongod()
+    client: AsyncMongoClient[Doc] = AsyncMongoClient(server.uri)
+    try:
+        yield MongoStore(server.uri, client, "agentflow_quiet")
+    finally:
+        await client.close()
+        server.cleanup()
+
+
 @dataclass(frozen=True)
 class Explained:
     """What the server did for one read command: index keys and documents read, and

@@ -6,6 +6,7 @@ from agentflow.checkpoint.testing import (
     RestoreConformance,
     StoreConformance,
 )
+from agentflow.checkpoint.testing.conformance import OutboxConformance
 
 
 class TestConformance(CheckpointerConformance):
@@ -21,4 +22,8 @@ class TestRestoreConformance(RestoreConformance):
 
 
 class TestFleetConformance(FleetConformance):
+    pass
+
+
+class TestOutboxConformance(OutboxConformance):
     pass

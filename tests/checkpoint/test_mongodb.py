@@ -142,7 +142,7 @@ async def test_setup_is_idempotent_and_creates_no_ttl_index_without_ttl(
     assert set(indexes) == {
         *("_id_", "agentflow_threads", "agentflow_thread_registry"),
         *("agentflow_thread_steps_status", "agentflow_thread_run_status", "agentflow_due"),
-        *("agentflow_runs", "agentflow_run_status"),  # the records'
+        *("agentflow_runs", "agentflow_run_status", "agentflow_run_holders"),  # the records'
     }
     assert indexes["agentflow_threads"]["key"] == [("n", 1), ("t", 1), ("s", -1)]
     exists = {"$exists": True}

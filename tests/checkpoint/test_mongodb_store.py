@@ -24,9 +24,11 @@ from agentflow.durable.testing.claims import LAPSED_MS, LIVE_MS, lapse, take
 from agentflow.errors import CheckpointConflict
 from agentflow.runtime import END, START, Graph, NodeContext
 from tests.backends.mongodb import Commands, Doc, MongoStore
+from tests.backends.mongodb import quiet_scratch as quiet_body
 from tests.backends.mongodb import scratch as scratch_body
 
 scratch = pytest.fixture(scratch_body)
+quiet = pytest.fixture(quiet_body)
 
 
 def _thread(key: str = "t") -> Doc:
@@ -45,7 +47,8 @@ async def _journal_syncs(client: AsyncMongoClient[Doc]) -> int:
     return int(status["wiredTiger"]["log"]["log sync operations"])
 
 
-async def test_a_step_commit_is_one_command_and_one_journal_sync(scratch: MongoStore) -> None:
+async def test_a_step_commit_is_one_command_and_one_journal_sync(quiet: MongoStore) -> None:
+    scratch = quiet
     commands = Commands()
     client: AsyncMongoClient[Doc] = AsyncMongoClient(scratch.uri, event_listeners=[commands])
     steps = 20
@@ -249,14 +252,14 @@ def _calling(idempotent: bool, calls: int, steps: int) -> Graph:
     ids=["at-most-once", "idempotent", "20-calls"],
 )
 async def test_journal_syncs_per_graph_step(
-    scratch: MongoStore, idempotent: bool, calls: int, least: float, most: float
+    quiet: MongoStore, idempotent: bool, calls: int, least: float, most: float
 ) -> None:
     """Through the runtime, per call: an at-most-once call's ``started`` entry and the
     step's commit (its receipt rides it) are two journal syncs; an idempotent call
     writes nothing before it goes out, so its step is one; in a node of 20 calls each
     receipt rides the next call's ``started`` entry and the last the step's commit.
     The run's claim and end add the rest."""
-    steps = 20
+    scratch, steps = quiet, 20
     async with scratch.store() as store:
         await store.setup()
         # a lease far longer than the run: no renewal is due, whatever the load

@@ -68,17 +68,19 @@ async def test_rotation_reseals_records_and_events_and_check_counts_them(
         before = await read_all(store)
         steps = sum(len(cps) for cps, _, _ in before.values())
     audit = await rekey(opener(harness), ROTATED, check_only=True)
-    assert audit.runs.by_key == {"k1": 4} and audit.events.by_key == {"k1": 4}
+    # events: fill's four, and the runs' lifecycle events (order-7: created, ambiguous,
+    # reconciliation required; paused: created)
+    assert audit.runs.by_key == {"k1": 4} and audit.events.by_key == {"k1": 8}
     kinds = sorted({(left.kind, left.thread) for left in audit.left if left.kind != "checkpoint"})
     assert kinds == [("event", "order-7"), ("event", "paused")] + [
         ("record", thread) for thread in THREADS
     ]
-    assert audit.left_count == steps + 8 and all(left.retired for left in audit.left)
+    assert audit.left_count == steps + 12 and all(left.retired for left in audit.left)
 
     report = await rekey(opener(harness), ROTATED)
     assert (report.threads, report.resealed) == (4, steps)
     assert (report.runs.found, report.runs.resealed) == (4, 3)  # "held" is held by a live lease
-    assert report.busy == ["held"] and report.events.resealed == 4
+    assert report.busy == ["held"] and report.events.resealed == 8
     assert report.unreadable == [] and report.left == []
     async with harness.open(sealing=K2_ONLY) as after:
         with pytest.raises(DurableCorrupted, match="which the key ring does not hold"):
@@ -135,7 +137,7 @@ async def test_moving_a_plaintext_store_with_paused_runs_to_sealing(
         assert await read_all(migrating) == before
     # 2. rekey.
     report = await rekey(opener(harness), keys)
-    assert report.runs.by_key == {None: 4} and report.events.by_key == {None: 4}
+    assert report.runs.by_key == {None: 4} and report.events.by_key == {None: 8}
     assert report.busy == ["held"] and report.runs.resealed == 3
     assert harness.read_part is not None
     assert (await harness.read_part(None, "paused", "body")).startswith(b'[2,"')

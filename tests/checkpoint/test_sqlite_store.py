@@ -82,8 +82,8 @@ def _one_node(calls: int) -> Graph:
 )
 async def test_commits_per_step(tmp_path: Path, graph: Graph, expected: int) -> None:
     async with SqliteCheckpointer(tmp_path / "s.db") as store:
-        await store.load("warm-up")  # the schema is checked, the cursor secret made
         compiled = graph.compile(store)
+        await compiled.run({"i": STEPS}, thread="warm-up")  # the schema, the cursor secret
         async with commits(store) as seen:
             result = await compiled.run({"i": 0}, thread="t")
         assert result.status == "done"

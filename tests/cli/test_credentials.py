@@ -140,6 +140,9 @@ def _check(ran: list[tuple[list[str], int, str]]) -> None:
     assert statuses["show ghost"] == 1 and statuses["resume paused"] == 2
     printed = "\n".join(out for _, _, out in ran)
     assert "continue with:" in printed and "more: agentflow" in printed
+    more = next(out for args, _, out in ran if args == ["threads", "--limit", "1"])
+    assert 'more: agentflow --store "$AGENTFLOW_STORE" --namespace ' in more
+    assert "set AGENTFLOW_STORE to the URL you passed as --store" in more  # the note follows
 
 
 @pytest.fixture
@@ -220,7 +223,11 @@ def test_the_console_prints_no_credential(tmp_path: Path) -> None:
         text=True,
     )
     assert console.stdout is not None
-    first = console.stdout.readline()
+    first = ""
+    while "http://127.0.0.1:" not in first:  # serving: its URL is printed
+        line = console.stdout.readline()
+        assert line, first
+        first += line
     console.send_signal(signal.SIGINT)
     rest, _ = console.communicate(timeout=20)
-    assert "http://127.0.0.1:" in first + rest and not _leaks(first + rest)
+    assert not _leaks(first + rest), first + rest

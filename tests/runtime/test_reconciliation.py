@@ -17,6 +17,7 @@ from agentflow.durable import (
     ReconciliationDecision,
     ReconciliationError,
     ResumeObservation,
+    stable_event_id,
 )
 from agentflow.runtime import (
     START,
@@ -105,12 +106,12 @@ async def test_retry_with_duplicate_risk_retries_a_model_call_and_records_the_ri
     result = await compiled.resume("t")
     assert result.status == "done" and len(system.calls) == 2
     record = await store.load("t")
-    assert record is not None
-    risks = [
-        e.event for e in record.event_outbox if e.event["type"] == "model_retry_duplicate_risk"
-    ]
-    assert len(risks) == 1 and risks[0]["risk"] == "duplicate_model_request_and_cost"
-    assert risks[0]["attempt"] == 2
+    assert record is not None and record.event_outbox == []  # delivered, and dropped at the end
+    page = await store.replay("t")
+    risks = [e for e in page.events if e.event["type"] == "model_retry_duplicate_risk"]
+    assert len(risks) == 1 and risks[0].event["risk"] == "duplicate_model_request_and_cost"
+    operation = risks[0].event["operation_id"]  # its id names the attempt the retry makes
+    assert risks[0].event_id == stable_event_id("t", "model_retry_duplicate_risk", [operation, "2"])
 
 
 class Ledger:

@@ -13,7 +13,7 @@ of another store or namespace, or an edited one, raises
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from agentflow.checkpoint.cursor import CursorSigner
@@ -94,8 +94,13 @@ class EventsBase(StoredParts, abc.ABC):
         return CapabilityRef(f"events.{self.kind}", "1")
 
     async def _sign(self, operation: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+        return (await self._event_signer(operation))(raw["sequence"])
+
+    async def _event_signer(self, operation: str) -> Callable[[int], dict[str, Any]]:
+        """What turns an event's sequence into this store's cursor of it, without I/O
+        (for a transaction that appends events and records their cursors)."""
         signer = await self._cursors(operation)
-        return {"cursor": signer.encode(_EVENTS, {"sequence": raw["sequence"]})}
+        return lambda sequence: {"cursor": signer.encode(_EVENTS, {"sequence": sequence})}
 
     async def _sequence_after(self, after: Mapping[str, Any] | None) -> int:
         if after is None:

@@ -20,7 +20,7 @@ taken over still fences nothing: the holder's receipts remain welcome.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from agentflow.checkpoint.rows import RunHead, encode_body, encode_entry, head_of, identity_of
 from agentflow.durable.enums import CheckpointStatus, OperationKind, OperationState
@@ -34,12 +34,12 @@ from agentflow.durable.errors import (
     RevisionConflict,
     TerminalImmutable,
 )
-from agentflow.durable.run.events import EventCursor
+from agentflow.durable.run.events import EventOutboxEntry
 from agentflow.durable.run.journal import ALLOWED_TRANSITIONS, OperationJournalEntry
 from agentflow.durable.run.journals import journal_of
 from agentflow.durable.run.record import DurableCheckpoint, evolve
 from agentflow.durable.wire.canonical import MAX_WIRE_INTEGER
-from agentflow.durable.wire.validators import is_blank, validate_sha256
+from agentflow.durable.wire.validators import is_blank
 
 __all__ = [
     "Guard",
@@ -49,7 +49,6 @@ __all__ = [
     "next_revision",
     "plan_acknowledge",
     "plan_commit",
-    "plan_event_delivery",
     "plan_finalize",
     "plan_finalize_claimed",
     "plan_progress",
@@ -57,6 +56,7 @@ __all__ = [
     "plan_record_operations",
     "plan_restore",
     "plan_suspend",
+    "queued",
     "refusal",
 ]
 
@@ -311,13 +311,18 @@ def plan_record_operation(
 
 
 def plan_record_operations(
-    snapshot: DurableCheckpoint, entries: Sequence[OperationJournalEntry], claim_token: str
+    snapshot: DurableCheckpoint,
+    entries: Sequence[OperationJournalEntry],
+    claim_token: str,
+    events: Sequence[EventOutboxEntry] = (),
 ) -> Write:
     """Write several journal entries as one write, each as :func:`plan_record_operation` would.
 
     Each entry is matched in the snapshot as changed by the entries before it,
     so a call's receipt and the next call's ``started`` entry (or several
     receipts) ride one write; an empty ``entries`` only moves the revision.
+    ``events`` are queued in the outbox by the same write (:func:`queued`), which
+    then writes the body too.
     O(len(entries)) whatever the journals' lengths: they are
     :class:`~agentflow.durable.run.journals.Journal` values (a snapshot's
     plain lists become one once), found by id and written without a copy.
@@ -348,66 +353,37 @@ def plan_record_operations(
         revision=next_revision(snapshot.revision),
         model_call_journal=journals[OperationKind.MODEL],
         tool_journal=journals[OperationKind.TOOL],
+        event_outbox=queued(snapshot.event_outbox, events),
     )
     return Write(
         key=record.checkpoint_key,
         guard=guard,
         head=head_of(record, identity=guard.identity),  # a journal write keeps the identity
         keep_lease=True,
-        body=None,
+        body=encode_body(record) if events else None,
         journal=tuple(puts),
         record=record,
     )
 
 
-def plan_event_delivery(
-    snapshot: DurableCheckpoint,
-    claim_token: str | None,
-    event_id: str,
-    payload_digest: str,
-    cursor: EventCursor,
-) -> Write:
-    """Mark one pending outbox entry delivered at ``cursor``; claim and terminal stay.
-
-    ``claim_token`` is the stored claim (None for an unclaimed or terminal record).
-    """
-    if not isinstance(event_id, str) or is_blank(event_id):
-        raise DurableError("checkpoint_event_outbox_invalid", "event_id must be non-empty")
-    validate_sha256(payload_digest, "event_outbox.payload_digest")
-    cursor.validate()
-    if cursor.last_event_id != event_id:
-        raise DurableError(
-            "checkpoint_event_cursor_invalid",
-            "event cursor last_event_id must match the delivered event",
-        )
-    matching = [i for i, item in enumerate(snapshot.event_outbox) if item.event_id == event_id]
-    if len(matching) != 1 or snapshot.event_outbox[matching[0]].state != "pending":
-        raise DurableError(
-            "checkpoint_event_outbox_invalid", f"no pending outbox entry {event_id!r}"
-        )
-    index = matching[0]
-    if snapshot.event_outbox[index].payload_digest != payload_digest:
-        raise DurableError(
-            "event_identity_conflict", f"outbox entry {event_id!r} has another digest"
-        )
-    outbox = list(snapshot.event_outbox)
-    outbox[index] = replace(outbox[index], state="delivered", cursor=cursor.to_dict())
-    guard = Guard(
-        revision=snapshot.revision,
-        claim_token=claim_token,
-        terminal=snapshot.terminal_result is not None,
-        identity=identity_of(snapshot),
-        claimed_cycle=snapshot.claimed_cycle,
-    )
-    record = evolve(
-        snapshot,
-        event_outbox=outbox,
-        event_cursor=cursor,
-        claim_token=claim_token,
-        revision=next_revision(snapshot.revision),
-    )
-    write = _write(guard, record, keep_lease=True)
-    return replace(write, journal=None)
+def queued(
+    outbox: Sequence[EventOutboxEntry], events: Sequence[EventOutboxEntry]
+) -> list[EventOutboxEntry]:
+    """``outbox`` with ``events`` (pending entries) after it, each checked; an id
+    the outbox holds already is queued once (the same lifecycle fact, emitted again:
+    the first stands)."""
+    if not events:
+        return list(outbox)
+    held = {entry.event_id for entry in outbox}
+    added = []
+    for event in events:
+        event.verify_payload()
+        if event.state != "pending":
+            raise DurableError("checkpoint_event_outbox_invalid", "a queued event is pending")
+        if event.event_id not in held:
+            held.add(event.event_id)
+            added.append(event)
+    return [*outbox, *added]
 
 
 def plan_acknowledge(snapshot: DurableCheckpoint) -> Write:

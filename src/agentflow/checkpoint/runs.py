@@ -17,11 +17,11 @@ from typing import ClassVar
 
 from agentflow.checkpoint.cursor import CursorSigner
 from agentflow.checkpoint.envelope import StoredParts
+from agentflow.checkpoint.outbox import plan_event_deliveries, plan_event_delivery
 from agentflow.checkpoint.plans import (
     Write,
     plan_acknowledge,
     plan_commit,
-    plan_event_delivery,
     plan_finalize,
     plan_finalize_claimed,
     plan_progress,
@@ -31,7 +31,7 @@ from agentflow.checkpoint.plans import (
 )
 from agentflow.checkpoint.validation import check_limit
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
-from agentflow.durable.run.events import EventCursor
+from agentflow.durable.run.events import EventCursor, EventDelivery, EventOutboxEntry
 from agentflow.durable.run.journal import OperationJournalEntry
 from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import RunPage, RunSummary
@@ -111,8 +111,9 @@ class RunsBase(StoredParts, abc.ABC):
         entries: Sequence[OperationJournalEntry],
         *,
         claim_token: str,
+        events: Sequence[EventOutboxEntry] = (),
     ) -> DurableCheckpoint:
-        write = plan_record_operations(checkpoint, entries, claim_token)
+        write = plan_record_operations(checkpoint, entries, claim_token, events)
         return await self._apply_planned("record_operation", write)
 
     async def suspend(
@@ -142,6 +143,16 @@ class RunsBase(StoredParts, abc.ABC):
         cursor: EventCursor,
     ) -> DurableCheckpoint:
         write = plan_event_delivery(checkpoint, claim_token, event_id, payload_digest, cursor)
+        return await self._apply_planned("record_event_delivery", write)
+
+    async def record_event_deliveries(
+        self,
+        checkpoint: DurableCheckpoint,
+        deliveries: Sequence[EventDelivery],
+        *,
+        claim_token: str | None,
+    ) -> DurableCheckpoint:
+        write = plan_event_deliveries(checkpoint, claim_token, deliveries)
         return await self._apply_planned("record_event_delivery", write)
 
     async def acknowledge_terminal(self, checkpoint: DurableCheckpoint) -> DurableCheckpoint:

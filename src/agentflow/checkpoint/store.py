@@ -18,6 +18,15 @@ here and checked on every backend by the conformance suite:
   under the run's claim together: one transaction on SQLite and PostgreSQL,
   one script on Redis; elsewhere the record first, then the checkpoint (so a
   crash between leaves the receipts, never a step without them);
+* events leave a record through its outbox: queued ``pending`` by the write
+  that causes them (``events=`` of :meth:`Store.record_operations` and
+  :meth:`Store.commit_step`, or the outbox of the record a whole-record write
+  stores), appended to the event log with ``append_once`` and recorded
+  delivered (:meth:`Store.record_event_deliveries`). On SQLite and PostgreSQL
+  (their ``delivers_in_step`` is True) a ``commit_step`` or ``start_run`` does
+  both in its own transaction for every event pending after it, so the record
+  it returns has them delivered; elsewhere they stay pending for the caller
+  to deliver, at least once (the log accepts each id once);
 * :meth:`Store.delete_thread` removes checkpoints, record and events, and is
   refused while another holder's lease is live unless ``force``;
 * a ``prune`` that removes a thread's last checkpoint removes its record and
@@ -39,7 +48,7 @@ from typing import Protocol, runtime_checkable
 
 from agentflow.checkpoint.base import Checkpoint, Checkpointer
 from agentflow.checkpoint.fleet import DueRun
-from agentflow.durable.run.events import AcceptedEvent
+from agentflow.durable.run.events import AcceptedEvent, EventDelivery, EventOutboxEntry
 from agentflow.durable.run.journal import OperationJournalEntry
 from agentflow.durable.run.record import DurableCheckpoint
 from agentflow.durable.store import DurableEventStore, DurableStore, RunPage
@@ -68,14 +77,30 @@ class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
         entries: Sequence[OperationJournalEntry],
         *,
         claim_token: str,
+        events: Sequence[EventOutboxEntry] = (),
     ) -> DurableCheckpoint:
         """Write several journal entries under the claim as one write.
 
         Each entry is new or a legal move of the entry with its ``(kind,
         operation_id)`` in ``checkpoint`` or earlier in ``entries`` (a receipt
-        and the next call's ``started`` entry ride one write). Guarded and
-        refused as :meth:`~agentflow.durable.store.DurableStore.record_operation`.
+        and the next call's ``started`` entry ride one write). ``events``
+        (pending outbox entries) are queued in the same write; an id the outbox
+        holds already is queued once. Guarded and refused as
+        :meth:`~agentflow.durable.store.DurableStore.record_operation`. O(entries
+        + events), whatever the journal's length.
         """
+        ...
+
+    async def record_event_deliveries(
+        self,
+        checkpoint: DurableCheckpoint,
+        deliveries: Sequence[EventDelivery],
+        *,
+        claim_token: str | None,
+    ) -> DurableCheckpoint:
+        """Mark several pending outbox entries delivered as one write: each as
+        :meth:`~agentflow.durable.store.DurableStore.record_event_delivery` would,
+        in order, all or none (a refusal of one writes nothing)."""
         ...
 
     async def start_run(
@@ -87,7 +112,8 @@ class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
         lease_ms: int,
     ) -> DurableCheckpoint:
         """Store a new thread's first step ``cp``, create its record ``checkpoint`` and
-        claim the record's next cycle for ``lease_ms``, together; return the claimed record.
+        claim the record's next cycle for ``lease_ms``, together; return the claimed record
+        (its pending outbox delivered, on SQLite and PostgreSQL).
 
         Raises :class:`~agentflow.errors.CheckpointConflict` when the step exists and
         :class:`~agentflow.durable.CheckpointAlreadyExists` when a record does, writing
@@ -105,12 +131,15 @@ class Store(Checkpointer, DurableStore, DurableEventStore, Protocol):
         entries: Sequence[OperationJournalEntry],
         *,
         claim_token: str,
+        events: Sequence[EventOutboxEntry] = (),
     ) -> DurableCheckpoint:
         """Store ``cp`` as a new step and journal ``entries`` under the claim, together.
 
-        ``cp`` is written as ``put(cp, if_revision=0)`` and ``entries`` as
-        :meth:`record_operations` of the snapshot ``checkpoint``; the record's
-        revision grows by one even when ``entries`` is empty. When the claim's
+        ``cp`` is written as ``put(cp, if_revision=0)`` and ``entries`` and
+        ``events`` as :meth:`record_operations` of the snapshot ``checkpoint``;
+        the record's revision grows by one even when ``entries`` is empty. On
+        SQLite and PostgreSQL every event pending after the write is appended to
+        the event log and recorded delivered in the same transaction. When the claim's
         guard does not hold (:class:`~agentflow.durable.LeaseLost`,
         :class:`~agentflow.durable.RevisionConflict`, ...) or the step exists
         (:class:`~agentflow.errors.CheckpointConflict`), nothing is written on

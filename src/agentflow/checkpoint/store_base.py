@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from typing import Final, NoReturn
+from typing import ClassVar, Final, NoReturn
 
 from agentflow.checkpoint.backend import CheckpointerBase, EncodedCheckpoint
 from agentflow.checkpoint.base import Checkpoint, ThreadStatus
 from agentflow.checkpoint.claims import check_claim_request
 from agentflow.checkpoint.events import EventsBase
 from agentflow.checkpoint.fleet import FleetBase
+from agentflow.checkpoint.outbox import Delivery, event_rows, pending_of
 from agentflow.checkpoint.plans import Write, next_revision, plan_record_operations
 from agentflow.checkpoint.runs import RunsBase
 from agentflow.checkpoint.timestamps import parse_instant, wall_clock_ms
 from agentflow.checkpoint.validation import check_checkpoint, check_prune_bounds, validate_thread
 from agentflow.durable.enums import CheckpointStatus
 from agentflow.durable.errors import CheckpointAlreadyExists, DurableCorrupted, DurableError
+from agentflow.durable.run.events import EventOutboxEntry
 from agentflow.durable.run.journal import OperationJournalEntry
 from agentflow.durable.run.record import DurableCheckpoint, evolve
 from agentflow.durable.wire.validators import validate_checkpoint_key
@@ -71,6 +73,10 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, FleetBase, abc.ABC):
     deleting a thread) and :attr:`database`.
     """
 
+    #: Whether :meth:`_commit_step` and :meth:`_start_run` deliver the record's
+    #: pending events in their own transaction (the SQL backends override both).
+    delivers_in_step: ClassVar[bool] = False
+
     @property
     @abc.abstractmethod
     def database(self) -> str:
@@ -88,6 +94,15 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, FleetBase, abc.ABC):
         if isinstance(error, CheckpointCorrupted):
             error = DurableCorrupted("checkpoint_row_invalid", str(error))
         raise error from exc
+
+    async def _delivery(self, operation: str, record: DurableCheckpoint) -> Delivery | None:
+        """What a transaction needs to deliver ``record``'s pending events itself
+        (None when none is pending): for the backends that ``delivers_in_step``."""
+        pending = pending_of(record)
+        if not pending:
+            return None
+        rows = event_rows(self._parts, pending)
+        return Delivery(rows, await self._event_signer(operation), self.store_ref, self._parts)
 
     @abc.abstractmethod
     async def _delete_run(self, key: str, *, force: bool) -> bool:
@@ -194,6 +209,7 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, FleetBase, abc.ABC):
         entries: Sequence[OperationJournalEntry],
         *,
         claim_token: str,
+        events: Sequence[EventOutboxEntry] = (),
     ) -> DurableCheckpoint:
         self._check_open()
         check_checkpoint(cp)
@@ -201,7 +217,8 @@ class StoreBase(CheckpointerBase, RunsBase, EventsBase, FleetBase, abc.ABC):
             raise DurableError(
                 "checkpoint_key_invalid", "a step is committed under its own thread's record"
             )
-        write = self._parts.write(plan_record_operations(checkpoint, entries, claim_token))
+        planned = plan_record_operations(checkpoint, entries, claim_token, events)
+        write = self._parts.write(planned)
         if self._binds_store and not self._store_id:
             await self._bind_store("commit_step")
         try:

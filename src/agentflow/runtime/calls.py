@@ -30,7 +30,7 @@ import asyncio
 import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentflow.durable import (
@@ -46,8 +46,10 @@ from agentflow.durable import (
     tool_request_digest,
 )
 from agentflow.durable.errors import DurableError
+from agentflow.runtime import telemetry
 from agentflow.runtime.errors import CallAmbiguous, CallFailed
 from agentflow.runtime.leases import Lease
+from agentflow.runtime.lifecycle import replayed
 from agentflow.runtime.records import SCOPE
 
 __all__ = [
@@ -77,6 +79,9 @@ class ToolCall:
     operation_id: str
     #: 1 for the first call, 2 after one retry of an ambiguous call, ...
     attempt: int
+    #: The W3C trace context (``traceparent``, ``tracestate``) of the call's span,
+    #: for a request that leaves the process; empty when OpenTelemetry is off.
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,8 @@ class ModelCall:
     request: Mapping[str, Any]
     operation_id: str
     attempt: int
+    #: As :attr:`ToolCall.trace_context`.
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
 
 ToolFn = Callable[[ToolCall], Awaitable[Any] | Any]
@@ -261,8 +268,8 @@ class NodeCalls:
         elif found.request_digest != digest:
             raise _diverged(name)
 
-        def invoke(entry: OperationJournalEntry) -> Any:
-            return call(ToolCall(name, arguments, idem, entry.operation_id, entry.attempt))
+        def invoke(entry: OperationJournalEntry, context: Mapping[str, str]) -> Any:
+            return call(ToolCall(name, arguments, idem, entry.operation_id, entry.attempt, context))
 
         return await self._run(found, name, invoke, write_first=not idempotent)
 
@@ -280,8 +287,8 @@ class NodeCalls:
         elif found.request_digest != digest:
             raise _diverged(name)
 
-        def invoke(entry: OperationJournalEntry) -> Any:
-            return call(ModelCall(projection, entry.operation_id, entry.attempt))
+        def invoke(entry: OperationJournalEntry, context: Mapping[str, str]) -> Any:
+            return call(ModelCall(projection, entry.operation_id, entry.attempt, context))
 
         return await self._run(found, name, invoke, write_first=True)
 
@@ -289,18 +296,21 @@ class NodeCalls:
         self,
         entry: OperationJournalEntry,
         name: str,
-        invoke: Callable[[OperationJournalEntry], Any],
+        invoke: Callable[[OperationJournalEntry, Mapping[str, str]], Any],
         *,
         write_first: bool,
     ) -> Any:
         """Make the call ``entry`` journals, or replay it; ``write_first`` stores its
         ``started`` entry before it goes out (else it rides the outcome's write)."""
-        journal = self.journal
-        if entry.state is OperationState.SUCCEEDED:
+        journal, recorder = self.journal, telemetry.current()
+        if entry.state in _SETTLED:  # answered from its receipt: operation_replayed
+            journal.lease.emit(replayed(journal.lease.stored, entry))
             journal.note(self.step, entry, name, replayed=True)
+            with recorder.call(journal.thread, self.step, entry, name) as span:
+                recorder.call_outcome(span, "replayed")
+        if entry.state is OperationState.SUCCEEDED:
             return entry.receipt
         if entry.state is OperationState.FAILED:
-            journal.note(self.step, entry, name, replayed=True)
             error = entry.error
             assert error is not None
             raise CallFailed(error.code, error.message, retryable=error.retryable)
@@ -315,35 +325,42 @@ class NodeCalls:
             await journal.write(started)
             await journal.lease.ensure_live()  # nor sends what it journaled before a stall
         moves: tuple[OperationJournalEntry, ...] = () if write_first else (started,)
-        try:
-            outcome = invoke(started)
-            if inspect.isawaitable(outcome):
-                outcome = await outcome
-            settled = started.succeed(outcome)  # refuses a receipt that is not I-JSON
-        except CallFailed as failed:
-            error = OperationError(failed.failure, failed.message, failed.retryable)
-            self._settle(moves, started.fail(error), name)
-            raise
-        except Exception as exc:
-            definitive = definitive_failure(entry.kind, exc)
-            if definitive is None:  # sent or not, nobody knows: never guessed
-                self._settle(moves, started.mark_ambiguous(), name)
-                raise CallAmbiguous(started.operation_id, name) from exc
-            # the original's definitive failures (a context-length refusal, a tool's
-            # typed error): nothing happened outside, so the call failed for certain
-            self._settle(moves, started.fail(definitive), name)
-            raise CallFailed(
-                definitive.code, definitive.message, retryable=definitive.retryable
-            ) from exc
-        self._settle(moves, settled, name)
+        with recorder.call(journal.thread, self.step, started, name) as span:
+            try:
+                outcome = invoke(started, span.trace_context)
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+                settled = started.succeed(outcome)  # refuses a receipt that is not I-JSON
+            except CallFailed as failed:
+                error = OperationError(failed.failure, failed.message, failed.retryable)
+                self._settle(moves, started.fail(error), name, span)
+                raise
+            except Exception as exc:
+                definitive = definitive_failure(entry.kind, exc)
+                if definitive is None:  # sent or not, nobody knows: never guessed
+                    self._settle(moves, started.mark_ambiguous(), name, span)
+                    raise CallAmbiguous(started.operation_id, name) from exc
+                # the original's definitive failures (a context-length refusal, a tool's
+                # typed error): nothing happened outside, so the call failed for certain
+                self._settle(moves, started.fail(definitive), name, span)
+                raise CallFailed(
+                    definitive.code, definitive.message, retryable=definitive.retryable
+                ) from exc
+            self._settle(moves, settled, name, span)
         return outcome
 
     def _settle(
-        self, moves: tuple[OperationJournalEntry, ...], settled: OperationJournalEntry, name: str
+        self,
+        moves: tuple[OperationJournalEntry, ...],
+        settled: OperationJournalEntry,
+        name: str,
+        span: telemetry.CallSpan,
     ) -> None:
-        """Note a call's outcome (after ``moves``) in the journal and in its step's calls."""
+        """Note a call's outcome (after ``moves``) in the journal, in its step's calls
+        and on its span."""
         self.journal.settle((*moves, settled))
         self.journal.note(self.step, settled, name, replayed=False)
+        telemetry.current().call_outcome(span, settled.state.value)
 
 
 def _diverged(name: str) -> DurableError:

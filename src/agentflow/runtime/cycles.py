@@ -27,6 +27,7 @@ from agentflow.durable import (
     extension_identity,
     restore_extensions,
 )
+from agentflow.runtime import lifecycle, telemetry
 from agentflow.runtime.calls import CallJournal, carried_key, operation_step
 from agentflow.runtime.durability import Durability, RunDefinition
 from agentflow.runtime.errors import StepLimitExceeded
@@ -48,6 +49,12 @@ _SETTLED = frozenset({OperationState.SUCCEEDED, OperationState.FAILED})
 def _entries(lease: Lease) -> list[OperationJournalEntry]:
     record = lease.record
     return [*record.model_call_journal, *record.tool_journal]
+
+
+def _journaled(lease: Lease) -> int:
+    """How many calls the cycle has journaled (O(1))."""
+    record = lease.record
+    return len(record.model_call_journal) + len(record.tool_journal)
 
 
 def suspended_calls(lease: Lease, suspend: Checkpoint) -> dict[str, OperationJournalEntry]:
@@ -157,10 +164,11 @@ class Cycles:
                     f"thread {cp.thread!r} ran {taken} steps in one call (step_limit); "
                     f"stopped at step {cp.step}, resume to continue"
                 )
-            cp = await self.steps.step(cp, answers, writes, sink, env)
+            with telemetry.current().step(cp.thread, cp.step + 1):
+                cp = await self.steps.step(cp, answers, writes, sink, env)
             answers, writes, env.answered_by = {}, {}, None
             taken += 1
-            if cp.next and not cp.interrupted and len(_entries(lease)) >= ROLL_AFTER:
+            if cp.next and not cp.interrupted and _journaled(lease) >= ROLL_AFTER:
                 lease = await self._roll(lease, env, cp)
         if cp.done:
             await lease.finalize(finished(lease.record, cp))
@@ -181,18 +189,26 @@ class Cycles:
         """Suspend the run whose step made an ambiguous call: it awaits a decision.
 
         A call left ``started`` (its node swallowed a cancellation mid-call) may
-        have acted as well: it is ambiguous too.
+        have acted as well: it is ambiguous too. Each ambiguous call's
+        ``operation_ambiguous`` and ``reconciliation_required`` ride the suspend.
         """
         for kind in OperationKind:
             for entry in lease.record.journal(kind):
                 if entry.state is OperationState.STARTED:
                     lease.note(entry.mark_ambiguous())
-        await lease.suspend(lease.record)
+        record = lease.record
         ambiguous = {signal.operation_id for signal in abandoned.ambiguous}
-        decided = tuple(
-            Reconciliation(observation_of(entry), ReconciliationDecision.defer(), "policy")
-            for kind in OperationKind
-            for entry in lease.record.journal(kind)
-            if entry.state is OperationState.AMBIGUOUS and entry.operation_id in ambiguous
-        )
-        return RunResult(cp, decided)
+        decided = []
+        for kind in OperationKind:
+            for entry in record.journal(kind):
+                if entry.state is not OperationState.AMBIGUOUS:
+                    continue
+                observation = observation_of(entry)
+                lease.emit(lifecycle.ambiguous(record, entry))
+                lease.emit(lifecycle.required(record, entry, observation))
+                if entry.operation_id in ambiguous:
+                    decided.append(
+                        Reconciliation(observation, ReconciliationDecision.defer(), "policy")
+                    )
+        await lease.suspend(record)
+        return RunResult(cp, tuple(decided))

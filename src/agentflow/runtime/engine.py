@@ -11,7 +11,7 @@ and a run another process is running (or died running) is not run twice.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from agentflow.durable import (
 from agentflow.durable.enums import parse_enum
 from agentflow.durable.errors import DurableError
 from agentflow.errors import CheckpointConflict, InvalidArgument
+from agentflow.runtime import telemetry
 from agentflow.runtime.cycles import Cycles
 from agentflow.runtime.errors import (
     GraphInvalid,
@@ -182,6 +183,11 @@ class CompiledGraph:
                     "resume_if_present and require_existing need an explicit thread",
                 )
             thread = new_checkpoint_key()
+        return await self._recorded(thread, self._started(input, thread, policy))
+
+    async def _started(
+        self, input: Mapping[str, Any], thread: str, policy: ResumePolicy
+    ) -> RunResult:
         if policy is not ResumePolicy.NEW:
             latest = await self.checkpointer.get(thread)
             if latest is not None:
@@ -189,6 +195,13 @@ class CompiledGraph:
             if policy is ResumePolicy.REQUIRE_EXISTING:
                 raise ThreadNotFound(f"thread {thread!r} not found")
         return await self._run(input, thread, no_events)
+
+    async def _recorded(self, thread: str, call: Awaitable[RunResult]) -> RunResult:
+        """Await one call of the graph on ``thread`` as its telemetry span."""
+        with telemetry.recording(self.name, thread) as span:
+            result = await call
+            span["outcome"] = result.status
+            return result
 
     async def resume(self, thread: str, value: Any = None, *, step: int | None = None) -> RunResult:
         """Continue ``thread`` and run until it ends or suspends again.
@@ -205,20 +218,22 @@ class CompiledGraph:
         says who, and until when. A run awaiting reconciliation returns with
         status ``reconciliation_required`` until its ambiguous calls are settled.
         """
-        return await self._resume(thread, value, step, no_events)
+        return await self._recorded(thread, self._resume(thread, value, step, no_events))
 
     def stream(self, input: Mapping[str, Any], *, thread: str) -> AsyncIterator[RunEvent]:
         """``run``, yielding a :class:`RunEvent` as each node starts and
         finishes and each step is stored; the last event is ``done``,
         ``interrupted`` or ``waiting`` and carries the final checkpoint.
         Breaking out of the loop stops the run after its last stored step."""
-        return stream_of(lambda sink: self._run(input, thread, sink))
+        return stream_of(lambda sink: self._recorded(thread, self._run(input, thread, sink)))
 
     def resume_stream(
         self, thread: str, value: Any = None, *, step: int | None = None
     ) -> AsyncIterator[RunEvent]:
         """``resume``, yielding events as :meth:`stream` does."""
-        return stream_of(lambda sink: self._resume(thread, value, step, sink))
+        return stream_of(
+            lambda sink: self._recorded(thread, self._resume(thread, value, step, sink))
+        )
 
     async def run_until_settled(
         self,
@@ -384,7 +399,7 @@ class CompiledGraph:
         record = await self.durable.load(latest.thread)
         if record is not None and record.terminal_result is not None:
             return await where(self.durable, latest)  # ended by an operator: say so, run nothing
-        return await self.resume(latest.thread)
+        return await self._resume(latest.thread, None, None, no_events)
 
     async def _resume(self, thread: str, value: Any, step: int | None, sink: Sink) -> RunResult:
         cp = await self.get_state(thread, step)
@@ -409,6 +424,7 @@ class CompiledGraph:
                 raise NotDue(cp.thread, cp.step, cp.wake_at, left_us / 1e6)
         record = await self._records.ensure(thread)
         if self._records.admit(record) is Admission.REPLAY_TERMINAL:
+            await self._records.deliver_ended(record)
             raise await ended(self.checkpointer, cp, record.status.value)
         if record.status is CheckpointStatus.RECONCILIATION_REQUIRED and would_defer_all(
             record, self.durability
@@ -485,7 +501,9 @@ class CompiledGraph:
         except BaseException:
             await lease.release()
             raise
-        return await self._claimed(lease, cp, None, no_events, latest=True)
+        return await self._recorded(
+            due.thread, self._claimed(lease, cp, None, no_events, latest=True)
+        )
 
     async def take_back(self, thread: str, claim_token: str) -> RunResult:
         """Take back ``thread``, held under ``claim_token`` by this graph's worker identity's

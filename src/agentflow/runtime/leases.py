@@ -39,15 +39,16 @@ from agentflow.durable import (
     ClaimActive,
     ClaimMode,
     DurableCheckpoint,
+    DurableConflict,
     DurableStore,
     LeaseLost,
     OperationJournalEntry,
-    OperationKind,
 )
-from agentflow.durable.run.journals import Journal, journal_of
-from agentflow.durable.run.record import evolve
 from agentflow.errors import AgentflowError, StoreUnavailable
+from agentflow.runtime import telemetry
 from agentflow.runtime.errors import StepClaimed
+from agentflow.runtime.held import HeldRecord
+from agentflow.runtime.lifecycle import deliver, resumed
 
 __all__ = [
     "RELEASE_MS",
@@ -120,37 +121,6 @@ async def step_claimed(
     return claimed
 
 
-def _with_entries(
-    record: DurableCheckpoint, entries: list[OperationJournalEntry]
-) -> DurableCheckpoint:
-    """``record`` with ``entries`` in its journals, in order, each in place of the one
-    of its call (if any): O(len(entries)), the journals being
-    :class:`~agentflow.durable.run.journals.Journal` values."""
-    if not entries:
-        return record
-    journals = {
-        OperationKind.MODEL: journal_of(record.model_call_journal),
-        OperationKind.TOOL: journal_of(record.tool_journal),
-    }
-    for entry in entries:
-        journal = journals[entry.kind]
-        index = journal.position(entry.operation_id)
-        journals[entry.kind] = journal.put(len(journal) if index is None else index, entry)
-    return evolve(
-        record,
-        model_call_journal=journals[OperationKind.MODEL],
-        tool_journal=journals[OperationKind.TOOL],
-    )
-
-
-def _indexed(record: DurableCheckpoint) -> DurableCheckpoint:
-    """``record`` with journals found by id in O(1) (a copy of each once, if needed)."""
-    model, tool = record.model_call_journal, record.tool_journal
-    if isinstance(model, Journal) and isinstance(tool, Journal):
-        return record
-    return evolve(record, model_call_journal=journal_of(model), tool_journal=journal_of(tool))
-
-
 @dataclass(frozen=True, slots=True)
 class StoreUse:
     """What a durable store can do for a lease, decided once per compiled graph (an
@@ -176,7 +146,7 @@ class StoreUse:
         return cls(batches=True, together=together)
 
 
-class Lease:
+class Lease(HeldRecord):
     """One claim on one run: the record as stored, as this holder sees it, and a heartbeat.
 
     ``record`` is the holder's view: the stored record with the settled calls
@@ -197,16 +167,9 @@ class Lease:
         use: StoreUse = StoreUse(),
     ) -> None:
         assert record.claim_token is not None
+        super().__init__(record)
         self.store = store
         self.use = use
-        #: The record as last stored (the snapshot writes are planned from).
-        self._stored = _indexed(record)
-        #: Entries settled since, in the order they settled, riding the next write.
-        self._pending: list[OperationJournalEntry] = []
-        #: The latest of them per call, by (kind, operation id).
-        self._noted: dict[tuple[OperationKind, str], OperationJournalEntry] = {}
-        #: :attr:`record`, until the next :meth:`note`.
-        self._view: DurableCheckpoint | None = self._stored
         self.token = record.claim_token
         self.lease_ms = lease_ms
         #: True when this claim took the run over (a lapsed lease, an ambiguity).
@@ -222,33 +185,6 @@ class Lease:
         #: (redis-py may) must not keep the heartbeat beating.
         self._stopping = False
         self._ended = False
-
-    @property
-    def stored(self) -> DurableCheckpoint:
-        """The record as last stored: its claim, cycle, identity and body are the run's
-        (journal moves noted since are in :attr:`record` only)."""
-        return self._stored
-
-    @property
-    def record(self) -> DurableCheckpoint:
-        """The holder's view: the stored record with the settled calls not yet written
-        (:meth:`note`) in its journal, at the stored revision, so a write planned from
-        it (commit, suspend, finalize) carries them. Made when asked for, in
-        O(noted) (a step asks once; a call asks :meth:`find`)."""
-        view = self._view
-        if view is None:
-            view = self._view = _with_entries(self._stored, self._pending)
-        return view
-
-    def find(self, kind: OperationKind, operation_id: str) -> OperationJournalEntry | None:
-        """The latest entry of a call, noted or stored (O(1))."""
-        noted = self._noted.get((kind, operation_id))
-        return noted if noted is not None else self._journal(kind).find(operation_id)
-
-    def _journal(self, kind: OperationKind) -> Journal:
-        journal = self._stored.journal(kind)
-        assert isinstance(journal, Journal)  # made so by _indexed
-        return journal
 
     @classmethod
     async def take(
@@ -279,13 +215,14 @@ class Lease:
         )
         sent = time.monotonic()
         try:
-            claimed = await store.claim(
-                record.checkpoint_key,
-                cycle_index=record.cycle_index + 1,
-                claim_token=claim_token(owner),
-                lease_ms=lease_ms,
-                mode=ClaimMode.RECOVERY if recovery else ClaimMode.CONTINUE,
-            )
+            with telemetry.current().store_write("claim"):
+                claimed = await store.claim(
+                    record.checkpoint_key,
+                    cycle_index=record.cycle_index + 1,
+                    claim_token=claim_token(owner),
+                    lease_ms=lease_ms,
+                    mode=ClaimMode.RECOVERY if recovery else ClaimMode.CONTINUE,
+                )
         except ClaimActive as active:
             raise await step_claimed(
                 store, record.checkpoint_key, step, record.revision, active
@@ -312,9 +249,10 @@ class Lease:
         between: that is a :class:`StepClaimed` naming it, as in :meth:`take`."""
         sent = time.monotonic()
         try:
-            claimed = await store.start_run(
-                first, record, claim_token=claim_token(owner), lease_ms=lease_ms
-            )
+            with telemetry.current().store_write("start_run"):
+                claimed = await store.start_run(
+                    first, record, claim_token=claim_token(owner), lease_ms=lease_ms
+                )
         except ClaimActive as active:
             raise await step_claimed(store, first.thread, first.step, 0, active) from active
         return cls._beating(
@@ -353,39 +291,11 @@ class Lease:
     ) -> Lease:
         """The lease of a claim sent at ``sent`` (monotonic), its heartbeat started."""
         lease = cls(store, claimed, lease_ms, recovery=recovery, released=released, use=use)
+        if recovery:  # rides the recovery's write (or the first one after the claim)
+            lease.emit(resumed(claimed))
         lease.live_until = sent + lease_ms / 1000
         lease._heartbeat = asyncio.create_task(lease._beat())
         return lease
-
-    def adopt(self, record: DurableCheckpoint) -> DurableCheckpoint:
-        """Keep ``record`` (what a write returned, everything noted included) as the
-        snapshot of the next write."""
-        self._stored = self._view = _indexed(record)
-        self._pending.clear()
-        self._noted.clear()
-        return record
-
-    def note(self, entry: OperationJournalEntry) -> None:
-        """Keep a journal move that need not be stored before anything else is:
-        it rides the next write (:meth:`record_operation`, :meth:`commit_step`, ...).
-
-        A call not yet stored at all is kept as its latest entry only (a new
-        entry may be written in any state), so each call costs one entry in
-        the write that stores it. O(1).
-        """
-        pending = self._pending
-        last = pending[-1] if pending else None
-        if (
-            last is not None
-            and last.operation_id == entry.operation_id
-            and last.kind is entry.kind
-            and self._journal(entry.kind).position(entry.operation_id) is None
-        ):
-            pending[-1] = entry
-        else:
-            pending.append(entry)
-        self._noted[entry.kind, entry.operation_id] = entry
-        self._view = None
 
     async def record_operation(self, entry: OperationJournalEntry) -> DurableCheckpoint:
         """Journal ``entry`` under this claim, with everything noted before it, as one write."""
@@ -393,74 +303,102 @@ class Lease:
         return await self._write([*self._pending, entry])
 
     async def flush(self) -> None:
-        """Store what was noted, if anything (before the lease is given up)."""
-        if self._pending:
+        """Store what was noted or emitted, if anything (before the lease is given up)."""
+        if self._pending or (self._events and self.use.batches):
             await self._write(list(self._pending))
 
     async def _write(self, entries: list[OperationJournalEntry]) -> DurableCheckpoint:
-        noted = len(self._pending)
-        if self.use.batches:
-            written = await cast(Store, self.store).record_operations(
-                self._stored, entries, claim_token=self.token
-            )
-        else:  # a third-party store writes one entry at a time
-            written = self._stored
-            for entry in entries:
-                written = await self.store.record_operation(written, entry, claim_token=self.token)
-        return self._written(written, noted)
-
-    def _written(self, written: DurableCheckpoint, noted: int) -> DurableCheckpoint:
-        """Adopt ``written``, which stored the first ``noted`` entries noted; entries
-        noted meanwhile (a parallel node's call) still wait for the next write."""
-        later = self._pending[noted:]
-        self.adopt(written)
-        for entry in later:
-            self.note(entry)
-        return written
+        noted, events = len(self._pending), list(self._events)
+        with telemetry.current().store_write("record_operations"):
+            if self.use.batches:
+                written = await cast(Store, self.store).record_operations(
+                    self._stored, entries, claim_token=self.token, events=events
+                )
+            else:  # a third-party store writes one entry at a time; events wait for a whole write
+                events = []
+                written = self._stored
+                for entry in entries:
+                    written = await self.store.record_operation(
+                        written, entry, claim_token=self.token
+                    )
+        return self._taken(written, noted, len(events))
 
     async def commit_step(self, cp: Checkpoint, checkpointer: Checkpointer) -> DurableCheckpoint:
-        """Store the step ``cp`` and the receipts noted, together where the store can.
+        """Store the step ``cp`` with the receipts noted and the events emitted,
+        together where the store can; then deliver the events still pending.
 
         On an agentflow store that holds ``checkpointer``'s steps too
-        (:attr:`use`) it is one :meth:`~agentflow.checkpoint.store.Store.commit_step`;
-        otherwise the receipts are written first, then the step.
+        (:attr:`use`) it is one :meth:`~agentflow.checkpoint.store.Store.commit_step`
+        (which delivers the events itself on SQLite and PostgreSQL); otherwise
+        the receipts are written first, then the step.
         """
         self.check()
         if self.use.together:
-            noted = len(self._pending)
-            written = await cast(Store, self.store).commit_step(
-                cp, self._stored, self._pending[:noted], claim_token=self.token
-            )
-            return self._written(written, noted)
-        await self.flush()
-        await checkpointer.put(cp, if_revision=0)
+            noted, events = len(self._pending), list(self._events)
+            with telemetry.current().store_write("commit_step"):
+                written = await cast(Store, self.store).commit_step(
+                    cp, self._stored, self._pending[:noted], claim_token=self.token, events=events
+                )
+            self._taken(written, noted, len(events))
+        else:
+            await self.flush()
+            with telemetry.current().store_write("put"):
+                await checkpointer.put(cp, if_revision=0)
+        await self.deliver()
         return self.record
 
+    async def deliver(self) -> None:
+        """Deliver the stored record's pending events into the event log (at least
+        once: a conflict or an unavailable store leaves them pending for the next
+        write or holder, and the log accepts each id once)."""
+        if all(entry.state != "pending" for entry in self._stored.event_outbox):
+            return
+        claim = None if self._ended else self.token
+        with contextlib.suppress(DurableConflict, StoreUnavailable):
+            written = await deliver(
+                self.store, self._stored, claim_token=claim, batches=self.use.batches
+            )
+            self._taken(written, len(self._pending), 0)  # noted and emitted: still to write
+
     async def progress(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
-        """Replace the record's content under this claim; the claim stays."""
-        return self.adopt(await self.store.progress(snapshot, claim_token=self.token))
+        """Replace the record's content under this claim (with the events emitted);
+        the claim stays."""
+        with telemetry.current().store_write("progress"):
+            written = await self.store.progress(
+                self.with_events(snapshot, ending=False), claim_token=self.token
+            )
+        self.adopt(written)
+        await self.deliver()
+        return self._stored
 
     async def commit(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
         """Commit the claimed cycle and release the claim."""
         cycle = snapshot.claimed_cycle
         assert cycle is not None
-        committed = replace(snapshot, cycle_index=cycle)
-        return await self._last(self.store.commit(committed, claim_token=self.token))
+        committed = replace(self.with_events(snapshot, ending=True), cycle_index=cycle)
+        return await self._last("commit", self.store.commit(committed, claim_token=self.token))
 
     async def suspend(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
         """Release the claim of a run left ambiguous: it awaits reconciliation."""
-        return await self._last(self.store.suspend(snapshot, claim_token=self.token))
+        suspended = self.with_events(snapshot, ending=False)
+        return await self._last("suspend", self.store.suspend(suspended, claim_token=self.token))
 
     async def finalize(self, snapshot: DurableCheckpoint) -> DurableCheckpoint:
         """Write the terminal result under this claim and release it."""
-        return await self._last(self.store.finalize_claimed(snapshot, claim_token=self.token))
+        terminal = self.with_events(snapshot, ending=True)
+        write = self.store.finalize_claimed(terminal, claim_token=self.token)
+        return await self._last("finalize", write)
 
-    async def _last(self, write: Awaitable[DurableCheckpoint]) -> DurableCheckpoint:
-        """The write that ends the claim; if it fails, :meth:`release` still may."""
+    async def _last(self, operation: str, write: Awaitable[DurableCheckpoint]) -> DurableCheckpoint:
+        """The write that ends the claim; if it fails, :meth:`release` still may.
+        The events it stored are delivered after it, on the unclaimed record."""
         await self._stop_heartbeat()
-        written = await write
+        with telemetry.current().store_write(operation):
+            written = await write
         self._ended = True
-        return self.adopt(written)
+        self.adopt(written)
+        await self.deliver()
+        return self._stored
 
     def check(self) -> None:
         """Raise :class:`LeaseLost` if a renewal was refused: start nothing more."""
@@ -484,7 +422,7 @@ class Lease:
         try:
             await self._renew(self.lease_ms)
         except LeaseLost as lost:
-            self.lost = lost
+            self._lose(lost)
             raise
 
     async def _renew(self, lease_ms: int) -> None:
@@ -492,6 +430,13 @@ class Lease:
         key = self.record.checkpoint_key
         await self.store.renew_claim(key, claim_token=self.token, lease_ms=lease_ms)
         self.live_until = sent + lease_ms / 1000
+        telemetry.current().lease_renewed(key)
+
+    def _lose(self, lost: LeaseLost) -> None:
+        """Fence this holder: a renewal was refused (noted once, by whoever saw it first)."""
+        if self.lost is None:
+            self.lost = lost
+            telemetry.current().lease_lost(self.record.checkpoint_key, str(lost))
 
     async def _beat(self) -> None:
         interval = self.lease_ms / 3000
@@ -500,7 +445,7 @@ class Lease:
             try:
                 await self._renew(self.lease_ms)
             except LeaseLost as lost:
-                self.lost = lost
+                self._lose(lost)
                 return
             except StoreUnavailable:
                 continue  # try again next beat; the lease may still be live

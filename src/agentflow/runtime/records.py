@@ -35,16 +35,18 @@ from agentflow.durable import (
     CheckpointStatus,
     CycleConflict,
     DurableCheckpoint,
+    DurableConflict,
     DurableStore,
     OperationJournalEntry,
     RecoveryRequired,
     ResumePolicy,
     admission,
 )
-from agentflow.errors import InvalidArgument
+from agentflow.errors import InvalidArgument, StoreUnavailable
 from agentflow.runtime.durability import RunDefinition
 from agentflow.runtime.errors import StepClaimed
 from agentflow.runtime.leases import RELEASE_MS, Lease, StoreUse
+from agentflow.runtime.lifecycle import created, deliver
 
 __all__ = ["CARRIED", "SCOPE", "Records", "carried_of", "carrying", "durable_of", "finished"]
 
@@ -129,7 +131,8 @@ class Records:
         self.released: set[str] = set()
 
     def _new(self, thread: str) -> DurableCheckpoint:
-        return DurableCheckpoint.new(
+        """A new record of ``thread``, its ``checkpoint_created`` event queued."""
+        record = DurableCheckpoint.new(
             self.definition.stored,
             thread,
             task_id=thread,
@@ -137,6 +140,7 @@ class Records:
             trace_id=uuid.uuid4().hex,
             shared_state={SCOPE: self.store.namespace or ""},
         )
+        return replace(record, event_outbox=[created(record)])
 
     async def start(self, first: Checkpoint) -> Lease:
         """Store a new run's first step with its new record, claimed (the store is an
@@ -161,6 +165,13 @@ class Records:
         record = await self.store.load(thread)
         assert record is not None
         return record
+
+    async def deliver_ended(self, record: DurableCheckpoint) -> None:
+        """Deliver the events an ended run's last holder left pending (it died between
+        its last write and their delivery), as the original does when it finds a
+        terminal record; a racing delivery or an unavailable store leaves them."""
+        with contextlib.suppress(DurableConflict, StoreUnavailable):
+            await deliver(self.store, record, claim_token=None, batches=self.use.batches)
 
     def admit(self, record: DurableCheckpoint) -> Admission:
         """Refuse a record another definition wrote (before any claim or call).

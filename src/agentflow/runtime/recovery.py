@@ -27,7 +27,6 @@ from agentflow.durable import (
     CheckpointStatus,
     DurableCheckpoint,
     DurableStore,
-    EventOutboxEntry,
     OperationError,
     OperationJournalEntry,
     OperationKind,
@@ -36,9 +35,9 @@ from agentflow.durable import (
     ReconciliationDecisionKind,
     ResumeObservation,
     policy_decision,
-    stable_event_id,
 )
 from agentflow.durable.errors import DurableError
+from agentflow.runtime import lifecycle, telemetry
 from agentflow.runtime.durability import Durability
 from agentflow.runtime.errors import (
     DecisionStale,
@@ -137,26 +136,6 @@ def _settled(
     return entry.fail(OperationError(error.code, error.message, error.retryable))
 
 
-def _with_event(
-    record: DurableCheckpoint, kind: str, entry: OperationJournalEntry, attempt: int
-) -> DurableCheckpoint:
-    """``record`` with an outbox event about ``entry`` (once per id)."""
-    key = record.checkpoint_key
-    event_id = stable_event_id(key, kind, [entry.operation_id, str(attempt)])
-    if any(item.event_id == event_id for item in record.event_outbox):
-        return record
-    event = {
-        "type": kind,
-        "run_id": key,
-        "operation_id": entry.operation_id,
-        "operation_kind": entry.kind.value,
-        "attempt": attempt,
-        "risk": MODEL_RISK if entry.kind is OperationKind.MODEL else TOOL_RISK,
-    }
-    pending = EventOutboxEntry.pending(event_id, event)
-    return replace(record, event_outbox=[*record.event_outbox, pending])
-
-
 def _replace_entry(record: DurableCheckpoint, entry: OperationJournalEntry) -> DurableCheckpoint:
     journal = [
         entry if e.operation_id == entry.operation_id else e for e in record.journal(entry.kind)
@@ -181,7 +160,9 @@ def _aborted(record: DurableCheckpoint, reconciliation: Reconciliation) -> Durab
 async def _write(
     lease: Lease, record: DurableCheckpoint, decided: Sequence[Reconciliation]
 ) -> DurableCheckpoint:
-    """Apply ``decided`` to ``record`` and store the outcome as one write under ``lease``."""
+    """Apply ``decided`` to ``record`` and store the outcome as one write under ``lease``,
+    with the lifecycle events of each decision (the original's, in its order: the
+    ambiguity, then what was decided)."""
     aborted: Reconciliation | None = None
     for reconciliation in decided:
         decision = reconciliation.decision
@@ -190,16 +171,22 @@ async def _write(
             for e in _ambiguous(record)
             if e.operation_id == reconciliation.observation.operation_id
         )
+        lease.emit(lifecycle.ambiguous(record, entry))
+        telemetry.current().reconciled(
+            record.checkpoint_key, entry.operation_id, decision.kind.value, reconciliation.by
+        )
         if decision.kind is _D.DEFER:
-            record = _with_event(record, "reconciliation_required", entry, entry.attempt)
+            lease.emit(lifecycle.required(record, entry, reconciliation.observation))
         elif decision.kind is _D.ABORT:
             decision.validate()
             aborted = aborted or reconciliation
         else:
             settled = _settled(entry, decision)
-            if decision.kind is _D.RETRY and entry.kind is OperationKind.MODEL:
-                record = _with_event(record, "model_retry_duplicate_risk", entry, settled.attempt)
+            model = entry.kind is OperationKind.MODEL
+            if decision.kind is _D.RETRY and model and reconciliation.by == "policy":
+                lease.emit(lifecycle.duplicate_risk(record, entry))
             record = _replace_entry(record, settled)
+            lease.emit(lifecycle.resolved(record, entry, decision.kind))
     if aborted is not None:
         return await lease.finalize(_aborted(record, aborted))
     if record.has_ambiguous_operation():
@@ -238,8 +225,7 @@ async def recover(lease: Lease, durability: Durability) -> list[Reconciliation]:
                 durability.tool_policy,
             )
             decided.append(Reconciliation(observation, decision, "policy"))
-    if decided or started:
-        await _write(lease, record, decided)
+    await _write(lease, record, decided)  # always: the claim's checkpoint_resumed rides it
     return decided
 
 
@@ -293,22 +279,23 @@ async def record_decision(
         return record
     if decision.kind is not _D.ABORT:
         _settled(entry, decision)  # refuse a decision that does not fit the call
-    lease = await Lease.take(
-        store,
-        record,
-        owner=owner,
-        lease_ms=lease_ms,
-        step=step,
-        released=released,
-        use=StoreUse.of(store),
-    )
-    try:
-        entry = _current(lease.record, thread, operation_id, attempt)  # as claimed
-        chosen = Reconciliation(observation_of(entry), decision, "operator")
-        written = await _write(lease, lease.record, [chosen])
-    finally:
-        await lease.release()
-    return written
+    with telemetry.recording(None, thread, "agentflow.reconcile"):
+        lease = await Lease.take(
+            store,
+            record,
+            owner=owner,
+            lease_ms=lease_ms,
+            step=step,
+            released=released,
+            use=StoreUse.of(store),
+        )
+        try:
+            entry = _current(lease.record, thread, operation_id, attempt)  # as claimed
+            chosen = Reconciliation(observation_of(entry), decision, "operator")
+            written = await _write(lease, lease.record, [chosen])
+        finally:
+            await lease.release()
+        return written
 
 
 def _current(

@@ -76,6 +76,8 @@ async def ended(checkpointer: Checkpointer, cp: Checkpoint, how: str) -> Nothing
 async def settle_cycle(records: Records, durability: Durability, cp: Checkpoint) -> RunResult:
     """End the cycle a dead holder left after storing ``cp`` (a suspend or the end)."""
     record = await records.store.load(cp.thread)
+    if record is not None and record.terminal_result is not None:
+        await records.deliver_ended(record)
     if record is None or record.claim_token is None or record.terminal_result is not None:
         return await where(records.store, cp)
     try:

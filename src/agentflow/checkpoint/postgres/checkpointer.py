@@ -18,6 +18,7 @@ delete is one transaction.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
@@ -34,6 +35,7 @@ from agentflow.checkpoint.postgres.connections import KeptConnections
 from agentflow.checkpoint.postgres.driver_errors import address_of, driver_error
 from agentflow.checkpoint.postgres.events import PostgresEvents
 from agentflow.checkpoint.postgres.fleet import PostgresFleet
+from agentflow.checkpoint.postgres.outbox import deliver_in
 from agentflow.checkpoint.postgres.rows import decode_run, row_params, step_params, write_params
 from agentflow.checkpoint.postgres.runs import PostgresRuns
 from agentflow.checkpoint.postgres.runs_sql import Statement, Statements
@@ -90,6 +92,7 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
     """
 
     kind = "postgres"
+    delivers_in_step = True
 
     def __init__(
         self,
@@ -209,7 +212,8 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
     async def _commit_step(
         self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
     ) -> tuple[int | None, DurableCheckpoint]:
-        """The record write and the step's put as one statement, so one commit.
+        """The record write and the step's put as one statement, so one commit (with
+        the events pending after it appended and recorded delivered: one transaction).
 
         The head's guard also requires the step to be absent, so a refused
         guard or an existing step writes nothing; a put racing in after the
@@ -219,9 +223,18 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
         shape, params = write_params(self._namespace, write, step=True)
         params.update(step_params(encode()))
         statement = self._sql.write(shape)
+        delivery = await self._delivery("commit_step", write.record)
+        record = write.record
         async with self._connections.lease() as conn:
             try:
-                applied, lease, found = await conn.fetchrow(statement.text, *statement.args(params))
+                async with conn.transaction() if delivery else contextlib.nullcontext():
+                    applied, lease, found = await conn.fetchrow(
+                        statement.text, *statement.args(params)
+                    )
+                    if delivery and applied and found is None:
+                        record = await deliver_in(
+                            conn, self._sql, self._namespace, record, delivery
+                        )
             except asyncpg.UniqueViolationError:
                 found = await conn.fetchval(self._sql.cp["revision"], self._namespace, thread, step)
                 if found is None:
@@ -231,7 +244,7 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
             return found, write.record
         if not applied:
             raise await self._refusal("commit_step", write)
-        return None, replace(write.record, lease_expires_at_ms=lease)
+        return None, replace(record, lease_expires_at_ms=lease)
 
     async def _start_run(
         self,
@@ -241,8 +254,9 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
         claim_token: str,
         lease_ms: int,
     ) -> tuple[int | None, DurableCheckpoint | None]:
-        """The step's put, the record's insert and its claim in one transaction: one
-        commit, nothing written when the step or a record was there first."""
+        """The step's put, the record's insert, its claim and the delivery of its
+        pending events in one transaction: one commit, nothing written when the step
+        or a record was there first."""
         enc, sql, ns = encode(), self._sql.cp, self._namespace
         row = self._parts.encode_row(checkpoint)
         columns = (enc.ts_us, enc.interrupted, enc.done, enc.ts, enc.wake_at, enc.payload)
@@ -254,6 +268,8 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
             "lease_ms": lease_ms,
             "recovery": 0,
         }
+        delivery = await self._delivery("start_run", checkpoint)
+        done = None
         try:
             async with self._connections.lease() as conn, conn.transaction():
                 put = (ns, thread, 0, *columns, enc.wake_us)
@@ -263,9 +279,17 @@ class PostgresCheckpointer(PostgresRuns, PostgresEvents, PostgresFleet, StoreBas
                 if not await conn.fetchval(create.text, *create.args(params)):
                     raise _RecordExists
                 _now, _seen, *claimed = await conn.fetchrow(claim.text, *claim.args(claim_params))
+                if delivery is not None:
+                    done = await deliver_in(conn, self._sql, ns, checkpoint, delivery)
         except _RecordExists:
             return None, None
-        return None, decode_run(self._parts, thread, claimed)
+        started = decode_run(self._parts, thread, claimed)
+        if done is None:
+            return None, started
+        # the claim read the record before its events were delivered
+        return None, replace(
+            started, event_outbox=done.event_outbox, event_cursor=done.event_cursor
+        )
 
     async def _delete_thread(self, thread: str, force: bool) -> bool:
         """Record (refused on a live lease), events, steps and summary in one transaction."""

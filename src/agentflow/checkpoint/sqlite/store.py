@@ -37,6 +37,7 @@ from agentflow.checkpoint.plans import Write
 from agentflow.checkpoint.sqlite.checkpoints import SqliteCheckpoints, checked_size, put_rows
 from agentflow.checkpoint.sqlite.events import SqliteEvents
 from agentflow.checkpoint.sqlite.fleet import SqliteFleet
+from agentflow.checkpoint.sqlite.outbox import deliver_in
 from agentflow.checkpoint.sqlite.runs import apply_write, delete_run, refused
 from agentflow.checkpoint.sqlite.sql import DELETE_EVENTS, DELETE_STEPS, DELETE_SUMMARY, REVISION
 from agentflow.checkpoint.sqlite.workers import PairKey
@@ -82,6 +83,7 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteFleet, SqliteEvents, StoreBase
     """
 
     kind = "sqlite"
+    delivers_in_step = True
 
     def __init__(
         self,
@@ -126,30 +128,35 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteFleet, SqliteEvents, StoreBase
         self, thread: str, step: int, encode: Callable[[], EncodedCheckpoint], write: Write
     ) -> tuple[int | None, DurableCheckpoint]:
         """One writer job, so one transaction and one commit: the step must be new,
-        then the guarded record write, then the put. A refusal of either is a
-        result, so nothing of this step is written and its group commits the rest."""
+        then the guarded record write, the put, and the events pending after the write
+        appended and recorded delivered. A refusal of either is a result, so nothing
+        of this step is written and its group commits the rest."""
         namespace = self._namespace
+        delivery = await self._delivery("commit_step", write.record)
 
-        def prepare() -> Callable[[sqlite3.Connection], tuple[Any, Any, Any]]:
+        def prepare() -> Callable[[sqlite3.Connection], tuple[Any, Any, Any, Any]]:
             encoded = checked_size(encode())
 
-            def apply(conn: sqlite3.Connection) -> tuple[Any, Any, Any]:
+            def apply(conn: sqlite3.Connection) -> tuple[Any, Any, Any, Any]:
                 existing = conn.execute(REVISION, (namespace, thread, step)).fetchall()
                 if existing:
-                    return existing[0][0], None, None
+                    return existing[0][0], None, None, None
                 lease, found = apply_write(conn, namespace, write)
-                if found is None:
-                    put_rows(conn, namespace, encoded)
-                return None, lease, found
+                if found is not None:
+                    return None, lease, found, None
+                put_rows(conn, namespace, encoded)
+                if delivery is None:
+                    return None, lease, None, write.record
+                return None, lease, None, deliver_in(conn, namespace, write.record, delivery)
 
             return apply
 
-        existing, lease, found = await self._prepared("commit_step", prepare)
+        existing, lease, found, record = await self._prepared("commit_step", prepare)
         if existing is not None:
             return int(existing), write.record
         if found is not None:
             raise refused(write, found)
-        return None, replace(write.record, lease_expires_at_ms=lease)
+        return None, replace(record, lease_expires_at_ms=lease)
 
     async def _start_run(
         self,
@@ -160,28 +167,32 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteFleet, SqliteEvents, StoreBase
         lease_ms: int,
     ) -> tuple[int | None, DurableCheckpoint | None]:
         """One writer job, so one transaction and one commit: the step and the record
-        must both be new, then the record's insert, its claim and the step's put."""
+        must both be new, then the record's insert, its claim, the step's put and the
+        record's pending events appended and recorded delivered."""
         namespace = self._namespace
         cycle = checkpoint.cycle_index + 1
         insert = self._inserted(checkpoint)
         claim = self._claiming(thread, cycle, claim_token, lease_ms, ClaimMode.CONTINUE)
+        delivery = await self._delivery("start_run", checkpoint)
 
-        def prepare() -> Callable[[sqlite3.Connection], tuple[Any, Any]]:
+        def prepare() -> Callable[[sqlite3.Connection], tuple[Any, Any, Any]]:
             encoded = checked_size(encode())
 
-            def apply(conn: sqlite3.Connection) -> tuple[Any, Any]:
+            def apply(conn: sqlite3.Connection) -> tuple[Any, Any, Any]:
                 existing = conn.execute(REVISION, (namespace, thread, 0)).fetchall()
                 if existing:
-                    return existing[0][0], None
+                    return existing[0][0], None, None
                 if not insert(conn):
-                    return None, None
+                    return None, None, None
                 outcome = claim(conn)  # a fresh record: this claim cannot be refused
                 put_rows(conn, namespace, encoded)
-                return None, outcome
+                if delivery is None:
+                    return None, outcome, None
+                return None, outcome, deliver_in(conn, namespace, checkpoint, delivery)
 
             return apply
 
-        existing, outcome = await self._prepared("start_run", prepare)
+        existing, outcome, done = await self._prepared("start_run", prepare)
         if outcome is None:
             return (None if existing is None else int(existing)), None
         claimed = self._claimed(
@@ -192,6 +203,10 @@ class SqliteCheckpointer(SqliteCheckpoints, SqliteFleet, SqliteEvents, StoreBase
             lease_ms=lease_ms,
             mode=ClaimMode.CONTINUE,
         )
+        if done is not None:  # the claim read the record before its events were delivered
+            claimed = replace(
+                claimed, event_outbox=done.event_outbox, event_cursor=done.event_cursor
+            )
         return None, claimed
 
     async def _delete_thread(self, thread: str, force: bool) -> bool:

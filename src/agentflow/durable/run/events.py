@@ -28,12 +28,16 @@ from agentflow.errors import InvalidCursor
 
 __all__ = [
     "EVENT_CURSOR_SCHEMA",
+    "LIFECYCLE_EVENT_TYPES",
+    "RUN_EVENT_VERSION",
     "AcceptedEvent",
     "AppendOnceResult",
     "EventCursor",
+    "EventDelivery",
     "EventOutboxEntry",
     "EventPage",
     "check_append",
+    "run_event",
     "repeated_append",
     "resolve_append",
     "run_member",
@@ -41,6 +45,18 @@ __all__ = [
 ]
 
 EVENT_CURSOR_SCHEMA = "vv-agent.event-cursor.v1"
+#: The wire version of a run event (the original's ``RunEventVersion::v1``).
+RUN_EVENT_VERSION = "v1"
+#: The lifecycle events a durable run emits, by the original's wire names.
+LIFECYCLE_EVENT_TYPES = (
+    "checkpoint_created",
+    "checkpoint_resumed",
+    "operation_ambiguous",
+    "operation_replayed",
+    "reconciliation_required",
+    "reconciliation_resolved",
+    "model_retry_duplicate_risk",
+)
 _OUTBOX = "checkpoint_event_outbox_invalid"
 _CURSOR = "checkpoint_event_cursor_invalid"
 
@@ -94,6 +110,47 @@ class EventCursor:
         )
         cursor.validate()
         return cursor
+
+
+@dataclass(frozen=True, slots=True)
+class EventDelivery:
+    """Where one outbox entry (its id and digest) landed: what a record's delivery
+    write marks it ``delivered`` with."""
+
+    event_id: str
+    payload_digest: str
+    cursor: EventCursor
+
+
+def run_event(
+    event_type: str,
+    *,
+    event_id: str,
+    run_id: str,
+    trace_id: str,
+    cycle_index: int,
+    agent_name: str,
+    created_at: float,
+    **payload: Any,
+) -> dict[str, Any]:
+    """A run event as the original serializes its ``RunEvent``: the payload's members
+    and ``type`` beside ``version``, ``event_id``, ``run_id``, ``trace_id``,
+    ``created_at`` (seconds, microsecond precision), ``cycle_index`` and
+    ``agent_name`` (no session, parent or metadata members: a durable run's
+    lifecycle events have none)."""
+    for name, value in (("event_id", event_id), ("run_id", run_id), ("trace_id", trace_id)):
+        require_non_empty(value, name)
+    return {
+        **payload,
+        "type": event_type,
+        "version": RUN_EVENT_VERSION,
+        "event_id": event_id,
+        "run_id": run_id,
+        "trace_id": trace_id,
+        "created_at": created_at,
+        "cycle_index": cycle_index,
+        "agent_name": agent_name,
+    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,8 @@ from ``get_latest`` restarts without them. Every refused save is therefore
 
 - logged at ERROR on ``agentflow.integrations.agent_framework`` with its
   stable ``code``, the workflow and the checkpoint id;
-- counted per code in :data:`REFUSED_SAVES` (process-wide);
+- counted per code in :data:`REFUSED_SAVES` (process-wide) and, when OpenTelemetry
+  is configured, in the ``agentflow.checkpoint.refused_saves`` counter;
 - recorded in the workflow's thread as a ``refused`` record on top (see
   :mod:`~agentflow.integrations.agent_framework.records`), so that
   ``get_latest``, in any process, raises
@@ -27,6 +28,7 @@ from typing import Final
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.integrations.agent_framework.records import record
+from agentflow.runtime.telemetry import refused_save
 
 __all__ = ["REFUSED_SAVES", "log_refusal", "logger", "refused_record"]
 
@@ -38,6 +40,7 @@ REFUSED_SAVES: Counter[str] = Counter()
 def log_refusal(code: str, workflow_name: object, checkpoint_id: object, message: str) -> None:
     """Count and log one refused save."""
     REFUSED_SAVES[code] += 1
+    refused_save(code)
     logger.error(
         "checkpoint save refused (%s): workflow %r, checkpoint %r: %s. Agent Framework runs on "
         "without it; get_latest raises CheckpointStale until a later save succeeds",

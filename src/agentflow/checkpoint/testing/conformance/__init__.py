@@ -7,7 +7,8 @@ wants) and provides an async ``harness`` fixture yielding a
 does with a thread whole (records and events beside the checkpoints), and
 :class:`RestoreConformance` the writes ``copy`` and ``rekey`` make with
 (``restore``, ``reseal_event``), :class:`FleetConformance` a worker fleet's
-(``claim_due``, ``list_held``); the records' and events' own suites are in
+(``claim_due``, ``list_held``), :class:`OutboxConformance` how events leave a
+record (queued by a write, delivered once); the records' and events' own suites are in
 :mod:`agentflow.durable.testing`.
 """
 
@@ -24,6 +25,7 @@ from agentflow.checkpoint.testing.conformance.get import GetConformance
 from agentflow.checkpoint.testing.conformance.history import HistoryConformance
 from agentflow.checkpoint.testing.conformance.lifecycle import LifecycleConformance
 from agentflow.checkpoint.testing.conformance.listing import ListingConformance
+from agentflow.checkpoint.testing.conformance.outbox import OutboxConformance
 from agentflow.checkpoint.testing.conformance.prune import PruneConformance
 from agentflow.checkpoint.testing.conformance.put import PutConformance
 from agentflow.checkpoint.testing.conformance.restore import RestoreConformance
@@ -42,6 +44,7 @@ __all__ = [
     "HistoryConformance",
     "LifecycleConformance",
     "ListingConformance",
+    "OutboxConformance",
     "PruneConformance",
     "PutConformance",
     "RestoreConformance",
