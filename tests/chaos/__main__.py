@@ -31,6 +31,8 @@ _COLUMNS = (
     ("idempotent_landed", "idem landed"),
     ("model_calls", "model calls"),
     ("lost", "lost"),
+    ("events", "events"),
+    ("events_pending", "events left pending"),
     ("seconds", "wall s"),
 )
 

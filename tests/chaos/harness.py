@@ -33,9 +33,11 @@ from agentflow.durable import (
     OperationKind,
     OperationState,
     ReconciliationDecision,
+    stable_event_id,
 )
 from agentflow.errors import AgentflowError
 from agentflow.runtime import CompiledGraph, NothingToReconcile, StepClaimed, UnknownOperation
+from agentflow.runtime.lifecycle import deliver
 from tests.chaos.workflow import NON_IDEMPOTENT, TRACE_ENV, Ledger, order_graph, order_input
 from tests.runtime.shared_stores import SharedStore, opened, shared_store
 
@@ -81,6 +83,11 @@ class Figures:
     idempotent_landed: int = 0
     model_calls: int = 0
     lost: int = 0
+    #: Lifecycle events in the runs' event logs, once every run is done.
+    events: int = 0
+    #: Of those, left pending in a record's outbox by a kill after its last write
+    #: (delivered by the next reader, as the runtime does for an ended run).
+    events_pending: int = 0
     seconds: float = 0.0
     violations: list[str] = field(default_factory=list)
 
@@ -381,3 +388,42 @@ async def verdict(session: Session) -> None:
             finals[thread] = dict(latest.state)
     figures.done = len(finals)
     figures.violations.extend(_problems(session, finals))
+    figures.violations.extend(await _event_problems(session))
+
+
+#: The lifecycle events every operator decision of the session implies, by its
+#: (operation, attempt): the ambiguity, the wait for a decision, its resolution.
+_DECIDED = ("operation_ambiguous", "reconciliation_required", "reconciliation_resolved")
+
+
+async def _event_problems(session: Session) -> list[str]:
+    """Every run's event log holds its creation and, for each decision the operator
+    made, the events of the ambiguity it settled, each id once: nothing a kill
+    interrupted is lost (pending events are delivered as the next reader would)."""
+    figures, problems = session.figures, []
+    decided: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for thread, operation, attempt in session.ledger.rows(
+        "SELECT thread, operation, attempt FROM decisions"
+    ):
+        decided[thread].append((operation, attempt))
+    for thread in session.threads:
+        record = await session.runs.load(thread)
+        if record is None:
+            continue  # lost: reported as such
+        pending = [entry for entry in record.event_outbox if entry.state == "pending"]
+        figures.events_pending += len(pending)
+        if pending:
+            await deliver(session.runs, record, claim_token=None, batches=True)
+        page = await session.runs.replay(thread, limit=10_000)
+        ids = [event.event_id for event in page.events]
+        figures.events += len(ids)
+        if len(set(ids)) != len(ids):
+            problems.append(f"{thread}: an event was accepted twice")
+        expected = {stable_event_id(thread, "checkpoint_created", ["0"])}
+        for operation, attempt in decided[thread]:
+            coordinates = [operation, str(attempt)]
+            expected |= {stable_event_id(thread, kind, coordinates) for kind in _DECIDED}
+        missing = expected - set(ids)
+        if missing:
+            problems.append(f"{thread}: {len(missing)} lifecycle event(s) never delivered")
+    return problems

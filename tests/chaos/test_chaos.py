@@ -27,3 +27,4 @@ async def test_runs_killed_at_random_moments_charge_once_and_all_finish(
     assert figures.duplicates == 0
     assert figures.effects == 2 * figures.runs  # charge and email, once per run
     assert figures.idempotent_landed == figures.runs <= figures.idempotent_calls
+    assert figures.events >= figures.runs + 3 * figures.surfaced  # and none missing
