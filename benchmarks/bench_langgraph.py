@@ -18,10 +18,16 @@ hits both alike.
   ``pg_total_relation_size``, MongoDB ``storageSize`` + index size) divided
   by the checkpoints written.
 
-On MongoDB agentflow runs twice: with its default write concern (``j: true``,
-each put waits for the journal) and with ``journal=False``, the
-acknowledgement ``MongoDBSaver`` gets (w:1 without the journal wait), which is
-the like-for-like comparison.
+On MongoDB both savers run at both acknowledgements: w:1 without the journal
+wait (``MongoDBSaver``'s client default, agentflow's ``journal=False``) and
+``j: true`` (each write waits for the journal: agentflow's default, a
+``journal=true`` client for ``MongoDBSaver``). Each agentflow row is compared
+with the stock saver at the same acknowledgement, and the cost of ``j: true``
+is agentflow's journaled steps/s over its unjournaled ones. The contestants'
+order rotates from block to block.
+
+``AGENTFLOW_BENCH_STORES=MongoDB`` (comma-separated: SQLite, PostgreSQL,
+MongoDB) measures those stores only.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Final, TypedDict
 
 from benchmarks.common import Table, median, ms, nested_state, percentile, ratio
 
@@ -125,19 +131,33 @@ class _Sizes:
         return cls(3, 3, 30, 100, 2) if quick else cls(24, 4, 300, 1_000, 5)
 
 
-async def _measure(name: str, contestants: list[_Contestant], sizes: _Sizes) -> Table:
-    for _ in range(sizes.blocks):
-        for contestant in contestants:
+#: A table's ratio rows: (label, ours, theirs), indexes into its contestants.
+Comparisons = list[tuple[str, int, int]]
+#: The ratio row of a database with one stock saver and one AgentflowSaver.
+_STOCK: Final = [("AgentflowSaver / stock", 1, 0)]
+#: MongoDB's: each acknowledgement against the same, and the cost of the journal wait.
+_MONGODB: Final = [
+    ("agentflow / stock, both w:1", 1, 0),
+    ("agentflow / stock, both j:true", 3, 2),
+    ("j:true cost: agentflow j:true / agentflow w:1", 3, 1),
+]
+
+
+async def _measure(
+    name: str, contestants: list[_Contestant], comparisons: Comparisons, sizes: _Sizes
+) -> Table:
+    for block in range(sizes.blocks):
+        for contestant in _rotated(contestants, block):
             await contestant.runs(sizes.runs)
     gets: dict[str, list[float]] = {c.label: [] for c in contestants}
     for i in range(sizes.gets):
-        for contestant in contestants:
+        for contestant in _rotated(contestants, i):
             gets[contestant.label].append(await contestant.get_state(1 + i % contestant.threads))
     for contestant in contestants:
         await contestant.fill_history("long", sizes.history + 1)
     listing: dict[str, list[float]] = {c.label: [] for c in contestants}
-    for _ in range(sizes.history_rounds):
-        for contestant in contestants:
+    for i in range(sizes.history_rounds):
+        for contestant in _rotated(contestants, i):
             listing[contestant.label].append(await contestant.history("long", sizes.history))
     rows = []
     for contestant in contestants:
@@ -145,7 +165,6 @@ async def _measure(name: str, contestants: list[_Contestant], sizes: _Sizes) -> 
         per_step = await contestant.storage() / contestant.checkpoints
         rows.append(
             (
-                contestant.label,
                 steps,
                 percentile(gets[contestant.label], 50),
                 median(listing[contestant.label]),
@@ -162,17 +181,18 @@ async def _measure(name: str, contestants: list[_Contestant], sizes: _Sizes) -> 
             "bytes/step",
         ],
     )
-    for label, steps, get, listed, per_step in rows:
-        table.rows.append([label, f"{steps:,.0f}", ms(get), ms(listed), f"{per_step:,.0f}"])
-    _, _, their_get, their_list, their_bytes = rows[0]
-    stock = contestants[0].blocks
-    for contestant, row in zip(contestants[1:], rows[1:], strict=True):
-        label, _, get, listed, per_step = row
-        paired = zip(contestant.blocks, stock, strict=True)
-        block_ratios = [ours / theirs for ours, theirs in paired]
+    for contestant, (steps, get, listed, per_step) in zip(contestants, rows, strict=True):
+        table.rows.append(
+            [contestant.label, f"{steps:,.0f}", ms(get), ms(listed), f"{per_step:,.0f}"]
+        )
+    for label, ours, theirs in comparisons:
+        _, get, listed, per_step = rows[ours]
+        _, their_get, their_list, their_bytes = rows[theirs]
+        paired = zip(contestants[ours].blocks, contestants[theirs].blocks, strict=True)
+        block_ratios = [mine / other for mine, other in paired]
         table.rows.append(
             [
-                f"{label} / stock",
+                label,
                 f"{median(block_ratios):.2f}x",
                 ratio(their_get, get) + " faster",
                 ratio(their_list, listed) + " faster",
@@ -180,11 +200,17 @@ async def _measure(name: str, contestants: list[_Contestant], sizes: _Sizes) -> 
             ]
         )
     table.notes.append(
-        f"{sizes.blocks} interleaved blocks of {sizes.runs} runs x {NODES} steps each; "
-        f"{sizes.gets} get_state samples; history median of {sizes.history_rounds}; "
-        "the steps/s ratio is the median of the per-block ratios (robust to load bursts)"
+        f"{sizes.blocks} interleaved blocks of {sizes.runs} runs x {NODES} steps each, the "
+        f"contestants' order rotating per block; {sizes.gets} get_state samples; history "
+        f"median of {sizes.history_rounds}; a ratio row's steps/s is the median of the "
+        "per-block ratios (robust to load bursts)"
     )
     return table
+
+
+def _rotated(contestants: list[_Contestant], shift: int) -> list[_Contestant]:
+    shift %= len(contestants)
+    return contestants[shift:] + contestants[:shift]
 
 
 def _sqlite_bytes(path: Path) -> int:
@@ -289,8 +315,10 @@ async def _mongodb() -> AsyncIterator[list[_Contestant]]:
 
     uri = mongodb_uri()
     tag = uuid.uuid4().hex[:8]
-    theirs, ours, fast = f"bench_lg_{tag}", f"bench_af_{tag}", f"bench_afnj_{tag}"
+    names = [f"bench_{kind}_{tag}" for kind in ("lg", "lgj", "af", "afj")]
+    theirs, theirs_journaled, ours, ours_journaled = names
     sync_client: MongoClient[Any] = MongoClient(uri)
+    sync_journaled: MongoClient[Any] = MongoClient(uri, journal=True)
     client: AsyncMongoClient[Any] = AsyncMongoClient(uri)
 
     async def database_bytes(name: str) -> int:
@@ -298,43 +326,58 @@ async def _mongodb() -> AsyncIterator[list[_Contestant]]:
         stats = await client[name].command("dbStats")
         return int(stats["storageSize"] + stats["indexSize"])
 
+    def stock(label: str, saver_client: MongoClient[Any], name: str) -> _Contestant:
+        saver = MongoDBSaver(saver_client, db_name=name)
+        return _Contestant(label, _graph(saver), lambda: database_bytes(name))
+
+    def agentflow(label: str, cp: MongoCheckpointer, name: str) -> _Contestant:
+        return _Contestant(label, _graph(AgentflowSaver(cp)), lambda: database_bytes(name))
+
     try:
         async with (
-            MongoCheckpointer(client=client, database=ours) as cp,
-            MongoCheckpointer(client=client, database=fast, journal=False) as unjournaled,
+            MongoCheckpointer(client=client, database=ours, journal=False) as unjournaled,
+            MongoCheckpointer(client=client, database=ours_journaled) as journaled,
         ):
             yield [
-                _Contestant(
-                    "MongoDBSaver",
-                    _graph(MongoDBSaver(sync_client, db_name=theirs)),
-                    lambda: database_bytes(theirs),
+                stock("MongoDBSaver (w:1)", sync_client, theirs),
+                agentflow(
+                    "AgentflowSaver(MongoCheckpointer, journal=False: w:1)", unjournaled, ours
                 ),
-                _Contestant(
-                    "AgentflowSaver(MongoCheckpointer, j:true)",
-                    _graph(AgentflowSaver(cp)),
-                    lambda: database_bytes(ours),
-                ),
-                _Contestant(
-                    "AgentflowSaver(MongoCheckpointer, journal=False)",
-                    _graph(AgentflowSaver(unjournaled)),
-                    lambda: database_bytes(fast),
+                stock("MongoDBSaver (w:1, j:true)", sync_journaled, theirs_journaled),
+                agentflow(
+                    "AgentflowSaver(MongoCheckpointer, default: w:1, j:true)",
+                    journaled,
+                    ours_journaled,
                 ),
             ]
     finally:
-        for name in (theirs, ours, fast):
+        for name in names:
             await client.drop_database(name)
         await client.close()
         sync_client.close()
+        sync_journaled.close()
+
+
+#: ``AGENTFLOW_BENCH_STORES=MongoDB`` (comma-separated) measures those stores only.
+_ONLY = os.environ.get("AGENTFLOW_BENCH_STORES")
 
 
 async def run(quick: bool) -> list[Table]:
     sizes = _Sizes.of(quick)
     tables = []
     with tempfile.TemporaryDirectory(prefix="bench-langgraph-") as tmp:
-        async with _sqlite(tmp) as contestants:
-            tables.append(await _measure("SQLite", contestants, sizes))
-    async with _postgres() as contestants:
-        tables.append(await _measure("PostgreSQL", contestants, sizes))
-    async with _mongodb() as contestants:
-        tables.append(await _measure("MongoDB", contestants, sizes))
+        races: dict[str, tuple[Callable[[], Any], Comparisons]] = {
+            "SQLite": (lambda: _sqlite(tmp), _STOCK),
+            "PostgreSQL": (_postgres, _STOCK),
+            "MongoDB": (_mongodb, _MONGODB),
+        }
+        names = list(races) if _ONLY is None else [name.strip() for name in _ONLY.split(",")]
+        if unknown := set(names) - set(races):
+            raise SystemExit(
+                f"AGENTFLOW_BENCH_STORES: unknown {sorted(unknown)}, known {list(races)}"
+            )
+        for name in names:
+            race, comparisons = races[name]
+            async with race() as contestants:
+                tables.append(await _measure(name, contestants, comparisons, sizes))
     return tables
