@@ -21,6 +21,7 @@ from agentflow.checkpoint.stores import has_password, local_path, without_passwo
 from agentflow.cli import commands, records, run_commands
 from agentflow.cli.copy_command import copy
 from agentflow.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, exit_status
+from agentflow.cli.events_command import events
 from agentflow.cli.interrupts import Continuation, interrupt_at_once, repeated_command
 from agentflow.cli.keys import keyring_from_args
 from agentflow.cli.logs import masked_logs
@@ -59,6 +60,7 @@ COMMANDS: dict[str, tuple[Command, Creates]] = {
     "prune": (commands.prune, "nothing"),
     "delete": (commands.delete, "nothing"),
     "journal": (records.journal, "nothing"),
+    "events": (events, "nothing"),
     "reconcile": (records.reconcile, "nothing"),
     "resume": (run_commands.resume, "nothing"),
     "fork": (run_commands.fork, "nothing"),

@@ -212,6 +212,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("journal", "a thread's journaled external calls, their states, and what waits")
     thread_argument(p)
 
+    p = add("events", "a run's lifecycle events, read from the store's event log in order")
+    thread_argument(p, "the run whose events to read")
+    p.add_argument(
+        "--follow", action="store_true", help="keep reading new events as they come (Ctrl-C stops)"
+    )
+    p.add_argument(
+        "--interval",
+        type=INTERVAL,
+        default=1.0,
+        help="with --follow, seconds between two reads of the log (default 1)",
+    )
+
     decisions = "\n".join(
         textwrap.fill(text, 78, initial_indent=f"  {name:<15} ", subsequent_indent=" " * 18)
         for name, text in DECISION_HELP.items()
