@@ -108,7 +108,8 @@ async def test_racing_writers_leave_the_indexes_exact(tmp_path: Path) -> None:
                 calls.append(cp.put(_with_status(thread, step, status, rng.choice(wakes))))
         await asyncio.gather(*calls)
         infos = await a.list_threads()
-        assert {i.status for i in infos} == set(STATUSES)
+        # which racing put lands last depends on scheduling: the threads end in some mix
+        assert len({i.status for i in infos}) > 1
         assert _entries(root) == _expected(infos)  # exact before any listing repairs
         await _assert_indexes_match(b, root)
 

@@ -30,8 +30,9 @@ pytestmark = on_process_backends
 TRIALS = 3
 RUNS = 4
 WORKERS = 3
-#: Seconds the workers may take to finish every run (a generous bound, not a measure).
-DEADLINE = 60.0
+#: Seconds the workers may take to finish every run (a generous bound, not a measure:
+#: on a loaded machine a stalled heartbeat loses a lease and the step starts over).
+DEADLINE = 120.0
 
 
 @pytest.fixture(params=PROCESS_BACKENDS)
@@ -81,7 +82,7 @@ async def _due_runs(store: SharedStore, ledger: Path) -> None:
     async with opened(*store.args) as opened_store:
         compiled = slow_charge_graph().compile(opened_store)
         for i in range(RUNS):
-            state = {"slow": 8 * LEASE.total_seconds(), "ledger": str(ledger)}
+            state = {"slow": 4 * LEASE.total_seconds(), "ledger": str(ledger)}
             await compiled.run(state, thread=f"run-{i}")
         assert len(await Worker([compiled]).due()) == RUNS
 
