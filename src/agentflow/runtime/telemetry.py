@@ -73,20 +73,20 @@ class CallSpan:
 
 
 class Recorder:
-    """The hooks, doing nothing: what runs when no OpenTelemetry SDK is configured."""
+    """The hooks, doing nothing: what runs when no OpenTelemetry SDK is configured.
+
+    Its context managers are made once and reused, so a hook costs a method call."""
 
     __slots__ = ()
 
-    @contextlib.contextmanager
-    def step(self, thread: str, step: int) -> Iterator[None]:
-        yield
+    def step(self, thread: str, step: int) -> contextlib.AbstractContextManager[None]:
+        return _NOTHING
 
-    @contextlib.contextmanager
     def call(
         self, thread: str, step: int, entry: OperationJournalEntry, name: str
-    ) -> Iterator[CallSpan]:
+    ) -> contextlib.AbstractContextManager[CallSpan]:
         """Around one journaled call of ``entry`` (``name``: the tool or model)."""
-        yield _OFF_CALL
+        return _NO_CALL
 
     def call_outcome(self, span: CallSpan, outcome: str) -> None:
         """``outcome``: ``succeeded``, ``failed``, ``ambiguous`` or ``replayed``."""
@@ -100,13 +100,13 @@ class Recorder:
     def reconciled(self, thread: str, operation_id: str, decision: str, by: str) -> None:
         pass
 
-    @contextlib.contextmanager
-    def store_write(self, operation: str) -> Iterator[None]:
+    def store_write(self, operation: str) -> contextlib.AbstractContextManager[None]:
         """Around one write of the run to its store (its commit latency)."""
-        yield
+        return _NOTHING
 
 
-_OFF_CALL: Final = CallSpan(None)
+_NOTHING: Final = contextlib.nullcontext()
+_NO_CALL: Final = contextlib.nullcontext(CallSpan(None))
 
 #: The recorder that records nothing.
 OFF: Final = Recorder()
