@@ -63,7 +63,7 @@ def _stored_version(path: Path) -> Any:
 async def test_schema_version_recorded_and_newer_file_refused(db: Path) -> None:
     async with SqliteCheckpointer(db) as cp:
         await cp.put(make_checkpoint("t", 0))
-    assert _stored_version(db) == SCHEMA_VERSION == 4
+    assert _stored_version(db) == SCHEMA_VERSION == 5
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute("UPDATE agentflow_meta SET value = ?", (SCHEMA_VERSION + 1,))
     async with SqliteCheckpointer(db) as cp:

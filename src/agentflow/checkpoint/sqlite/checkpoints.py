@@ -3,9 +3,10 @@
 Puts are encoded on the writer thread (the *prepare* step of its group
 commit), so a slow redactor or a many-megabyte state never stalls the event
 loop; reads run on the reader thread and never wait behind the writer's
-fsync (WAL). The summary row is written in the same transaction as each put,
+fsync (WAL). The summary row is kept in the same transaction as each put,
 prune and delete, so listing threads (by status too) and finding due timers
-cost O(page), not a scan of every checkpoint.
+cost O(page), not a scan of every checkpoint; a put writes it only when the
+thread's status changes, so most commits write the step's pages alone.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def put_rows(conn: sqlite3.Connection, namespace: str, cp: EncodedCheckpoint) ->
     conn.execute(
         UPSERT, (*key, cp.ts_us, cp.ts, *status, cp.wake_at, cp.payload, waiting_us, cp.status)
     )
-    conn.execute(UPSERT_SUMMARY, (*key, *status, cp.ts, cp.wake_at, cp.status, waiting_us))
+    conn.execute(UPSERT_SUMMARY, (*key, *status, cp.wake_at, cp.status, waiting_us))
 
 
 def _summaries(rows: Any) -> list[ThreadInfo]:
@@ -86,6 +87,8 @@ def _summaries(rows: Any) -> list[ThreadInfo]:
     for thread, step, interrupted, done, ts, wake_at, run_status in rows:
         if run_status is not None and run_status not in _THREAD_STATUSES:
             raise CheckpointCorrupted(f"thread {thread!r}: the stored run status is damaged")
+        if step is None:
+            raise CheckpointCorrupted(f"thread {thread!r}: a summary without a stored step")
         infos.append(
             ThreadInfo(thread, step, bool(interrupted), bool(done), ts, wake_at, run_status)
         )

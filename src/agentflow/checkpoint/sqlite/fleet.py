@@ -19,7 +19,7 @@ from typing import Any, Final
 from agentflow.checkpoint.fleet import DueClaim, DueRun, FleetBase, held_params
 from agentflow.checkpoint.rows import summary_of
 from agentflow.checkpoint.sqlite.runs import SqliteRuns, head_from
-from agentflow.checkpoint.sqlite.sql import HEAD_COLUMNS
+from agentflow.checkpoint.sqlite.sql import HEAD_COLUMNS, LATEST_STEP
 from agentflow.checkpoint.timestamps import wall_clock_ms
 from agentflow.durable.enums import CheckpointStatus, ClaimMode
 from agentflow.durable.store import RunSummary
@@ -30,7 +30,7 @@ __all__ = ["SqliteFleet"]
 _MAX: Final = MAX_WIRE_INTEGER
 _IN_DEFINITIONS: Final = "IN (SELECT value FROM json_each(:definitions))"
 #: The rules of due_claim_mode over the due threads' records, in wake order.
-_DUE: Final = f"""SELECT r.key, t.latest_step, r.cycle_index,
+_DUE: Final = f"""SELECT r.key, {LATEST_STEP}, r.cycle_index,
     r.lease_expires_at_ms IS NOT NULL OR r.ambiguous
     FROM agentflow_threads t JOIN agentflow_runs r
         ON r.namespace = t.namespace AND r.key = t.thread AND r.part = 0

@@ -38,8 +38,10 @@ __all__ = ["SCHEMA_VERSION", "open_connection", "transaction"]
 #: 1: checkpoints and summaries; 2: status and wake instant in the summary;
 #: 3: one store: records (their journal entries as rows), events, and the
 #: status a record imposes on its thread's summary; 4: each record's run
-#: definition digest, and the claimed records indexed by claim token.
-SCHEMA_VERSION: Final = 4
+#: definition digest, and the claimed records indexed by claim token; 5: the
+#: summary without the latest step's number and instant (read from the step's
+#: row), so a put that keeps the thread's status leaves the summary unwritten.
+SCHEMA_VERSION: Final = 5
 #: ``RETURNING`` (3.35), ``iif`` (3.32), ``DROP COLUMN`` (3.35) and STRICT tables (3.37).
 _MIN_SQLITE: Final = (3, 37, 0)
 
@@ -54,7 +56,8 @@ _EVENTS_DDL: Final = """CREATE TABLE agentflow_events (seq INTEGER PRIMARY KEY A
     run_id TEXT, parent_run_id TEXT, event BLOB NOT NULL, UNIQUE (namespace, event_id)) STRICT"""
 # Payload last: reading the small columns never touches its overflow pages.
 # A thread's summary carries its latest step's status, the status its record
-# imposes (if any), and its wake instant only while it waits on a timer.
+# imposes (if any), and its wake instant only while it waits on a timer; the
+# latest step itself is found by the checkpoints' primary key.
 # STRICT record tables: a column holds only its declared type, so a comparison
 # in a guard never meets SQLite's type affinity (text "1" is not the integer 1).
 _TABLES: Final = (
@@ -64,9 +67,9 @@ _TABLES: Final = (
     wake_us INTEGER, status TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (namespace, thread, step))""",
     """CREATE TABLE agentflow_threads (namespace TEXT NOT NULL, thread TEXT NOT NULL,
-    latest_step INTEGER NOT NULL, interrupted INTEGER NOT NULL, done INTEGER NOT NULL,
-    ts TEXT NOT NULL, wake_at TEXT, status TEXT NOT NULL DEFAULT '', wake_us INTEGER,
-    run_status TEXT, PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
+    interrupted INTEGER NOT NULL, done INTEGER NOT NULL, wake_at TEXT,
+    status TEXT NOT NULL DEFAULT '', wake_us INTEGER, run_status TEXT,
+    PRIMARY KEY (namespace, thread)) WITHOUT ROWID""",
 )
 _PARTS: Final = (
     _RUNS_DDL,
@@ -127,6 +130,12 @@ _MOVE_DURABLE_1: Final = (
 #: digest, so a worker fleet claims its own graphs' due runs and counts their live
 #: leases (``claim_due``); a record written before keeps NULL: any definition.
 _MIGRATE_3_TO_4: Final = ("ALTER TABLE agentflow_runs ADD COLUMN definition TEXT",)
+#: From version 4 to 5: the summary's copy of its latest step's number and instant goes
+#: (every other summary column, and every index, is kept as it was).
+_MIGRATE_4_TO_5: Final = (
+    "ALTER TABLE agentflow_threads DROP COLUMN latest_step",
+    "ALTER TABLE agentflow_threads DROP COLUMN ts",
+)
 _OLD_JOURNALS: Final = f"""SELECT namespace, key, model_journal, tool_journal
     FROM agentflow_durable_runs WHERE part = {HEAD_PART}"""
 _META: Final = "SELECT value FROM agentflow_meta WHERE key = ?"
@@ -251,12 +260,13 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
             version = _meta(conn, "schema_version")
             if version is None:
                 _create(conn)
-            elif version in (1, 2, 3):
+            elif version in (1, 2, 3, 4):
                 if version == 1:
                     _migrate_from_1(conn)
                 if version in (1, 2):
                     _migrate_from_2(conn, path)
-                for statement in _MIGRATE_3_TO_4:
+                later = (*(_MIGRATE_3_TO_4 if version < 4 else ()), *_MIGRATE_4_TO_5)
+                for statement in later:
                     conn.execute(statement)
                 conn.execute(
                     "UPDATE agentflow_meta SET value = ? WHERE key = 'schema_version'",

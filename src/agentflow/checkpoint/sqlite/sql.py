@@ -1,9 +1,9 @@
 """The statements of the SQLite store, over the tables of :mod:`.schema`.
 
 Checkpoints: one row per step, and one summary row per thread that every put,
-prune and delete keeps right in its own transaction (latest step, status,
-wake instant, and the status the thread's record imposes), so listings cost
-O(page).
+prune and delete keeps right in its own transaction (the latest step's status
+and wake instant, and the status the thread's record imposes), so listings cost
+O(page): each summary is read with its latest step's row, found by one seek.
 
 Records: a run is two rows of ``agentflow_runs``, its **head** (``part = 0``:
 every head column) and its **body** (``part = 1``), so a claim, a renewal or
@@ -66,16 +66,26 @@ RUN_STATUS_OF: Final = (
 #: The status the record of thread ``?2`` of namespace ``?1`` imposes.
 _RECORD_STATUS: Final = f"""(SELECT {RUN_STATUS_OF} FROM agentflow_runs
     WHERE namespace = ?1 AND key = ?2 AND part = {HEAD_PART})"""
-#: A new summary takes the record's status; an existing one keeps the one it has.
+#: The thread's summary when step ``?3`` is its latest: a new one takes the record's
+#: status, an existing one keeps the one it has and is written only when the step's
+#: status columns differ from its own. The latest step and its instant are read from
+#: the step's own row (:data:`_SUMMARIES`), so the usual put (a running step after a
+#: running step) leaves the summary's pages untouched: its commit writes the WAL
+#: frames of the step alone.
 UPSERT_SUMMARY: Final = f"""INSERT INTO agentflow_threads
-    (namespace, thread, latest_step, interrupted, done, ts, wake_at, status, wake_us, run_status)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, {_RECORD_STATUS})
-    ON CONFLICT (namespace, thread) DO UPDATE SET latest_step = excluded.latest_step,
-    interrupted = excluded.interrupted, done = excluded.done, ts = excluded.ts,
-    wake_at = excluded.wake_at, status = excluded.status, wake_us = excluded.wake_us
-    WHERE excluded.latest_step >= agentflow_threads.latest_step"""
-REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads SELECT namespace, thread, step,
-    interrupted, done, ts, wake_at, status, wake_us, {_RECORD_STATUS}
+    (namespace, thread, interrupted, done, wake_at, status, wake_us, run_status)
+    SELECT ?1, ?2, ?4, ?5, ?6, ?7, ?8, {_RECORD_STATUS}
+    WHERE NOT EXISTS (SELECT 1 FROM agentflow_checkpoints
+        WHERE namespace = ?1 AND thread = ?2 AND step > ?3)
+    ON CONFLICT (namespace, thread) DO UPDATE SET interrupted = excluded.interrupted,
+    done = excluded.done, wake_at = excluded.wake_at, status = excluded.status,
+    wake_us = excluded.wake_us
+    WHERE interrupted IS NOT excluded.interrupted OR done IS NOT excluded.done
+    OR wake_at IS NOT excluded.wake_at OR status IS NOT excluded.status
+    OR wake_us IS NOT excluded.wake_us"""
+REBUILD_SUMMARY: Final = f"""INSERT INTO agentflow_threads
+    (namespace, thread, interrupted, done, wake_at, status, wake_us, run_status)
+    SELECT namespace, thread, interrupted, done, wake_at, status, wake_us, {_RECORD_STATUS}
     FROM agentflow_checkpoints WHERE namespace = ?1 AND thread = ?2
     ORDER BY step DESC LIMIT 1"""
 DELETE_STEPS: Final = f"DELETE FROM agentflow_checkpoints WHERE {KEY}"
@@ -83,15 +93,20 @@ DELETE_SUMMARY: Final = f"DELETE FROM agentflow_threads WHERE {KEY}"
 #: What every record write sets: the status the record now imposes on its thread.
 SET_RUN_STATUS: Final = """UPDATE agentflow_threads SET run_status = :run_status
     WHERE namespace = :namespace AND thread = :key AND run_status IS NOT :run_status"""
-_SUMMARIES: Final = (
-    "SELECT thread, latest_step, interrupted, done, ts, wake_at, run_status FROM agentflow_threads"
-)
-LIST_AFTER: Final = f"{_SUMMARIES} WHERE namespace = ? AND thread > ? ORDER BY thread LIMIT ?"
+#: The latest step of the summary ``t``'s thread (one seek of the steps' primary key).
+LATEST_STEP: Final = """(SELECT max(step) FROM agentflow_checkpoints
+    WHERE namespace = t.namespace AND thread = t.thread)"""
+#: Each summary with its latest step's number and instant (NULL: no step is stored).
+_SUMMARIES: Final = f"""SELECT t.thread, c.step, t.interrupted, t.done, c.ts, t.wake_at,
+    t.run_status FROM agentflow_threads t LEFT JOIN agentflow_checkpoints c
+    ON c.namespace = t.namespace AND c.thread = t.thread AND c.step = {LATEST_STEP}"""
+LIST_AFTER: Final = f"""{_SUMMARIES} WHERE t.namespace = ? AND t.thread > ?
+    ORDER BY t.thread LIMIT ?"""
 #: On the expression index ``agentflow_threads_by_status``: the record's status, else the step's.
-LIST_STATUS_AFTER: Final = f"""{_SUMMARIES} WHERE namespace = ?
-    AND coalesce(run_status, status) = ? AND thread > ? ORDER BY thread LIMIT ?"""
-DUE: Final = f"""{_SUMMARIES} WHERE namespace = ? AND wake_us IS NOT NULL AND wake_us <= ?
-    AND (wake_us, thread) > (?, ?) ORDER BY wake_us, thread LIMIT ?"""
+LIST_STATUS_AFTER: Final = f"""{_SUMMARIES} WHERE t.namespace = ?
+    AND coalesce(t.run_status, t.status) = ? AND t.thread > ? ORDER BY t.thread LIMIT ?"""
+DUE: Final = f"""{_SUMMARIES} WHERE t.namespace = ? AND t.wake_us IS NOT NULL
+    AND t.wake_us <= ? AND (t.wake_us, t.thread) > (?, ?) ORDER BY t.wake_us, t.thread LIMIT ?"""
 STORE_SECRET: Final = "INSERT OR IGNORE INTO agentflow_meta VALUES ('cursor_secret', ?)"
 READ_SECRET: Final = "SELECT value FROM agentflow_meta WHERE key = 'cursor_secret'"
 
