@@ -39,6 +39,7 @@ run "python3 -m venv .venv && .venv/bin/pip install -q -e '.[all]' 2>&1 | grep -
 export PATH="$PWD/.venv/bin:$PATH" VIRTUAL_ENV="$PWD/.venv" COLUMNS=100
 run "grep -m1 '^name' pyproject.toml; agentflow --version"
 run "pip download --no-deps -q -d /tmp/unused agentflow-durable 2>&1 | tail -1  # the name is free on the index"
+run "grep -rn \"install 'agentflow\\[\\|install agentflow\\b\" README.md docs src | wc -l   # no line installs the unrelated agentflow"
 
 echo; echo "## the demo, and the command it prints, pasted back"
 capture "agentflow demo --thread refund-1 --hold 0.5"
@@ -63,7 +64,7 @@ run "agentflow --store sqlite:///.runs/sealed.db --keys-file keys.json demo --ho
 run "chmod 600 keys.json && agentflow --store sqlite:///.runs/sealed.db --keys-file keys.json demo --thread sealed-1 --hold 0 --approve | tail -1"
 
 echo; echo "## Ctrl-C and Ctrl-D at the approval prompt (on a terminal)"
-cat > "$work/tty.py" <<'EOF'
+cat > "$work/at_prompt.py" <<'EOF'
 """Run the demo on a terminal, type one key at its prompt, print what it showed."""
 import os, pty, re, select, subprocess, sys, termios, fcntl, time
 key = {"ctrl-c": b"\x03", "ctrl-d": b"\x04"}[sys.argv[1]]
@@ -90,8 +91,8 @@ while True:
 print(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode().replace("\r", "")), end="")
 print(f"(exit {proc.wait()})")
 EOF
-run "python $work/tty.py ctrl-c tty-1"
-run "python $work/tty.py ctrl-d tty-2"
+run "python $work/at_prompt.py ctrl-c tty-1"
+run "python $work/at_prompt.py ctrl-d tty-2"
 
 echo; echo "## printed commands that paste: reconcile, a resume killed mid-answer"
 run "python samples/lost_reply.py --thread pay-2 | tail -1"
@@ -100,9 +101,27 @@ op="$(cut -d' ' -f1 "$work/last.txt")"
 capture "agentflow reconcile pay-2 $op --attempt 1 --decision replay_success --receipt '{\"charge_id\": \"ch_1\", \"cents\": 4250}'"
 run "$(printed "--graph") 2>&1 | tail -1   # as printed: MODULE:ATTR is still to fill in"
 run "agentflow --graph samples.lost_reply:build_graph resume pay-2 | tail -1"
+cat > "$work/killed_answer.py" <<'EOF'
+"""agentflow ARGS, killed (SIGKILL) inside the approval node once it has taken the answer."""
+import functools, os, signal, sys
+import agentflow.cli.demo as demo
+answer = demo.request_approval
+
+@functools.wraps(answer)
+async def request_approval(state, ctx):
+    await answer(state, ctx)  # the step is claimed and the answer taken: die here
+    os.kill(os.getpid(), signal.SIGKILL)
+
+demo.request_approval = request_approval
+from agentflow.cli.app import main
+main(sys.argv[1:])
+EOF
 capture "agentflow demo --thread killed-1 --hold 0"
-run "(agentflow resume killed-1 --value '\"approve\"' & pid=\$!; sleep 0.45; kill -9 \$pid) 2>/dev/null; agentflow show killed-1 --json | grep -m1 '\"status\"'"
-run "$(printed "resume killed-1 --value '\"approve\"'") | tail -3"
+run "python $work/killed_answer.py resume killed-1 --value '\"approve\"' 2>/dev/null; agentflow show killed-1 | grep -E 'status|claimed'"
+run "$(printed "resume killed-1 --value '\"approve\"'") | grep -v '^[│┏┃┡└]'   # waits out the dead process's claim"
+
+echo; echo "## a guide's first example, with no server named"
+run "awk '/^# essay.py/{p=1} p && /^\`\`\`/{exit} p' docs/langgraph.md > essay.py; env -u AGENTFLOW_POSTGRES_DSN python essay.py && agentflow --store sqlite:///.runs/essay.db --namespace tenant-42 threads"
 
 echo; echo "## worker mistakes"
 run "agentflow --store sqlite:///.runs/checkpoint.db worker --once; ls .runs/checkpoint.db"
@@ -187,6 +206,9 @@ run "python $work/stores.py ids; agentflow copy sqlite:///.runs/ids.db file://.r
 
 echo; echo "## ids that look alike, keys with a dot, history's memory"
 run "python $work/stores.py alike; agentflow --store sqlite:///.runs/alike.db threads"
+run "agentflow --store sqlite:///.runs/alike.db threads --json | python -c 'import json,sys; print([ascii(t[\"thread\"]) for t in json.load(sys.stdin)[\"threads\"]])'"
+run "agentflow --store sqlite:///.runs/alike.db history order-1 | tail -3"
+run "agentflow --store sqlite:///.runs/alike.db diff order-1 0 1"
 run "agentflow --store sqlite:///.runs/alike.db diff order-1 0 1 --json | grep path"
 run "python $work/stores.py long"
 for what in "history long" "history long --json" "show long"; do
@@ -195,6 +217,8 @@ done
 
 echo; echo "## small things"
 run "agentflow --version; agentflow reconcile --help | sed -n '/^decisions:/,\$p'"
+run "agentflow history --help | sed -n '/^positional/,/^\$/p'; agentflow copy --help | sed -n '/^positional/,/^\$/p'"
 run "agentflow demo --thread ''"
+run "agentflow --namespace '' threads"
 run "agentflow threads | head -n 1; echo \"agentflow exited \${PIPESTATUS[0]}\""
 run "agentflow journal refund-1 --json | grep -c idempotency_key"

@@ -178,6 +178,7 @@ def test_no_command_prints_a_postgresql_credential(run: Run, keys: Path, form: s
     _check(ran)
     copies = [out for args, _, out in ran if args[0] == "copy"]
     assert all("verified" in out for out in copies[:2]), copies[0]
+    assert not [out for out in copies if "***" in out]  # the URL without it, not masked
     for namespace_left in (namespace, f"{namespace}-2"):
         status, out = run("--store", url, "--namespace", namespace_left, "threads", "--json")
         for thread in ("paused", "done"):

@@ -39,7 +39,7 @@ def test_diff_paths_are_json_pointers_that_tell_keys_apart() -> None:
     step = Checkpoint("t", 1, {"refund.amount": 2, "a/b": 2}, parent="t:0")
     timeline = Timeline()
     timeline.row(before)
-    assert timeline.row(step)[1] == "a/b, refund.amount"  # history's "changed" column
+    assert timeline.row(step)[1] == "/a~1b, /refund.amount"  # history's "changed" column
 
 
 def test_events_name_what_produced_each_step() -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import unicodedata
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.checkpoint.testing import make_checkpoint
+from agentflow.cli.render import dump_json, inert_json
 from agentflow.cli.text import INVISIBLE, inert, shell_word, shows_as_itself
 
 #: Code points that Python calls printable but that render as nothing (or as
@@ -50,6 +57,18 @@ def test_an_invisible_code_point_is_escaped(char: str) -> None:
     assert char not in shell_word(f"order-1{char}")
 
 
+@pytest.mark.parametrize(
+    "char", [*LOOKALIKES.values(), *OTHERS.values()], ids=[*LOOKALIKES, *OTHERS]
+)
+def test_escaped_json_is_still_json_of_the_same_value(char: str) -> None:
+    """In ``--json`` output an escape is JSON's (``\\U`` is none: a code point
+    above U+FFFF is a surrogate pair), so a script reads back the exact id."""
+    value = {f"key{char}": [f"order-1{char}", {"n": 1}]}
+    shown = inert_json(dump_json(value))
+    assert char not in shown and "\\U" not in shown
+    assert json.loads(shown) == value
+
+
 def test_seven_ids_that_look_alike_are_told_apart() -> None:
     ids = ["order-1", *(f"order-1{c}" for c in list(LOOKALIKES.values())[:6])]
     assert len({inert(thread) for thread in ids}) == 7
@@ -73,3 +92,25 @@ def test_the_table_matches_this_pythons_unicode_data() -> None:
         char = chr(code)
         if unicodedata.category(char) == "Cf":
             assert not shows_as_itself(char), f"U+{code:04X}"
+
+
+async def _alike(db: Path, ids: list[str]) -> None:
+    async with SqliteCheckpointer(db) as store:
+        for thread in ids:
+            for step in (0, 1):
+                await store.put(make_checkpoint(thread, step, state={f"k{thread}": step}))
+
+
+def test_json_output_names_each_lookalike_id_exactly(
+    here: Callable[..., tuple[int, str]], tmp_path: Path
+) -> None:
+    ids = ["order-1", *(f"order-1{c}" for c in LOOKALIKES.values())]
+    asyncio.run(_alike(tmp_path / ".runs" / "checkpoints.db", ids))
+    status, out = here("threads", "--json")
+    assert status == 0 and sorted(t["thread"] for t in json.loads(out)["threads"]) == sorted(ids)
+    for thread in ids:
+        shown = json.loads(here("show", thread, "--json")[1])
+        assert (shown["thread"], shown["state"]) == (thread, {f"k{thread}": 1})
+        changes = json.loads(here("diff", thread, "0", "1", "--json")[1])["changes"]
+        assert [c["path"] for c in changes] == [f"/k{thread}"]
+        assert {r["thread"] for r in json.loads(here("history", thread, "--json")[1])} == {thread}

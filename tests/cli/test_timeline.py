@@ -12,7 +12,7 @@ from rich.console import Console
 
 from agentflow.checkpoint.base import Checkpoint
 from agentflow.cli.render import dump_json
-from agentflow.cli.timeline import PAGE_ROWS, print_timeline, write_history_json
+from agentflow.cli.timeline import PAGE_ROWS, Timeline, print_timeline, write_history_json
 
 STEPS = PAGE_ROWS * 3 + 7
 
@@ -59,3 +59,18 @@ async def test_the_json_array_is_written_an_element_at_a_time() -> None:
     rows = json.loads(text)
     assert text == dump_json(rows) + "\n" and [r["step"] for r in rows] == list(range(STEPS))
     assert all("state" not in row for row in rows)
+
+
+def test_the_keys_that_changed_are_json_pointers_that_tell_keys_apart() -> None:
+    states = [
+        {"refund": {"amount": 0}, "refund.amount": 0, "a, b": 0, "a": 0, "b": 0, "x/y~": 0},
+        {"refund": {"amount": 0}, "refund.amount": 1, "a, b": 0, "a": 1, "b": 1, "x/y~": 0},
+        {"refund": {"amount": 1}, "refund.amount": 1, "a, b": 1, "a": 1, "b": 1, "x/y~": 1},
+    ]
+    timeline = Timeline()
+    rows = [timeline.row(Checkpoint("t", step, state)) for step, state in enumerate(states)]
+    assert [changed for _, changed in rows] == [
+        "/a, /a, b, /b, /refund, /refund.amount, /x~1y~0",
+        "/a, /b, /refund.amount",  # the literal dotted key, not /refund
+        "/a, b, /refund, /x~1y~0",  # the key "a, b" alone, not /a and /b
+    ]

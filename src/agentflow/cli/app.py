@@ -27,7 +27,7 @@ from agentflow.cli.keys import keyring_from_args
 from agentflow.cli.logs import masked_logs
 from agentflow.cli.parser import build_parser
 from agentflow.cli.rekey_command import rekey
-from agentflow.cli.render import dump_json
+from agentflow.cli.render import json_line
 from agentflow.cli.session import (
     STORE_ENV,
     CliConsole,
@@ -184,7 +184,7 @@ def _message(args: argparse.Namespace, exc: BaseException) -> str:
 def _fail(args: argparse.Namespace, exc: BaseException, code: str, status: int) -> int:
     message = _message(args, exc)
     if getattr(args, "json", False):
-        print(dump_json({"error": code, "message": message}).replace("\n", ""), file=sys.stderr)
+        print(json_line({"error": code, "message": message}), file=sys.stderr)
     else:
         print(f"agentflow: error: {message}", file=sys.stderr)
     return status
@@ -211,8 +211,12 @@ def _interrupted(args: argparse.Namespace, argv: Sequence[str], c: Continuation)
     note = hidden_store_note("\n".join(lines))
     urls = _urls(args)
     if getattr(args, "json", False):
-        report = {"error": "interrupted", "message": c.summary(), "continue_with": lines}
-        print(inert(without_passwords(dump_json(report).replace("\n", ""), urls)), file=sys.stderr)
+        report = {
+            "error": "interrupted",
+            "message": without_passwords(c.summary(), urls),
+            "continue_with": [without_passwords(line, urls) for line in lines],
+        }
+        print(json_line(report), file=sys.stderr)
         return EXIT_INTERRUPTED
     text = [f"agentflow: {c.summary()}"]
     if lines:

@@ -77,9 +77,9 @@ def _in(namespace: str | None) -> str:
 
 def _counts(report: CopyReport) -> str:
     return (
-        f"{report.count('copied')} copied, {report.count('unchanged')} already there, "
-        f"{report.count('replaced')} replaced, {len(report.refused)} refused, "
-        f"{len(report.skipped)} skipped"
+        f"{report.count('copied'):,} copied, {report.count('unchanged'):,} already there, "
+        f"{report.count('replaced'):,} replaced, {len(report.refused):,} refused, "
+        f"{len(report.skipped):,} skipped"
     )
 
 
@@ -87,10 +87,10 @@ def _print_summary(console: Console, summary: dict[str, Any], report: CopyReport
     lines = [
         f"copied {summary['source']}{_in(summary['namespace'])} -> "
         f"{summary['destination']}{_in(summary['to_namespace'])}",
-        f"threads: {summary['threads']} ({_counts(report)})",
-        f"checkpoints: {summary['checkpoints']} read, {summary['writes']} written",
-        f"durable records: {summary['records']} read, {summary['records_written']} written",
-        f"events: {summary['events']} read, {summary['events_written']} written",
+        f"threads: {summary['threads']:,} ({_counts(report)})",
+        f"checkpoints: {summary['checkpoints']:,} read, {summary['writes']:,} written",
+        f"durable records: {summary['records']:,} read, {summary['records_written']:,} written",
+        f"events: {summary['events']:,} read, {summary['events_written']:,} written",
         "verified: every copied thread has the source's checkpoint count, latest step and "
         "revision, its record and its events"
         if summary["verified"]
@@ -178,7 +178,7 @@ async def _copy(args: Any, src: Store, dst: Store, continuation: Continuation) -
             on_thread=advance,
         )
         continuation.counts = lambda: (
-            f"{copier.report.threads} of {total} threads done: {_counts(copier.report)}; "
+            f"{copier.report.threads:,} of {total:,} threads done: {_counts(copier.report)}; "
             "the same command goes on from there"
         )
         return await copier.run(threads)

@@ -23,7 +23,7 @@ from rich.text import Text
 from agentflow.checkpoint.base import Checkpoint, ThreadInfo
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.cli.foreign import ForeignRecord, foreign_record
-from agentflow.cli.text import inert
+from agentflow.cli.text import inert, inert_json_text
 from agentflow.runtime import status_of
 from agentflow.runtime.result import Status
 
@@ -36,16 +36,17 @@ __all__ = [
     "UNKNOWN",
     "dump_json",
     "event_of",
-    "first_key",
     "forked_from",
     "info_json",
     "inert_json",
+    "json_line",
     "print_checkpoint",
     "print_columns",
     "print_diff",
     "print_foreign",
     "print_threads",
     "question_of",
+    "top_pointer",
 ]
 
 #: ``(path, kind, old, new)``; kind is added, removed, changed or appended (a list
@@ -68,11 +69,17 @@ def dump_json(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
 
 
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON (an error on stderr is one line), inert."""
+    return inert_json_text(orjson.dumps(value).decode())
+
+
 def inert_json(text: str) -> str:
     """JSON text with any character a terminal would act on escaped. orjson
-    already escapes C0 controls; C1 controls and format characters remain,
-    and only inside strings, where ``\\uXXXX`` means the same value."""
-    return "\n".join(inert(line) for line in text.split("\n"))
+    already escapes C0 controls; C1 controls, format characters and the other
+    invisible ones remain, and only inside strings, where their JSON escapes
+    mean the same value."""
+    return "\n".join(inert_json_text(line) for line in text.split("\n"))
 
 
 def _short(value: Any, width: int = 60) -> str:
@@ -150,10 +157,11 @@ def pointer_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def first_key(pointer: str) -> str:
-    """The top-level key a JSON Pointer into the state starts with ("" for the root)."""
-    token = pointer[1:].split("/", 1)[0] if pointer else ""
-    return token.replace("~1", "/").replace("~0", "~")
+def top_pointer(pointer: str) -> str:
+    """The JSON Pointer of the top-level key ``pointer`` starts under (``""``, the
+    whole state, stays itself): ``/refund/amount`` is under ``/refund``, and the
+    literal key ``refund.amount`` is ``/refund.amount``."""
+    return "/" + pointer[1:].split("/", 1)[0] if pointer else ""
 
 
 def diff_states(old: Any, new: Any, path: str = "") -> list[Change]:

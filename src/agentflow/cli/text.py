@@ -23,7 +23,7 @@ import unicodedata
 from bisect import bisect_right
 from typing import Final
 
-__all__ = ["INVISIBLE", "inert", "shell_word", "shows_as_itself"]
+__all__ = ["INVISIBLE", "inert", "inert_json_text", "shell_word", "shows_as_itself"]
 
 #: Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties.txt, 15.1):
 #: code points a renderer may draw as nothing, although Python calls several of
@@ -72,11 +72,31 @@ def _escape(char: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
+def _json_escape(char: str) -> str:
+    """``char`` as JSON escapes it: ``\\uXXXX``, a pair of them (UTF-16
+    surrogates) above U+FFFF, where ``\\U`` is no JSON escape."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def inert(text: str) -> str:
     """``text`` with every character that does not show as itself escaped."""
     if text.isascii() and text.isprintable():
         return text
     return "".join(c if shows_as_itself(c) else _escape(c) for c in text)
+
+
+def inert_json_text(line: str) -> str:
+    """A ``line`` of JSON text with every character that does not show as
+    itself escaped as JSON escapes it, so it is still JSON of the same value
+    (such characters stand only inside strings there, where ``\\uXXXX``
+    means the character)."""
+    if line.isascii() and line.isprintable():
+        return line
+    return "".join(c if shows_as_itself(c) else _json_escape(c) for c in line)
 
 
 def _ansi_c(char: str) -> str:

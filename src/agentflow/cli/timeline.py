@@ -43,7 +43,8 @@ class Timeline:
     checkpoint: Checkpoint | None = None
 
     def row(self, cp: Checkpoint) -> tuple[str, str]:
-        """What produced ``cp`` and which top-level state keys changed (both raw)."""
+        """What produced ``cp`` and which top-level state keys changed, as JSON
+        Pointers (both raw)."""
         previous, self.previous = self.previous, cp
         record = foreign_record(cp)
         if record is not None and not record.stepwise:  # not a run's steps: checkpoints only
@@ -58,7 +59,9 @@ class Timeline:
 
 
 def _changed(before: Any, cp: Checkpoint) -> str:
-    keys = {render.first_key(path) for path, *_ in render.diff_states(before, cp.state)}
+    """The top-level keys that changed, as JSON Pointers (``/refund.amount``, a
+    key ``a, b`` as ``/a, b``: each one starts with ``/``, which a key escapes)."""
+    keys = {render.top_pointer(path) for path, *_ in render.diff_states(before, cp.state)}
     return ", ".join(sorted(keys)) or "-"
 
 
