@@ -2,9 +2,12 @@
 # A newcomer's paths through a fresh clone, printed as a transcript (issue 20's
 # closing note): install from the clone, the demo and the commands it prints
 # pasted back, store URLs with passwords in every form, key files, Ctrl-C and
-# Ctrl-D at the prompt, printed commands that must paste, worker mistakes,
-# wrong answers, LangGraph threads, copy and rekey progress and interrupts,
-# copy's refusals, invisible ids, history's memory, small things.
+# Ctrl-D at the prompt, printed commands that must paste (reconcile's, a resume
+# killed inside its node), a guide's first example with no server named, worker
+# mistakes, wrong answers, LangGraph threads, copy and rekey progress and
+# interrupts, copy's refusals, invisible ids and dotted keys, history's memory,
+# small things (--version, help, empty ids, a pipe closed early). It installs
+# only the clone's '.[all]': every store below is made with the public API.
 #
 #   scripts/newcomer_transcript.sh [DIR]   # clones into DIR (default: a new temp dir)
 #
@@ -52,7 +55,7 @@ for url in "${dsn/postgres@/postgres:S3cret-pw@}" "$dsn?password=S3cret-pw" \
   capture "agentflow --store '$url' --namespace $ns demo --thread pw-\$RANDOM --hold 0 | tail -4"
 done
 capture "agentflow --store '$dsn?password=S3cret-pw' --namespace $ns threads --limit 1"
-run "AGENTFLOW_STORE='$dsn?password=S3cret-pw' $(printed "--store") --json | grep -c '\"thread\"'"
+run "export AGENTFLOW_STORE='$dsn?password=S3cret-pw'; $(printed "--store") --json | grep -c '\"thread\"'   # the note followed, the line pasted"
 run "agentflow --store 'postgresql:///test?host=/nowhere&password=S3cret-pw' threads --json"
 run "agentflow --store 'postgresql://u:S3cret-pw@127.0.0.1:1/test' threads"
 run "agentflow --store 'mysql://u:S3cret-pw@db/x' threads"
@@ -161,8 +164,11 @@ run "agentflow resume lg-1"
 cat > "$work/stores.py" <<'EOF'
 """Stores for the paths below: python stores.py big|ids|alike|long."""
 import asyncio, sys
+from agentflow.checkpoint import Checkpoint
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
-from agentflow.checkpoint.testing import make_checkpoint
+
+def make_checkpoint(thread: str, step: int, state: object = None) -> Checkpoint:
+    return Checkpoint(thread=thread, step=step, state=state or {"step": step})
 
 async def main(what: str) -> None:
     async with SqliteCheckpointer(f".runs/{what}.db") as s:
@@ -220,5 +226,6 @@ run "agentflow --version; agentflow reconcile --help | sed -n '/^decisions:/,\$p
 run "agentflow history --help | sed -n '/^positional/,/^\$/p'; agentflow copy --help | sed -n '/^positional/,/^\$/p'"
 run "agentflow demo --thread ''"
 run "agentflow --namespace '' threads"
-run "agentflow threads | head -n 1; echo \"agentflow exited \${PIPESTATUS[0]}\""
+run "agentflow --store sqlite:///.runs/big.db threads --limit 3000 | head -n 1; echo \"agentflow exited \${PIPESTATUS[0]}\""
+run "agentflow --store sqlite:///.runs/long.db history long --json | head -c 40; echo; echo \"agentflow exited \${PIPESTATUS[0]}\""
 run "agentflow journal refund-1 --json | grep -c idempotency_key"
