@@ -19,17 +19,22 @@ work="${1:-$(mktemp -d "${TMPDIR:-/tmp}/newcomer.XXXXXX")}"
 dsn="${AGENTFLOW_POSTGRES_DSN:-postgresql://postgres@127.0.0.1:5432/test}"
 ns="newcomer-$$-$RANDOM"
 
-# Print a command as typed, run it, print what it printed and its exit status.
+# Everything printed is kept too, to search it for the password at the end.
+mkdir -p "$work"
+exec > >(tee "$work/transcript.txt") 2>&1
+
+# Print a command as typed, run it, print what it printed and its exit status
+# (a pipeline's: the last command that failed in it).
 run() {
   printf '\n$ %s\n' "$1"
-  bash -c "$1" 2>&1
+  bash -o pipefail -c "$1" 2>&1
   printf '(exit %s)\n' "$?"
 }
 # The first printed command of the last output that starts with PREFIX.
 printed() { grep -m1 -o "agentflow $1.*" "$work/last.txt" | sed 's/   #.*//'; }
 capture() {
   printf '\n$ %s\n' "$1"
-  bash -c "$1" > "$work/last.txt" 2>&1
+  bash -o pipefail -c "$1" > "$work/last.txt" 2>&1
   local status=$?
   cat "$work/last.txt"
   printf '(exit %s)\n' "$status"
@@ -184,8 +189,8 @@ async def main(what: str) -> None:
                 for step in (0, 1):
                     state = {"refund.amount": step, "refund": {"amount": step}}
                     await s.put(make_checkpoint(t, step, state=state))
-        elif what == "long":  # 1,000 steps of 100 KB
-            for step in range(1000):
+        elif what in ("long", "longer"):  # 1,000 or 3,000 steps of 100 KB
+            for step in range(1000 if what == "long" else 3000):
                 await s.put(make_checkpoint("long", step, state={"blob": "x" * 100_000, "n": step}))
 
 asyncio.run(main(sys.argv[1]))
@@ -216,9 +221,11 @@ run "agentflow --store sqlite:///.runs/alike.db threads --json | python -c 'impo
 run "agentflow --store sqlite:///.runs/alike.db history order-1 | tail -3"
 run "agentflow --store sqlite:///.runs/alike.db diff order-1 0 1"
 run "agentflow --store sqlite:///.runs/alike.db diff order-1 0 1 --json | grep path"
-run "python $work/stores.py long"
-for what in "history long" "history long --json" "show long"; do
-  run "python $work/peak.py --store sqlite:///.runs/long.db $what   # $what"
+run "python $work/stores.py long; python $work/stores.py longer"
+for db in long longer; do
+  for what in "history long" "history long --json" "show long"; do
+    run "python $work/peak.py --store sqlite:///.runs/$db.db $what   # $db.db: $what"
+  done
 done
 
 echo; echo "## small things"
@@ -229,3 +236,7 @@ run "agentflow --namespace '' threads"
 run "agentflow --store sqlite:///.runs/big.db threads --limit 3000 | head -n 1; echo \"agentflow exited \${PIPESTATUS[0]}\""
 run "agentflow --store sqlite:///.runs/long.db history long --json | head -c 40; echo; echo \"agentflow exited \${PIPESTATUS[0]}\""
 run "agentflow journal refund-1 --json | grep -c idempotency_key"
+
+echo; echo "## the password, searched for in everything printed but the commands typed"
+sleep 1  # tee has written what came before
+echo "lines printed with S3cret-pw in them: $(grep -v '^\$ ' "$work/transcript.txt" | grep -c 'S3cret-pw')"

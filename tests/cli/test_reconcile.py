@@ -70,6 +70,9 @@ def test_an_operator_replays_the_receipt_and_the_run_finishes_charged_once(
     assert status == 0 and f"recorded replay_success for {operation} of order-7" in out
     # reconcile needs no graph, the resume it prints does: it says so, and where it goes
     assert "agentflow --graph MODULE:ATTR resume order-7   # MODULE:ATTR: where graph" in out
+    status, out = run("--graph", "MODULE:ATTR", "resume", "order-7")  # pasted unfilled
+    assert status == 2 and "MODULE:ATTR stands for where your graph is defined" in out
+    assert "No module named" not in out
     status, out = run(*SPEC, "resume", "order-7", "--json")
     assert status == 0 and json.loads(out)["state"]["receipt"] == {"charged": 700}
     assert len(ledger_lines(f"{ledger}-7")) == 1

@@ -257,6 +257,7 @@ def test_rekey_killed_midway_resumes_from_its_state_file(tmp_path: Path, keys: s
     report = json.loads(resumed.stdout)
     assert report["threads"] < 3_000  # went on from the state file, not from the start
     assert report["left_count"] == 0 and not state.exists()
+    assert "retired sealing key" not in resumed.stderr  # no "run agentflow rekey" while it runs
     audit = af(tmp_path, *args[:2], "rekey", "--check", "--json", AGENTFLOW_SEALING_KEYS=new_keys)
     assert json.loads(audit.stdout)["by_key"] == {"k2": 6_000}
     only_new = spec("k2", {"k2": json.loads(new_keys)["keys"]["k2"]})

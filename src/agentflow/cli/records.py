@@ -16,6 +16,7 @@ from rich.text import Text
 from agentflow.checkpoint.store import Store
 from agentflow.cli import render
 from agentflow.cli.errors import UsageError
+from agentflow.cli.registry import GRAPH_PLACEHOLDER
 from agentflow.cli.session import Session
 from agentflow.cli.text import inert
 from agentflow.durable import (
@@ -304,10 +305,6 @@ async def reconcile(s: Session) -> int:
     else:
         s.print_commands([await _resume_command(s, thread)])
     return 0
-
-
-#: Stands in a printed command for the ``--graph`` the user must name.
-GRAPH_PLACEHOLDER = "MODULE:ATTR"
 
 
 async def _resume_command(s: Session, thread: str) -> str:

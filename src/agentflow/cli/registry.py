@@ -22,7 +22,11 @@ from agentflow.cli.foreign import foreign_record
 from agentflow.runtime import CompiledGraph, Graph, GraphInvalid, ThreadNotFound, UnknownGraph
 from agentflow.runtime.section import runtime_of
 
-__all__ = ["GraphRegistry", "graph_specs_from_env"]
+__all__ = ["GRAPH_PLACEHOLDER", "GraphRegistry", "graph_specs_from_env"]
+
+#: Stands in a printed command for the ``--graph`` the user must name (the store
+#: keeps a graph's name, not where its code is).
+GRAPH_PLACEHOLDER = "MODULE:ATTR"
 
 
 def graph_specs_from_env() -> list[str]:
@@ -75,6 +79,12 @@ def _call_factory(spec: str, factory: Callable[..., Any]) -> Any:
 def _load(spec: str) -> Graph:
     """The graph ``MODULE:ATTR`` names: a Graph, or a function of no arguments
     returning one. Anything else is an :class:`InvalidGraphSpec` saying what."""
+    if spec == GRAPH_PLACEHOLDER:  # a printed command pasted as it is
+        raise InvalidGraphSpec(
+            f"--graph {GRAPH_PLACEHOLDER} stands for where your graph is defined: put its "
+            "module (importable from here) and the Graph or the function that builds it, "
+            "e.g. --graph myapp.graphs:build_graph"
+        )
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InvalidGraphSpec(f"--graph takes MODULE:ATTR, got {spec!r}")
