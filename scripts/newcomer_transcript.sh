@@ -128,6 +128,9 @@ capture "agentflow demo --thread killed-1 --hold 0"
 run "python $work/killed_answer.py resume killed-1 --value '\"approve\"' 2>/dev/null; agentflow show killed-1 | grep -E 'status|claimed'"
 run "$(printed "resume killed-1 --value '\"approve\"'") | grep -v '^[│┏┃┡└]'   # waits out the dead process's claim"
 
+run "timeout -s KILL 4 agentflow demo --thread timer-1 --hold 8 --approve > /dev/null; agentflow show timer-1 | grep -E 'status|wakes'"
+run "agentflow resume timer-1 | grep -v '^[│┏┃┡└]'   # a timer due within a minute: counted down, then on"
+
 echo; echo "## a guide's first example, with no server named"
 run "awk '/^# essay.py/{p=1} p && /^\`\`\`/{exit} p' docs/langgraph.md > essay.py; env -u AGENTFLOW_POSTGRES_DSN python essay.py && agentflow --store sqlite:///.runs/essay.db --namespace tenant-42 threads"
 
@@ -204,9 +207,9 @@ EOF
 
 echo; echo "## long work: copy and rekey, off a terminal, and interrupted"
 run "python $work/stores.py big"
-run "timeout -s INT 3 agentflow copy sqlite:///.runs/big.db sqlite:///.runs/big-copy.db --concurrency 1 --interval 1 > /dev/null"
+run "timeout --preserve-status -s INT 3 agentflow copy sqlite:///.runs/big.db sqlite:///.runs/big-copy.db --concurrency 1 --interval 1 > /dev/null"
 run "agentflow copy sqlite:///.runs/big.db sqlite:///.runs/big-copy.db --interval 1 | tail -6"
-run "timeout -s INT 3 agentflow --store sqlite:///.runs/big.db --keys-file keys.json rekey --state rekey.state --interval 1 > /dev/null; ls -l rekey.state | cut -c1-10"
+run "timeout --preserve-status -s INT 3 agentflow --store sqlite:///.runs/big.db --keys-file keys.json rekey --state rekey.state --interval 1 > /dev/null; echo \"rekey exited \$?\"; ls -l rekey.state | cut -c1-10"
 run "agentflow --store sqlite:///.runs/big.db --keys-file keys.json rekey --state rekey.state --interval 1 | head -2"
 
 echo; echo "## copy loses nothing: a destination ahead of the source, ids it cannot hold"
