@@ -4,6 +4,7 @@ operator settles a call that may have acted, from the command line."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shlex
 from collections.abc import Callable
@@ -152,6 +153,18 @@ def test_journal_lists_a_finished_runs_calls_and_their_commands_paste_back(
         ["refund", "succeeded"],
         ["email", "succeeded"],
     ]
+    # --json carries every call's idempotency key, finished ones too (not only in flight):
+    # the demo's refund id derives from it, as a payment provider's would
+    calls = {op["name"]: op for op in json.loads(run("journal", "d", "--json")[1])["operations"]}
+    assert {name: op["in_flight"] for name, op in calls.items()} == {
+        "refund": False,
+        "email": False,
+    }
+    key = calls["refund"]["idempotency_key"]
+    refund = json.loads(run("show", "d", "--json")[1])["state"]["refund"]
+    assert key.startswith("idem_")
+    assert refund["id"] == "rf_" + hashlib.sha256(f"refund:{key}".encode()).hexdigest()[:12]
+    assert calls["email"]["idempotency_key"].startswith("idem_")
     _setup(tmp_path, "needs decision")
     status, out = run("journal", "needs decision")
     commands = [line.strip() for line in out.splitlines() if "reconcile" in line]
