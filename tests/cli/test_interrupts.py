@@ -146,3 +146,28 @@ def test_ctrl_c_on_rekey_saves_its_place_and_counts_on(tmp_path: Path) -> None:
     assert not (tmp_path / "rekey.state").exists()
     checked = af(tmp_path, *args[:4], "rekey", "--check", "--json")
     assert json.loads(checked.stdout)["by_key"] == {"k1": 800}
+
+
+def test_ctrl_c_on_the_console_stops_it_cleanly_with_130(tmp_path: Path) -> None:
+    """The console's server shuts down as on its own signal (its lifespan ends):
+    no traceback of a server cancelled mid-loop."""
+    af(tmp_path, "demo", "--thread", "t", "--hold", "0")
+    console = subprocess.Popen(
+        command("ui", "--port", "0"),
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert console.stdout is not None
+    shown = ""
+    while "http://127.0.0.1:" not in shown:  # serving: its URL is printed
+        line = console.stdout.readline()
+        assert line, shown
+        shown += line
+    console.send_signal(signal.SIGINT)
+    rest, _ = console.communicate(timeout=20)
+    assert console.returncode == 130, shown + rest
+    assert "Traceback" not in rest and "CancelledError" not in rest and "ERROR" not in rest
+    assert rest.endswith("agentflow: interrupted\ncontinue with:\n  agentflow ui --port 0\n"), rest

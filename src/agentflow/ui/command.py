@@ -9,6 +9,8 @@ starting with ``http`` is the address to open, with its real port (``--port
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import socket
 
@@ -98,5 +100,16 @@ async def ui(s: Session) -> int:
     s.console.print(f"http://{_authority(shown, port)}/?token={token}", soft_wrap=True)
     s.say("open it in a browser on this machine; Ctrl-C stops the console")
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    await uvicorn.Server(config).serve(sockets=[sock])
+    server = uvicorn.Server(config)
+    serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    try:
+        await asyncio.shield(serving)
+    except asyncio.CancelledError:
+        # Ctrl-C: the server stops as on its own signal (its lifespan ends, so the
+        # console's store work is finished), not cancelled mid-loop with a traceback.
+        server.should_exit = True
+        while not serving.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(serving)
+        raise
     return 0
