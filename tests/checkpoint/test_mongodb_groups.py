@@ -126,3 +126,42 @@ async def test_a_lost_create_in_a_shared_command_conflicts_and_keeps_the_winner(
     stored = await store.get("t")
     assert stored is not None and stored.state == {"won": True} and stored.revision == 1
     assert await _listed(store) == {"t": 5, "u": 0}
+
+
+async def test_one_summary_raise_a_thread_in_a_command(
+    watched: tuple[MongoCheckpointer, Commands],
+) -> None:
+    store, commands = watched
+    # a LangGraph step: a checkpoint's writes, the next step's writes, the checkpoint
+    await asyncio.gather(*(store.put(make_checkpoint("t", step)) for step in (1, 5, 4)))
+    (update,) = _updates(commands)
+    ids = [statement["q"]["_id"] for statement in update["updates"]]
+    step = {"n": "", "t": "t"}
+    assert ids == [step | {"s": 1}, step | {"s": 5}, step, step | {"s": 4}]
+    assert await _listed(store) == {"t": 5}
+    assert [cp.step async for cp in store.history("t")] == [1, 4, 5]
+
+
+async def test_a_raise_left_out_for_one_that_never_ran_is_sent_on_its_own(
+    scratch: MongoStore, watched: tuple[MongoCheckpointer, Commands]
+) -> None:
+    store, commands = watched
+    refused = {"s": {"$nin": [3, 7]}}  # the server refuses the checkpoints of steps 3 and 7
+    await scratch.client[scratch.database].command(
+        "collMod", "checkpoints", validator=refused, validationAction="error"
+    )
+    first, third, fifth = await asyncio.gather(
+        *(store.put(make_checkpoint("t", step)) for step in (1, 3, 5)),
+        return_exceptions=True,
+    )
+    assert first == "t:1" and fifth == "t:5" and isinstance(third, CheckpointError)
+    # [1, 3, 5, raise 5] stopped at 3: step 1's raise alone, then step 5 again
+    assert [len(update["updates"]) for update in _updates(commands)] == [4, 1, 2]
+    assert await _listed(store) == {"t": 5}
+    commands.sent.clear()
+    sixth, seventh = await asyncio.gather(
+        *(store.put(make_checkpoint("u", step)) for step in (6, 7)), return_exceptions=True
+    )
+    assert sixth == "u:6" and isinstance(seventh, CheckpointError)
+    assert [len(update["updates"]) for update in _updates(commands)] == [3, 1]
+    assert await _listed(store) == {"t": 5, "u": 6}
