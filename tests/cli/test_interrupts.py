@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.testing import make_checkpoint
+from agentflow.cli.interrupts import Continuation, PromptInput, answer_or_none
 from tests.cli.support import af, af_json, command, env
 from tests.cli.terminal import CTRL_C, CTRL_D, Terminal
 
@@ -171,3 +177,34 @@ def test_ctrl_c_on_the_console_stops_it_cleanly_with_130(tmp_path: Path) -> None
     assert console.returncode == 130, shown + rest
     assert "Traceback" not in rest and "CancelledError" not in rest and "ERROR" not in rest
     assert rest.endswith("agentflow: interrupted\ncontinue with:\n  agentflow ui --port 0\n"), rest
+
+
+def test_a_ctrl_c_delivered_to_another_thread_still_ends_the_prompt() -> None:
+    """The kernel may deliver a terminal's SIGINT to any thread (the SQLite store's
+    workers, say); a prompt blocked in ``read`` on the main thread would wait for
+    Enter. The prompt's input wakes to let the main thread's handler run: the
+    prompt has ended when a line is typed two seconds later."""
+    read_end, write_end = os.pipe()
+    continuation = Continuation()
+    ended = threading.Event()
+    ended_before_typing: list[bool] = []
+    with os.fdopen(read_end) as stdin, os.fdopen(write_end, "w") as typed:
+
+        def another_thread() -> None:
+            time.sleep(0.2)  # the prompt is waiting
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # lands here, not on main
+            ended.wait(2)
+            ended_before_typing.append(ended.is_set())
+            typed.write("approve\n")  # what a prompt still reading would take
+            typed.flush()
+
+        sender = threading.Thread(target=another_thread)
+        sender.start()
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                answer_or_none(PromptInput(stdin).readline, continuation)
+        finally:
+            ended.set()
+            sender.join()
+    assert ended_before_typing == [True]
+    assert continuation.interrupted and continuation.presses == 1

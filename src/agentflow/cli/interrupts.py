@@ -18,13 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from agentflow.cli.text import shell_word
 
-__all__ = ["Continuation", "answer_or_none", "interrupt_at_once", "repeated_command"]
+__all__ = [
+    "Continuation",
+    "PromptInput",
+    "answer_or_none",
+    "interrupt_at_once",
+    "repeated_command",
+]
 
 #: Ctrl-C presses after which the command stops even if its task ignored the cancellation.
 _HARD_STOP = 3
@@ -76,6 +85,29 @@ def interrupt_at_once(continuation: Continuation) -> Iterator[None]:
     finally:
         with contextlib.suppress(RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
+
+
+class PromptInput:
+    """Standard input for a prompt, read a line at a time, waiting for it in
+    short ``select`` calls. A Ctrl-C's SIGINT may be delivered to any thread
+    (a store's worker thread, say): a main thread blocked in ``read`` would
+    never see it, and the prompt would wait for Enter. Between waits the main
+    thread runs Python again, so the signal's handler runs there at once."""
+
+    def __init__(self, stream: TextIO | None = None, tick: float = 0.05) -> None:
+        self._stream = stream if stream is not None else sys.stdin
+        self._tick = tick
+
+    def readline(self) -> str:
+        """The next line (with its newline); EOFError at the end of input (Ctrl-D)."""
+        with contextlib.suppress(OSError, ValueError):  # no descriptor: read as it comes
+            descriptor = self._stream.fileno()
+            while not select.select([descriptor], [], [], self._tick)[0]:
+                pass
+        line = self._stream.readline()
+        if not line:
+            raise EOFError
+        return line
 
 
 def answer_or_none(ask: Callable[[], str], continuation: Continuation) -> str | None:

@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TextIO, cast
 
 import orjson
 from rich.prompt import Prompt
@@ -27,7 +27,7 @@ from agentflow.cli.commands import print_history
 from agentflow.cli.demo import DEMO_GRAPH, demo_input
 from agentflow.cli.drive import Decide, continue_commands, count_down, countdown, drive
 from agentflow.cli.errors import AnswerNeeded, UsageError
-from agentflow.cli.interrupts import answer_or_none
+from agentflow.cli.interrupts import PromptInput, answer_or_none
 from agentflow.cli.registry import GraphRegistry
 from agentflow.cli.session import Session
 from agentflow.cli.text import inert
@@ -86,7 +86,13 @@ def _prompt_decide(s: Session) -> Decide:
         question = Text(inert(render.question_of(result.pending)) if "question" in pending else "")
         if not question.plain:
             question = Text(f"{inert(str(result.interrupt_node))} needs an answer")
-        ask = partial(Prompt.ask, question, choices=[str(c) for c in choices], console=s.console)
+        ask = partial(
+            Prompt.ask,
+            question,
+            choices=[str(c) for c in choices],
+            console=s.console,
+            stream=cast("TextIO", PromptInput()),  # rich calls only its readline()
+        )
         answer = answer_or_none(ask, s.continuation)
         if answer is None:
             s.console.print()
