@@ -13,6 +13,7 @@ import pytest
 from agentflow.checkpoint import Checkpoint, MemoryCheckpointer
 from agentflow.checkpoint.model import StateChanges
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
+from agentflow.checkpoint.stored import _stored_as
 from agentflow.checkpoint.timestamps import parse_instant
 from agentflow.errors import CheckpointNotSerializable
 from tests.backends.sqlite import execute
@@ -176,3 +177,37 @@ async def test_nan_and_infinity_are_refused_and_nothing_is_stored(
             assert info.value.code == "checkpoint_not_serializable"
             kept = [cp async for cp in store.history("nan")]
             assert [cp.step for cp in kept] == [0] and kept[0].revision == 1
+
+
+def test_the_checkpoint_a_codec_encodes_keeps_every_field() -> None:
+    """The store builds the checkpoint it encodes field by field: one field left out
+    would be stored as its default. A field added to Checkpoint fails this test until
+    ``_stored_as`` copies it."""
+    changes = StateChanges(_BASE_STATE, base=None, token=_TOKEN)
+    given = {
+        "thread": "t",
+        "step": 4,
+        "state": _BASE_STATE,
+        "next": ("a",),
+        "parent": "t:3",
+        "ts": _TS,
+        "interrupted": True,
+        "interrupt_node": "ask",
+        "interrupt_payload": {"q": 1},
+        "wake_at": "2026-01-03T00:00:00+00:00",
+        "extra": {"k": 1},
+        "revision": 9,
+        "changes": changes,
+    }
+    assert {field.name for field in dataclasses.fields(Checkpoint)} == set(given)
+    cp = Checkpoint(**given)  # type: ignore[arg-type]
+    doc = {"t": _TOKEN, "full": _BASE_STATE}
+    built = _stored_as(cp, doc, None, "2026-02-01T00:00:00+00:00")
+    assert {name: getattr(built, name) for name in given} == {
+        **given,
+        "state": doc,
+        "changes": None,
+        "ts": "2026-02-01T00:00:00+00:00",
+    }
+    kept = _stored_as(cp, cp.state, cp.changes)
+    assert all(getattr(kept, name) is getattr(cp, name) for name in given)

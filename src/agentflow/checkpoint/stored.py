@@ -14,10 +14,9 @@ event loop.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agentflow.checkpoint import envelope
@@ -33,7 +32,13 @@ from agentflow.checkpoint.deltas import (
     next_delta,
     read_chained,
 )
-from agentflow.checkpoint.model import Checkpoint, Redactor, ThreadInfo, ThreadStatus
+from agentflow.checkpoint.model import (
+    Checkpoint,
+    Redactor,
+    StateChanges,
+    ThreadInfo,
+    ThreadStatus,
+)
 from agentflow.checkpoint.redaction import redact_checkpoint, redact_none
 from agentflow.checkpoint.timestamps import parse_instant, utc_now_iso
 from agentflow.checkpoint.validation import StepRange
@@ -87,6 +92,32 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _stored_as(
+    cp: Checkpoint,
+    state: Mapping[str, Any],
+    changes: StateChanges | None = None,
+    ts: str | None = None,
+) -> Checkpoint:
+    """``cp`` as the codec encodes it: with ``state`` (a chain document, or its own),
+    ``changes`` and ``ts`` (None: its own). Built field by field, as every put does
+    once or twice: ``dataclasses.replace`` costs twice as much."""
+    return Checkpoint(
+        thread=cp.thread,
+        step=cp.step,
+        state=state,
+        next=cp.next,
+        parent=cp.parent,
+        ts=cp.ts if ts is None else ts,
+        interrupted=cp.interrupted,
+        interrupt_node=cp.interrupt_node,
+        interrupt_payload=cp.interrupt_payload,
+        wake_at=cp.wake_at,
+        extra=cp.extra,
+        revision=cp.revision,
+        changes=changes,
+    )
+
+
 def _status(cp: Checkpoint) -> ThreadStatus:
     if not cp.next and not cp.interrupted:
         return "done"
@@ -120,26 +151,27 @@ class StoredForms:
         ``whole_token`` rewrites a stored step as the full state deltas build on,
         under the token it has (a prune's, so the steps kept on it stay readable):
         its state is what was stored, so it is not redacted again."""
-        ts = cp.ts or utc_now_iso()
-        if not cp.ts:
-            cp = dataclasses.replace(cp, ts=ts)
+        ts = cp.ts
+        if not ts:
+            ts = utc_now_iso()
+            cp = _stored_as(cp, cp.state, cp.changes, ts)
         key = RecordKey(self._namespace, cp.thread, cp.step, self._store_id)
         if whole_token is None:
             cp = redact_checkpoint(cp, self._redact)
             payload = self._stored_form(cp, key)
         else:
-            full = replace(cp, state=full_document(cp.state, whole_token), changes=None)
+            full = _stored_as(cp, full_document(cp.state, whole_token))
             payload = envelope.wrap(key, self._codec.encode(full, key), chained=True)
             self._links.put(cp.thread, cp.step, None)
-        wake_at = cp.wake_at
+        wake_at, interrupted = cp.wake_at, cp.interrupted
         return EncodedCheckpoint(
             thread=cp.thread,
             step=cp.step,
             payload=payload,
             ts=ts,
             ts_us=parse_instant(ts),
-            interrupted=cp.interrupted,
-            done=not cp.next and not cp.interrupted,
+            interrupted=interrupted,
+            done=not cp.next and not interrupted,
             wake_at=wake_at,
             wake_us=None if wake_at is None else parse_instant(wake_at),
             status=_status(cp),
@@ -159,12 +191,12 @@ class StoredForms:
         base = None if changes.base is None else self._links.get(thread, changes.base)
         delta = None if base is None else next_delta(state, changes, token, base, step)
         if delta is not None:
-            body = self._codec.encode(replace(cp, state=delta.doc, changes=None), key)
+            body = self._codec.encode(_stored_as(cp, delta.doc), key)
             payload = envelope.wrap(key, body, chained=True)
             if delta.fits(len(payload)):
                 self._links.put(thread, step, delta.link(step, token, len(payload), state))
                 return payload
-        full = replace(cp, state=full_document(state, token), changes=None)
+        full = _stored_as(cp, full_document(state, token))
         payload = envelope.wrap(key, self._codec.encode(full, key), chained=True)
         self._links.put(thread, step, full_link(step, token, len(payload), state))
         return payload

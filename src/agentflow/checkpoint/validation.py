@@ -163,26 +163,44 @@ def check_prune_bounds(before_step: object, older_than: object) -> int | None:
     return None if older_than is None else parse_instant(older_than, what="older_than")
 
 
-def _check_names(value: object, what: str) -> None:
+def _where(cp: Checkpoint) -> str:
+    """How a refusal names the checkpoint (built only once one is refused)."""
+    return f"checkpoint of thread {cp.thread!r} step {cp.step}:"
+
+
+def _check_names(cp: Checkpoint) -> None:
+    value = cp.next
     if isinstance(value, str) or not isinstance(value, tuple | list):
-        raise InvalidArgument(f"{what} must be a tuple of node names, got {value!r}")
+        raise InvalidArgument(f"{_where(cp)} next must be a tuple of node names, got {value!r}")
     for name in value:
         if not isinstance(name, str):
-            raise InvalidArgument(f"{what} must hold only str node names, got {name!r}")
+            raise InvalidArgument(f"{_where(cp)} next must hold only str node names, got {name!r}")
 
 
-def _check_str_keys(value: object, what: str, *, exact_dict: bool) -> None:
+def _check_str_keys(cp: Checkpoint, field: str, value: object, *, exact_dict: bool) -> None:
     kind = dict if exact_dict else Mapping
     if not isinstance(value, kind):
-        raise InvalidArgument(f"{what} must be a {kind.__name__} with str keys, got {value!r:.80}")
+        raise InvalidArgument(
+            f"{_where(cp)} {field} must be a {kind.__name__} with str keys, got {value!r:.80}"
+        )
     for key in value:
         if not isinstance(key, str):
-            raise InvalidArgument(f"{what} keys must be str, got {key!r:.80}")
+            raise InvalidArgument(f"{_where(cp)} {field} keys must be str, got {key!r:.80}")
 
 
-def _check_optional_str(value: object, what: str) -> None:
+def _check_optional_str(cp: Checkpoint, field: str, value: object) -> None:
     if value is not None and not isinstance(value, str):
-        raise InvalidArgument(f"{what} must be a str or None, got {value!r:.80}")
+        raise InvalidArgument(f"{_where(cp)} {field} must be a str or None, got {value!r:.80}")
+
+
+def _check_instant(cp: Checkpoint, field: str, value: str) -> None:
+    try:
+        instant = parse_instant(value)
+    except InvalidArgument:
+        parse_instant(value, what=f"{_where(cp)} {field}")  # raises again, naming the checkpoint
+        raise
+    if instant < 0:
+        raise InvalidArgument(f"{_where(cp)} {field} {value!r} is before 1970-01-01T00:00:00Z")
 
 
 def check_checkpoint(cp: object) -> Checkpoint:
@@ -194,21 +212,22 @@ def check_checkpoint(cp: object) -> Checkpoint:
     """
     if not isinstance(cp, Checkpoint):
         raise InvalidArgument(f"put takes a Checkpoint, got {type(cp).__name__}")
-    thread = validate_thread(cp.thread)
+    validate_thread(cp.thread)
     validate_step(cp.step)
-    what = f"checkpoint of thread {thread!r} step {cp.step}:"
-    _check_str_keys(cp.state, f"{what} state", exact_dict=False)
-    _check_names(cp.next, f"{what} next")
-    _check_optional_str(cp.parent, f"{what} parent")
-    _check_optional_str(cp.interrupt_node, f"{what} interrupt_node")
+    _check_str_keys(cp, "state", cp.state, exact_dict=False)
+    _check_names(cp)
+    _check_optional_str(cp, "parent", cp.parent)
+    _check_optional_str(cp, "interrupt_node", cp.interrupt_node)
     if not isinstance(cp.interrupted, bool):
-        raise InvalidArgument(f"{what} interrupted must be a bool, got {cp.interrupted!r:.80}")
+        raise InvalidArgument(
+            f"{_where(cp)} interrupted must be a bool, got {cp.interrupted!r:.80}"
+        )
     if not isinstance(cp.ts, str):
-        raise InvalidArgument(f"{what} ts must be an ISO-8601 str, got {cp.ts!r:.80}")
-    if cp.ts and parse_instant(cp.ts, what=f"{what} ts") < 0:
-        raise InvalidArgument(f"{what} ts {cp.ts!r} is before 1970-01-01T00:00:00Z")
-    if cp.wake_at is not None and parse_instant(cp.wake_at, what=f"{what} wake_at") < 0:
-        raise InvalidArgument(f"{what} wake_at {cp.wake_at!r} is before 1970-01-01T00:00:00Z")
-    _check_str_keys(cp.extra, f"{what} extra", exact_dict=True)
+        raise InvalidArgument(f"{_where(cp)} ts must be an ISO-8601 str, got {cp.ts!r:.80}")
+    if cp.ts:
+        _check_instant(cp, "ts", cp.ts)
+    if cp.wake_at is not None:
+        _check_instant(cp, "wake_at", cp.wake_at)
+    _check_str_keys(cp, "extra", cp.extra, exact_dict=True)
     check_changes(cp)
     return cp
