@@ -265,3 +265,21 @@ def test_copy_never_creates_its_source_and_needs_two_stores(tmp_path: Path) -> N
         check=False,
     )
     assert store.returncode == 2 and "--store does not apply" in store.stderr
+
+
+async def _long_thread(db: Path, steps: int) -> None:
+    async with SqliteCheckpointer(db) as store:
+        for step in range(steps):
+            await store.put(Checkpoint("long", step, {"n": step, "pad": "x" * 2_000}))
+
+
+def test_progress_moves_inside_a_long_thread_without_a_terminal(tmp_path: Path) -> None:
+    """One thread of many steps: lines come every interval while it is copied,
+    counting its checkpoints, not only once it is done."""
+    asyncio.run(_long_thread(tmp_path / "long.db", 3_000))
+    done = af(tmp_path, "copy", "sqlite:///long.db", "sqlite:///copy.db", "--interval", "0.02")
+    lines = [line for line in done.stderr.splitlines() if line.startswith("copy: 0 of 1 threads")]
+    counted = [int(line.split("; ")[1].split()[0].replace(",", "")) for line in lines]
+    inside = [n for n in counted if 0 < n < 3_000]  # the thread begun, not yet done
+    assert counted == sorted(counted) and len(set(inside)) >= 2, lines
+    assert "checkpoints: 3,000 read, 3,000 written" in done.stdout

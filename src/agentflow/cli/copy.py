@@ -295,13 +295,14 @@ class StoreCopy:
         if matched is not None:
             count, last, have = matched
             wrote += await self._write(last, have=have)
+        report.checkpoints += count
         async for cp in source:
             wrote += await self._write(cp, have=0)
             count, last = count + 1, cp
+            report.checkpoints += 1  # as they go: progress moves inside a long thread too
         events, added = await copy_events(self.source, self.destination, thread)
         report.events += len(events)
         report.events_written += added
-        report.checkpoints += count
         steps = _Steps(0) if last is None else _Steps(count, last.step, last.revision)
         self._expected[thread] = _Expected(steps, events)
         return "copied" if wrote or added else "unchanged"

@@ -13,6 +13,8 @@ Ctrl-C says how far it got; the same command goes on from there.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -166,8 +168,12 @@ async def _copy(args: Any, src: Store, dst: Store, continuation: Continuation) -
     total = len(named) if named else await count_threads(src)
     with Progress("copy", total, every=args.interval) as progress:
 
+        def now() -> tuple[int, str]:
+            report = copier.report
+            return report.threads, f"{_counts(report)}; {report.checkpoints:,} checkpoints"
+
         def advance(thread: str, outcome: Outcome) -> None:
-            progress.update(copier.report.threads, _counts(copier.report))
+            progress.update(*now())
 
         copier = StoreCopy(
             src,
@@ -181,4 +187,10 @@ async def _copy(args: Any, src: Store, dst: Store, continuation: Continuation) -
             f"{copier.report.threads:,} of {total:,} threads done: {_counts(copier.report)}; "
             "the same command goes on from there"
         )
-        return await copier.run(threads)
+        reporting = asyncio.create_task(progress.keep_reporting(now))
+        try:
+            return await copier.run(threads)
+        finally:
+            reporting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporting

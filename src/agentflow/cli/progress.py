@@ -9,8 +9,10 @@ speed).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from rich.console import Console
@@ -100,6 +102,14 @@ class Progress:
         if now - self._printed >= self.every:
             self._printed = now
             print(inert(self.line()), file=sys.stderr, flush=True)
+
+    async def keep_reporting(self, read: Callable[[], tuple[int, str]]) -> None:
+        """Update from ``read()`` (done, detail) every ``every`` seconds until
+        cancelled: a line is printed on time even while one long piece of work
+        (a thread of many steps) has not finished."""
+        while True:
+            await asyncio.sleep(self.every)
+            self.update(*read())
 
     def line(self) -> str:
         """e.g. ``copy: 120 of 500 threads (24%), 2,400 checkpoints; about 40 s left``."""
