@@ -5,7 +5,7 @@ canonical JSON and digests, the same record and journal shapes, the same
 error codes. See docs/durable.md for the model and its guarantees.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentflow.durable.enums import (
     AmbiguousModelPolicy,
@@ -260,6 +260,10 @@ __all__ = [
     "validate_run_definition",
     "validate_sha256",
 ]
+
+
+if TYPE_CHECKING:  # named for the checkers; imported at run time only when asked for
+    from agentflow.checkpoint.memory import MemoryCheckpointer as InMemoryRunEventStore
 
 
 def __getattr__(name: str) -> Any:
