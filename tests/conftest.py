@@ -11,6 +11,9 @@ import pytest
 
 from agentflow.checkpoint.testing import BackendHarness
 
+#: Set by the worker process that started its mongod.
+_OWNER = "TESTS_WORKER_MONGOD_OWNER"  # not AGENTFLOW_*: tests strip those from children
+
 
 def _a_mongod_per_worker() -> None:
     """Under pytest-xdist, each worker runs its MongoDB tests on a mongod of its own.
@@ -22,6 +25,8 @@ def _a_mongod_per_worker() -> None:
     """
     if not os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("MONGODB_URI"):
         return  # one process (the session starts a mongod if none is named), or none named
+    if os.environ.get(_OWNER):
+        return  # a process a test started (it imports this module): its worker's server serves it
     if importlib.util.find_spec("fiftyone") is None:
         return  # no mongod binary here: the named server is shared
     from tests.support.mongod import MongodProcess
@@ -29,6 +34,9 @@ def _a_mongod_per_worker() -> None:
     server = MongodProcess()
     atexit.register(server.cleanup)
     os.environ["MONGODB_URI"] = server.uri
+    # Children inherit both variables; without this each would start (and, killed by a
+    # test with SIGKILL, leave running) a mongod of its own.
+    os.environ[_OWNER] = str(os.getpid())
 
 
 _a_mongod_per_worker()
