@@ -49,7 +49,7 @@ from agentflow.checkpoint.mongodb.documents import (
 from agentflow.checkpoint.mongodb.errors import driver_error
 from agentflow.checkpoint.mongodb.events import MongoEvents
 from agentflow.checkpoint.mongodb.fleet import MongoFleet
-from agentflow.checkpoint.mongodb.groups import Raise, WriteGroups
+from agentflow.checkpoint.mongodb.groups import WriteGroups
 from agentflow.checkpoint.mongodb.records import LEASE, first_statement, refused_first
 from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.checkpoint.plans import Write
@@ -254,7 +254,7 @@ class MongoCheckpointer(MongoFleet, MongoEvents, StoreBase):
             ops.append(UpdateMany(stale, {"$set": {"expires_at": expires}}))
         ops.append(UpdateOne({"_id": key}, {"$setOnInsert": doc}, upsert=True))
         ops.append(self._summaries.raise_to(enc, 1, expires))
-        result = await self._groups.write(ops, Raise(thread, (enc.step, 1)))
+        result = await self._groups.write(ops)
         if expires is not None:
             if len(self._refreshed) >= _REFRESH_MEMO:
                 self._refreshed.clear()
