@@ -49,7 +49,6 @@ from agentflow.checkpoint.mongodb.documents import (
 from agentflow.checkpoint.mongodb.errors import driver_error
 from agentflow.checkpoint.mongodb.events import MongoEvents
 from agentflow.checkpoint.mongodb.fleet import MongoFleet
-from agentflow.checkpoint.mongodb.groups import WriteGroups
 from agentflow.checkpoint.mongodb.records import LEASE, first_statement, refused_first
 from agentflow.checkpoint.mongodb.summaries import Summaries
 from agentflow.checkpoint.plans import Write
@@ -136,7 +135,6 @@ class MongoCheckpointer(MongoFleet, MongoEvents, StoreBase):
             f"{collection}_durable_events", write_concern=coll.write_concern
         )
         self._summaries = Summaries(coll, self._namespace)
-        self._groups = WriteGroups(coll)
         seeds = self._client.topology_description.server_descriptions()
         self._where = ",".join(h if p is None else f"{h}:{p}" for h, p in sorted(seeds, key=str))
         self._setup_lock = asyncio.Lock()
@@ -238,9 +236,8 @@ class MongoCheckpointer(MongoFleet, MongoEvents, StoreBase):
     ) -> tuple[bool, bool]:
         """Create the step at revision 1 if absent and raise the summary to it, in one
         ordered command (checkpoint first, so a summary never names a step not yet
-        written), after ``first`` if given, with the other puts of this loop turn
-        (:mod:`~agentflow.checkpoint.mongodb.groups`). Returns (created, whether the
-        summary statement may have changed anything).
+        written), after ``first`` if given. Returns (created, whether the summary
+        statement may have changed anything).
 
         With ttl the same command first pushes back the expiry of the thread's older
         checkpoints, once per expiry bucket per checkpointer.
@@ -254,15 +251,15 @@ class MongoCheckpointer(MongoFleet, MongoEvents, StoreBase):
             ops.append(UpdateMany(stale, {"$set": {"expires_at": expires}}))
         ops.append(UpdateOne({"_id": key}, {"$setOnInsert": doc}, upsert=True))
         ops.append(self._summaries.raise_to(enc, 1, expires))
-        result = await self._groups.write(ops)
+        result = await self._coll.bulk_write(ops)
         if expires is not None:
             if len(self._refreshed) >= _REFRESH_MEMO:
                 self._refreshed.clear()
             self._refreshed[thread] = expires
-        created = len(ops) - 2 in result.upserted
-        # Past the record statement's own; unknown (so maybe) in a shared command.
-        changed = result.modified is None or result.modified > (first is not None)
-        return created, len(ops) - 1 in result.upserted or changed
+        upserted = result.upserted_ids or {}
+        created = len(ops) - 2 in upserted
+        changed = result.modified_count > (first is not None)  # the record statement's own
+        return created, len(ops) - 1 in upserted or changed
 
     async def _revision(self, thread: str, step: int) -> int:
         """The revision stored at (thread, step) now, 0 if none: a lost race's answer."""
