@@ -7,9 +7,10 @@ so one child serves every backend.
   (it kills itself at the charge step, before it calls anything);
 * ``resume URL NAMESPACE THREAD``: print ``ready``, wait for a line on stdin, resume
   the thread; exit 0 if it ran, 3 if another process held it, 4 if it had ended;
-* ``worker URL NAMESPACE SECONDS``: print ``ready``, wait for a line on stdin, scan
-  for due ``slow_charge_graph`` runs until the next line on stdin (at most SECONDS)
-  and print how many runs this worker resumed and was refused.
+* ``worker URL NAMESPACE SECONDS [LEASE]``: print ``ready``, wait for a line on stdin,
+  scan for due ``slow_charge_graph`` runs (under leases of LEASE seconds, default
+  :data:`LEASE`) until the next line on stdin (at most SECONDS) and print how many
+  runs this worker resumed and was refused.
 
 Leases are :data:`LEASE` long, so a dead holder's run is taken over quickly.
 """
@@ -33,7 +34,8 @@ CLAIMED, ENDED = 3, 4
 async def main(mode: str, url: str, namespace: str, *rest: str) -> int:
     async with opened(url, namespace) as store:
         if mode == "worker":
-            graph = slow_charge_graph().compile(store, claim_ttl=LEASE)
+            lease = timedelta(seconds=float(rest[1])) if len(rest) > 1 else LEASE
+            graph = slow_charge_graph().compile(store, claim_ttl=lease)
             worker, resumed, refused = Worker([graph]), 0, 0
             await worker.due()
             print("ready", flush=True)

@@ -30,9 +30,12 @@ pytestmark = on_process_backends
 TRIALS = 3
 RUNS = 4
 WORKERS = 3
-#: Seconds the workers may take to finish every run (a generous bound, not a measure:
-#: on a loaded machine a stalled heartbeat loses a lease and the step starts over).
+#: Seconds the workers may take to finish every run (a generous bound, not a measure).
 DEADLINE = 120.0
+#: The workers' lease: shorter than their steps (4 leases), long enough that a renewal
+#: waiting on a disk other processes fsync to (CI: several servers on one disk) is in
+#: time; at 0.3 s a MongoDB renewal with its journal wait could miss it every time.
+WORKER_LEASE = 1.0
 
 
 @pytest.fixture(params=PROCESS_BACKENDS)
@@ -82,7 +85,7 @@ async def _due_runs(store: SharedStore, ledger: Path) -> None:
     async with opened(*store.args) as opened_store:
         compiled = slow_charge_graph().compile(opened_store)
         for i in range(RUNS):
-            state = {"slow": 4 * LEASE.total_seconds(), "ledger": str(ledger)}
+            state = {"slow": 4 * WORKER_LEASE, "ledger": str(ledger)}
             await compiled.run(state, thread=f"run-{i}")
         assert len(await Worker([compiled]).due()) == RUNS
 
@@ -105,7 +108,10 @@ async def test_three_worker_processes_on_steps_slower_than_their_lease_charge_on
 ) -> None:
     ledger = tmp_path / "ledger"
     await _due_runs(store, ledger)
-    workers = [_child(store, "worker", str(DEADLINE), stdin=True) for _ in range(WORKERS)]
+    workers = [
+        _child(store, "worker", str(DEADLINE), str(WORKER_LEASE), stdin=True)
+        for _ in range(WORKERS)
+    ]
     _start_together(workers)
     await _until_done(store)  # however slow the machine, every run ends before they stop
     reports = [json.loads(worker.communicate("stop\n", timeout=60)[0]) for worker in workers]
