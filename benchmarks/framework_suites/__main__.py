@@ -70,6 +70,7 @@ def _langgraph(args: argparse.Namespace, workdir: Path) -> list[str]:
             )  # fmt: skip
 
         ours = [run(saver, files) for saver in ("sqlite", "postgres")]
+        unexplained += [problem for r in ours if (problem := r.ran_nothing()) is not None]
         if args.quick:  # the stock saver only where ours failed: same test ids, same slot
             failed = sorted(
                 {n for r in ours for n, o in r.outcomes.by_nodeid.items() if o == "failed"}
@@ -106,6 +107,9 @@ def _agent_framework(args: argparse.Namespace, workdir: Path) -> list[str]:
     }
     stock = [runs["stock"]] if "stock" in runs else []
     ours = [run for storage, run in runs.items() if storage != "stock"]
+    missing = [problem for run in runs.values() if (problem := run.ran_nothing()) is not None]
+    if missing:
+        return missing
     title = f"Agent Framework {version} workflow tests that create a storage"
     print(report.outcome_table(title, stock, ours, "default").markdown())
     return _print_differences([(stock[0], run) for run in ours]) if stock else []
@@ -142,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else (_agent_framework(args, workdir))
         )
     if unexplained:
+        for problem in unexplained:
+            print(problem)
         print(f"{len(unexplained)} unexplained difference(s)")
         return 1
     return 0

@@ -77,6 +77,18 @@ class Run:
     outcomes: Outcomes
     returncode: int
 
+    def ran_nothing(self) -> str | None:
+        """Why this run is no run at all (pytest stopped before any test: a conftest
+        that cannot import, a collection error), or None: a suite that tested
+        nothing must not pass for one that passed."""
+        if self.outcomes.by_nodeid:
+            return None
+        return (
+            f"{self.suite} against {self.saver}: pytest exited {self.returncode} "
+            "before running any test (a conftest or collection error: is every package "
+            "the suite imports installed?)"
+        )
+
     @property
     def counted(self) -> dict[str, str]:
         """Outcome per test id, of the tests this run is about (for Agent

@@ -34,3 +34,11 @@ def test_differences_by_design_are_explained_and_nothing_else_is() -> None:
     assert "file layout" in explained[0] and "several workflow names" in explained[1]
     # The one-name binding is MongoDB's alone: on agentflow's storages it is unexplained.
     assert explain("sqlite", [several_names]) == ([], [several_names])
+
+
+def test_a_run_that_tested_nothing_is_a_failure_not_a_pass() -> None:
+    stopped = Run("langgraph 1.2.24", "postgres", Outcomes(), returncode=4)
+    problem = stopped.ran_nothing()
+    assert problem is not None and "pytest exited 4 before running any test" in problem
+    ran = Run("langgraph 1.2.24", "postgres", Outcomes({"t.py::test_a": "passed"}), returncode=0)
+    assert ran.ran_nothing() is None
