@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import pty
+import signal
 import struct
 import subprocess
 import sys
@@ -46,6 +47,24 @@ def af(
     if check and done.returncode != 0:
         raise AssertionError(f"{args} exited {done.returncode}: {done.stderr}")
     return done
+
+
+def console_interrupted(cwd: Path, *args: str) -> tuple[str, str, int]:
+    """Start ``agentflow *args`` (a console), wait until it prints its URL, send it
+    one SIGINT: (what it printed until serving, what it printed after, its status)."""
+    console = subprocess.Popen(
+        command(*args), cwd=cwd, env=env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert console.stdout is not None
+    shown = ""
+    while "http://127.0.0.1:" not in shown:  # serving: its URL is printed
+        line = console.stdout.readline()
+        assert line, shown
+        shown += line
+    console.send_signal(signal.SIGINT)
+    rest, _ = console.communicate(timeout=20)
+    return shown, rest, console.returncode
 
 
 def af_json(cwd: Path, *args: str, **extra: str) -> Any:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -27,7 +26,7 @@ import redis
 
 from tests.backends import server_missing
 from tests.backends.postgres import admin_connection
-from tests.cli.support import af_here, command, env
+from tests.cli.support import af_here, console_interrupted
 from tests.support.mongod import mongodb_uri
 
 SECRET = "Pw-S3cr3t-7"
@@ -215,20 +214,7 @@ def test_errors_quote_no_credential_of_an_unreachable_or_refusing_server(run: Ru
 
 def test_the_console_prints_no_credential(tmp_path: Path) -> None:
     url = _postgres_urls()["password-option"]
-    console = subprocess.Popen(
-        command("--store", url, "--namespace", f"cred-{uuid.uuid4().hex[:8]}", "ui", "--port", "0"),
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert console.stdout is not None
-    first = ""
-    while "http://127.0.0.1:" not in first:  # serving: its URL is printed
-        line = console.stdout.readline()
-        assert line, first
-        first += line
-    console.send_signal(signal.SIGINT)
-    rest, _ = console.communicate(timeout=20)
+    namespace = f"cred-{uuid.uuid4().hex[:8]}"
+    args = ("--store", url, "--namespace", namespace, "ui", "--port", "0")
+    first, rest, _ = console_interrupted(tmp_path, *args)
     assert not _leaks(first + rest), first + rest

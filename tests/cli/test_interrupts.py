@@ -19,7 +19,7 @@ import pytest
 from agentflow.checkpoint.sqlite import SqliteCheckpointer
 from agentflow.checkpoint.testing import make_checkpoint
 from agentflow.cli.interrupts import Continuation, PromptInput, answer_or_none
-from tests.cli.support import af, af_json, command, env
+from tests.cli.support import af, af_json, command, console_interrupted, env
 from tests.cli.terminal import CTRL_C, CTRL_D, Terminal
 
 QUESTION = "Refund $99.91 to Radia Perlman for order A-1001?"
@@ -158,23 +158,8 @@ def test_ctrl_c_on_the_console_stops_it_cleanly_with_130(tmp_path: Path) -> None
     """The console's server shuts down as on its own signal (its lifespan ends):
     no traceback of a server cancelled mid-loop."""
     af(tmp_path, "demo", "--thread", "t", "--hold", "0")
-    console = subprocess.Popen(
-        command("ui", "--port", "0"),
-        cwd=tmp_path,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert console.stdout is not None
-    shown = ""
-    while "http://127.0.0.1:" not in shown:  # serving: its URL is printed
-        line = console.stdout.readline()
-        assert line, shown
-        shown += line
-    console.send_signal(signal.SIGINT)
-    rest, _ = console.communicate(timeout=20)
-    assert console.returncode == 130, shown + rest
+    shown, rest, status = console_interrupted(tmp_path, "ui", "--port", "0")
+    assert status == 130, shown + rest
     assert "Traceback" not in rest and "CancelledError" not in rest and "ERROR" not in rest
     assert rest.endswith("agentflow: interrupted\ncontinue with:\n  agentflow ui --port 0\n"), rest
 
